@@ -1,0 +1,172 @@
+"""harness build: space -> prune -> parallel compile -> test data -> manifest."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from remote_agent.contract import ELEM_ATOL, ELEM_RTOL, REL_ERR_TOL
+
+from . import state, ui
+from .bundle import Job, Manifest, PrunedEntry, ShapeEntry, Variant, bundle_dir, sha256_file, write_data_file
+from .space import config_id, expand, first_pruning_rule
+
+
+@dataclass
+class BuildOptions:
+    jobs: int = 0  # 0: all cores
+    compile_timeout: float = 120.0
+    seed: int = 0
+    space: Optional[dict] = None  # overrides the kernel's space
+    frontend: str = "auto"  # cpu: cpp (triton-cpu in its own issue); gpu: triton
+    only_configs: Optional[list] = None  # build exactly these configs (a search strategy's round)
+
+
+@dataclass
+class BuildSummary:
+    bundle: Path
+    manifest: Manifest
+    compiled: int = 0
+    cached: int = 0
+    failed: int = 0
+    pruned_pairs: int = 0
+    reused_across_shapes: int = 0
+    seconds: float = 0.0
+    statuses: dict = field(default_factory=dict)
+
+
+def compiler_for(kernel, target, out_dir: Path, frontend: str = "auto"):
+    """The toolchain module that builds this kernel for this target."""
+    if target.is_gpu:
+        from .compile.triton_gpu import TritonGpuCompiler
+
+        return TritonGpuCompiler(kernel, target, out_dir)
+    from .compile.cpp import CppCompiler
+
+    return CppCompiler(kernel, target, out_dir)
+
+
+def plan(kernel, target, shapes, space, compiler):
+    """Decide which (config, specialization) variants to build and which pairs are pruned.
+
+    Returns (variants: {variant_id: (config, representative shape, spec)},
+             jobs: [(variant_id, shape)], pruned: [PrunedEntry]).
+    """
+    rules = kernel.rules_for(target)
+    variants, jobs, pruned = {}, [], []
+    for config in expand(space):
+        for shape in shapes:
+            spec = compiler.specialization(config, shape)
+            vid = config_id(config, salt=repr(spec))
+            rule = first_pruning_rule(rules, config, shape, target)
+            if rule is None:
+                rule = compiler.resource_rule(config, shape)
+            if rule is not None:
+                pruned.append(PrunedEntry(vid, config, shape.id, rule.name, rule.why))
+                continue
+            variants.setdefault(vid, (config, shape, spec))
+            jobs.append((vid, shape))
+    return variants, jobs, pruned
+
+
+def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSummary:
+    import time
+
+    start = time.monotonic()
+    out = bundle_dir(root, target.name, kernel.name)
+    out.mkdir(parents=True, exist_ok=True)
+    compiler = compiler_for(kernel, target, out, options.frontend)
+    space = options.space or kernel.space_for(target)
+    if options.only_configs is not None:
+        space_configs = options.only_configs
+        variants, jobs, pruned = {}, [], []
+        for cfg in space_configs:
+            v, j, p = plan(kernel, target, shapes, {k: [val] for k, val in cfg.items()}, compiler)
+            variants.update(v)
+            jobs += j
+            pruned += p
+    else:
+        variants, jobs, pruned = plan(kernel, target, shapes, space, compiler)
+    config_names = list(space) if options.only_configs is None else \
+        list(dict.fromkeys(k for cfg in options.only_configs for k in cfg))
+
+    results = compile_all(compiler, variants, options)
+    summary = BuildSummary(out, None, pruned_pairs=len(pruned))
+    manifest_variants = []
+    for vid, (config, shape, spec) in variants.items():
+        res = results[vid]
+        if res.status == "ok":
+            summary.cached += res.cached
+            summary.compiled += not res.cached
+        else:
+            summary.failed += 1
+        rel = str(res.artifact.relative_to(out)) if res.artifact else None
+        manifest_variants.append(Variant(
+            id=vid, config=config, dtype=shape.dtype, specialization=list(spec), status=res.status,
+            artifact=rel, sha256=sha256_file(res.artifact) if res.artifact else None,
+            message=res.message, launch=res.launch, compile_seconds=round(res.seconds, 3)))
+    summary.reused_across_shapes = len(jobs) - len(variants)
+    manifest_shapes = write_test_data(kernel, target, shapes, out, options.seed)
+    manifest = Manifest(
+        kernel=kernel.name,
+        target=target_facts(target),
+        toolchain=compiler.describe(),
+        variants=manifest_variants,
+        shapes=manifest_shapes,
+        jobs=[Job(vid, shape.id, list(kernel.grid(variants[vid][0], shape))) for vid, shape in jobs],
+        pruned=pruned,
+        seed=options.seed,
+        config_names=config_names,
+        tolerances={"rel_err": REL_ERR_TOL, "rtol": ELEM_RTOL, "atol": ELEM_ATOL},
+        data_on_device=target.is_gpu,
+    )
+    manifest.save(out)
+    summary.manifest = manifest
+    summary.seconds = time.monotonic() - start
+    for v in manifest_variants:
+        summary.statuses[v.status] = summary.statuses.get(v.status, 0) + 1
+    state.record(root, target.name, kernel=kernel.name, bundle=str(out.relative_to(root)))
+    return summary
+
+
+def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
+    """Compile every variant in parallel with a rich progress bar; failures are results."""
+    jobs = options.jobs or os.cpu_count() or 1
+    results = {}
+    with ui.progress() as bar, ThreadPoolExecutor(max_workers=jobs) as pool:
+        task = bar.add_task("compile", total=len(variants), info="")
+        futures = {pool.submit(compiler.compile, cfg, shape, options.compile_timeout): vid
+                   for vid, (cfg, shape, spec) in variants.items()}
+        failed = 0
+        for future in as_completed(futures):
+            res = future.result()
+            results[futures[future]] = res
+            failed += res.status != "ok"
+            bar.update(task, advance=1, info="%d failed" % failed if failed else "")
+    return results
+
+
+def write_test_data(kernel, target, shapes, out: Path, seed: int) -> list:
+    """Seeded inputs and the reference, content-addressed; GPU bundles generate inputs on device."""
+    entries = []
+    for shape in shapes:
+        entry = ShapeEntry(id=shape.id, M=shape.M, N=shape.N, K=shape.K, dtype=shape.dtype,
+                           layout=shape.layout, weight=shape.weight, flops=kernel.flops(shape),
+                           bytes=kernel.bytes_moved(shape), extra=dict(shape.extra))
+        if not target.is_gpu:
+            for role, array in kernel.make_data(shape, seed).items():
+                entry.data[role], entry.sha256[role] = write_data_file(out, array)
+        entries.append(entry)
+    return entries
+
+
+def target_facts(target) -> dict:
+    return {
+        "name": target.name, "arch": target.resolved_arch, "backend": target.backend,
+        "march": target.march, "vlen": target.vlen, "threads": target.threads,
+        "gpu_arch": target.gpu_arch, "profiler": target.profiler, "events": list(target.events),
+        "run_under": target.run_under,
+    }

@@ -1,0 +1,154 @@
+"""The bundle: manifest, content-addressed artifacts and test data (host -> remote contract).
+
+Layout of ``build/<target>/<kernel>/`` (docs/contracts.md has every field):
+
+    manifest.json          what to run: target, variants, shapes, jobs, pruned configs
+    artifacts/<hash>.elf   one per variant (or .cubin / .hsaco on GPUs); named by content hash
+    data/<sha256>.bin      test data, named by the sha256 of its bytes
+    src/, objs/            rendered sources and objects, kept for inspection (not pushed)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from remote_agent.contract import MANIFEST_SCHEMA
+
+from . import __version__
+from .errors import HarnessError
+
+PUSHED_DIRS = ("artifacts", "data")
+
+
+@dataclass
+class Variant:
+    id: str
+    config: dict
+    dtype: str
+    specialization: list  # what the artifact is specialized for; shapes sharing it share the artifact
+    status: str  # ok | compile_error | compile_timeout
+    artifact: Optional[str] = None  # path relative to the bundle
+    sha256: Optional[str] = None
+    message: str = ""
+    launch: dict = field(default_factory=dict)
+    compile_seconds: float = 0.0
+
+
+@dataclass
+class ShapeEntry:
+    id: str
+    M: int
+    N: int
+    K: int
+    dtype: str
+    layout: str
+    weight: float = 1.0
+    flops: int = 0
+    bytes: int = 0
+    data: dict = field(default_factory=dict)  # role ("a", "b", "ref") -> path relative to the bundle
+    sha256: dict = field(default_factory=dict)  # role -> sha256 of the file
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    variant: str
+    shape: str
+    grid: list
+
+
+@dataclass
+class PrunedEntry:
+    variant: str
+    config: dict
+    shape: str
+    rule: str
+    why: str
+
+
+@dataclass
+class Manifest:
+    kernel: str
+    target: dict
+    toolchain: dict
+    variants: list
+    shapes: list
+    jobs: list
+    pruned: list
+    seed: int
+    config_names: list
+    tolerances: dict
+    data_on_device: bool = False  # GPU bundles: inputs are generated on the device from the seed
+    schema_version: int = MANIFEST_SCHEMA
+    harness_version: str = __version__
+    created: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=False)
+
+    @staticmethod
+    def load(path: Path) -> "Manifest":
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise HarnessError("no bundle at %s; run harness build first" % Path(path).parent)
+        except json.JSONDecodeError as exc:
+            raise HarnessError("manifest is not valid JSON (%s)" % exc, where=str(path))
+        if data.get("schema_version") != MANIFEST_SCHEMA:
+            raise HarnessError("manifest schema %s, this harness reads %s; rebuild the bundle"
+                               % (data.get("schema_version"), MANIFEST_SCHEMA), where=str(path))
+        data["variants"] = [Variant(**v) for v in data["variants"]]
+        data["shapes"] = [ShapeEntry(**s) for s in data["shapes"]]
+        data["jobs"] = [Job(**j) for j in data["jobs"]]
+        data["pruned"] = [PrunedEntry(**p) for p in data["pruned"]]
+        return Manifest(**data)
+
+    def save(self, bundle_dir: Path) -> Path:
+        self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        path = Path(bundle_dir) / "manifest.json"
+        write_atomic(path, self.to_json().encode())
+        return path
+
+
+def bundle_dir(root: Path, target: str, kernel: str) -> Path:
+    return Path(root) / "build" / target / kernel
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp%d" % os.getpid())
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_data_file(bundle: Path, array) -> tuple:
+    """Store an array's bytes under data/<sha256>.bin; returns (relative path, sha256)."""
+    raw = array.tobytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    rel = "data/%s.bin" % digest[:32]
+    path = Path(bundle) / rel
+    if not path.exists():
+        write_atomic(path, raw)
+    return rel, digest
+
+
+def pushed_files(bundle: Path, manifest: Manifest) -> list:
+    """Every file the remote needs, relative to the bundle: artifacts and data of this manifest."""
+    files = [v.artifact for v in manifest.variants if v.artifact]
+    for shape in manifest.shapes:
+        files += list(shape.data.values())
+    return sorted(set(files))

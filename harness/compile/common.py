@@ -1,0 +1,66 @@
+"""What every toolchain module returns, and the compiler call with a timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class CompileResult:
+    status: str  # ok | compile_error | compile_timeout
+    artifact: Optional[Path]
+    message: str = ""
+    launch: dict = field(default_factory=dict)  # entry name, parameters, threads, shared memory...
+    seconds: float = 0.0
+    cached: bool = False
+
+    @staticmethod
+    def load_cached(artifact: Path) -> Optional["CompileResult"]:
+        """A result recorded by an earlier build with the same content hash (ok or failed)."""
+        sidecar = artifact.with_name(artifact.name + ".json")
+        if not sidecar.exists():
+            return None
+        data = json.loads(sidecar.read_text())
+        if data["status"] == "ok" and not artifact.exists():
+            return None
+        return CompileResult(data["status"], artifact if data["status"] == "ok" else None,
+                             data.get("message", ""), data.get("launch", {}), data.get("seconds", 0.0), True)
+
+    def save_cached(self, artifact: Path) -> None:
+        sidecar = artifact.with_name(artifact.name + ".json")
+        data = asdict(self)
+        data["artifact"] = str(self.artifact) if self.artifact else None
+        tmp = sidecar.with_name(sidecar.name + ".tmp%d" % os.getpid())
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, sidecar)
+
+
+def run_compiler(cmd: list, timeout: float, artifact: Path) -> CompileResult:
+    """Run one compile-and-link command writing ``artifact.tmp``; move it in place on success."""
+    tmp = Path(str(artifact) + ".tmp")
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tmp.unlink(missing_ok=True)
+        return CompileResult("compile_timeout", None, "compile took over %gs" % timeout,
+                             seconds=time.monotonic() - start)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return CompileResult("compile_error", None, first_error_line(proc.stderr), seconds=seconds)
+    os.replace(tmp, artifact)
+    return CompileResult("ok", artifact, seconds=seconds)
+
+
+def first_error_line(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:300]
+    return stderr.strip()[:300]

@@ -1,0 +1,114 @@
+"""C = A @ B with fp32 accumulation; A is MxK, B is KxN, C is MxN (row-major).
+
+The layout string gives the storage of A and B: ``N`` as written, ``T`` transposed
+(``TN`` = A stored KxM, B stored KxN). Inputs are fp32, fp16 or bf16; C has the input dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...space import Rule
+from ..base import TEMPLATES, Kernel
+from . import rules
+
+ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+CPU_SPACE = {
+    "BLOCK_M": [4, 8, 16, 32, 64],
+    "BLOCK_N": [8, 16, 32, 64, 128],
+    "BLOCK_K": [8, 16, 32, 64, 128],
+    "GROUP_M": [1, 8],
+}
+
+GPU_SPACE = {
+    "BLOCK_M": [16, 32, 64, 128, 256],
+    "BLOCK_N": [32, 64, 128, 256],
+    "BLOCK_K": [32, 64, 128],
+    "GROUP_M": [1, 8],
+    "SPLIT_K": [1, 2, 4, 8],
+    "num_warps": [4, 8],
+    "num_stages": [2, 3, 4, 5],
+}
+GPU_SPACE_HIP = {
+    "waves_per_eu": [0, 2],
+    "matrix_instr_nonkdim": [16, 32],
+    "kpack": [1, 2],
+}
+
+
+def strides(shape) -> dict:
+    """Element strides of A (MxK), B (KxN) and C (MxN) for the shape's layout."""
+    a_t, b_t = shape.layout[0] == "T", shape.layout[1] == "T"
+    return {
+        "stride_am": 1 if a_t else shape.K,
+        "stride_ak": shape.M if a_t else 1,
+        "stride_bk": 1 if b_t else shape.N,
+        "stride_bn": shape.K if b_t else 1,
+        "stride_cm": shape.N,
+        "stride_cn": 1,
+    }
+
+
+def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float array -> the bytes the kernel reads (bf16 as the high half of fp32, rounded)."""
+    if dtype == "fp32":
+        return x.astype(np.float32)
+    if dtype == "fp16":
+        return x.astype(np.float16)
+    bits = x.astype(np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def from_storage(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return (x.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return x.astype(np.float32)
+
+
+def make_data(shape, seed: int) -> dict:
+    """Seeded inputs in their stored layout and the fp32 reference (computed in fp64)."""
+    rng = np.random.default_rng([seed, shape.M, shape.N, shape.K])
+    a = to_storage(rng.uniform(-1, 1, (shape.M, shape.K)), shape.dtype)
+    b = to_storage(rng.uniform(-1, 1, (shape.K, shape.N)), shape.dtype)
+    ref = from_storage(a, shape.dtype).astype(np.float64) @ from_storage(b, shape.dtype).astype(np.float64)
+    a_stored = a.T if shape.layout[0] == "T" else a
+    b_stored = b.T if shape.layout[1] == "T" else b
+    return {
+        "a": np.ascontiguousarray(a_stored),
+        "b": np.ascontiguousarray(b_stored),
+        "ref": ref.astype(np.float32),
+    }
+
+
+def flops(shape) -> int:
+    return 2 * shape.M * shape.N * shape.K
+
+
+def bytes_moved(shape) -> int:
+    e = ELEM_BYTES[shape.dtype]
+    return e * (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N)
+
+
+def grid(config: dict, shape) -> tuple:
+    tiles = -(-shape.M // config["BLOCK_M"]) * -(-shape.N // config["BLOCK_N"])
+    return (tiles, config.get("SPLIT_K", 1), 1)
+
+
+KERNEL = Kernel(
+    name="matmul",
+    description=__doc__.strip().splitlines()[0],
+    cpu_space=CPU_SPACE,
+    cpu_rules=rules.CPU_RULES,
+    cpu_template=TEMPLATES / "cpu" / "matmul_kernel.cpp.j2",
+    make_data=make_data,
+    strides=strides,
+    flops=flops,
+    bytes_moved=bytes_moved,
+    grid=grid,
+    gpu_space=GPU_SPACE,
+    gpu_space_hip=GPU_SPACE_HIP,
+    gpu_rules=rules.GPU_RULES,
+    triton_module="harness.kernels.matmul.triton_kernel:matmul_kernel",
+)

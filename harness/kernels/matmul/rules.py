@@ -1,0 +1,95 @@
+"""Pruning rules for matmul: a config is pruned for a shape when a rule says so."""
+
+from __future__ import annotations
+
+from ...space import Rule
+
+ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _tile_m_too_big(c, s, t, floor=4):
+    return c["BLOCK_M"] > max(floor, _pow2_at_least(s.M))
+
+
+def _tile_n_too_big(c, s, t, floor=8):
+    return c["BLOCK_N"] > max(floor, _pow2_at_least(s.N))
+
+
+def _tile_k_too_big(c, s, t):
+    return c["BLOCK_K"] > s.K
+
+
+def _k_not_divisible(c, s, t):
+    return s.K % c["BLOCK_K"] != 0
+
+
+def _narrower_than_vector(c, s, t):
+    vlen = t.vlen or 0
+    return vlen > 0 and c["BLOCK_N"] * ELEM_BITS[s.dtype] < vlen
+
+
+def _group_m_useless(c, s, t):
+    return c["GROUP_M"] > 1 and _cdiv(s.M, c["BLOCK_M"]) <= 1
+
+
+CPU_RULES = [
+    Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _tile_m_too_big),
+    Rule("tile_n_exceeds_dim", "BLOCK_N larger than the next power of two of N", _tile_n_too_big),
+    Rule("tile_k_exceeds_dim", "BLOCK_K larger than K", _tile_k_too_big),
+    Rule("k_not_divisible", "K is not a multiple of BLOCK_K", _k_not_divisible),
+    Rule("narrower_than_vector", "a row of the tile (BLOCK_N elements) is narrower than one vector register (VLEN)",
+         _narrower_than_vector),
+    Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _group_m_useless),
+]
+
+
+def _gpu_tile_m_too_big(c, s, t):
+    return c["BLOCK_M"] > max(16, _pow2_at_least(s.M))
+
+
+def _gpu_tile_n_too_big(c, s, t):
+    return c["BLOCK_N"] > max(32, _pow2_at_least(s.N))
+
+
+def _split_k_too_deep(c, s, t):
+    return c["SPLIT_K"] > 1 and s.K // c["SPLIT_K"] < c["BLOCK_K"]
+
+
+def _split_k_not_divisible(c, s, t):
+    return s.K % (c["BLOCK_K"] * c["SPLIT_K"]) != 0
+
+
+def _split_k_on_big_grid(c, s, t):
+    # Split-K pays off when the M x N grid alone leaves the GPU idle.
+    return c["SPLIT_K"] > 1 and _cdiv(s.M, c["BLOCK_M"]) * _cdiv(s.N, c["BLOCK_N"]) >= 132
+
+
+def _gpu_group_m_useless(c, s, t):
+    return c["GROUP_M"] > 1 and _cdiv(s.M, c["BLOCK_M"]) <= 1
+
+
+def _too_many_warps_for_tile(c, s, t):
+    # below 16 x 16 elements per warp the tile cannot feed the warps' MMA instructions
+    return c["BLOCK_M"] * c["BLOCK_N"] < c["num_warps"] * 32 * 32
+
+
+GPU_RULES = [
+    Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _gpu_tile_m_too_big),
+    Rule("tile_n_exceeds_dim", "BLOCK_N larger than the next power of two of N", _gpu_tile_n_too_big),
+    Rule("k_not_divisible", "K is not a multiple of BLOCK_K * SPLIT_K", _split_k_not_divisible),
+    Rule("split_k_too_deep", "each split of K is shorter than BLOCK_K", _split_k_too_deep),
+    Rule("split_k_on_full_grid", "SPLIT_K > 1 where the M x N grid alone fills the GPU", _split_k_on_big_grid),
+    Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _gpu_group_m_useless),
+    Rule("too_many_warps", "fewer than 32 x 32 tile elements per warp", _too_many_warps_for_tile),
+]

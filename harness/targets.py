@@ -1,0 +1,261 @@
+"""targets.yaml -> validated Target objects, with errors that name file, line and key."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import platform
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import HarnessError
+
+TARGETS_ENV = "HARNESS_TARGETS"
+DEFAULT_FILE = "targets.yaml"
+
+ARCHES = ("x86_64", "aarch64", "riscv64", "native")
+BACKENDS = ("cpu", "cuda", "hip")
+PROFILERS = ("perf", "wallclock", "events", "ncu", "rocprof")
+
+
+@dataclass
+class SSH:
+    host: str
+    user: Optional[str] = None
+    port: int = 22
+    key: Optional[str] = None
+    accept_new_host_keys: bool = False
+
+
+@dataclass
+class Target:
+    name: str
+    arch: str = "native"
+    backend: str = "cpu"
+    toolchain: str = "auto"  # cpu: gcc | clang | auto; gpu: triton
+    march: Optional[str] = None
+    vlen: Optional[int] = None
+    cflags: list = field(default_factory=list)
+    threads: int = 1
+    profiler: str = "perf"
+    events: list = field(default_factory=list)
+    run_under: Optional[str] = None
+    ssh: Optional[SSH] = None
+    hosts: list = field(default_factory=list)
+    workdir: str = "~/.harness-remote"
+    python: str = "python3"
+    gpu_arch: Optional[str] = None  # "90" for sm90, "gfx942" for hip
+    shared_mem_max: Optional[int] = None  # bytes per block the device allows
+    max_threads: int = 1024
+    devices: Optional[str] = None
+    description: str = ""
+    source: str = ""  # file:line where it was defined
+
+    @property
+    def is_remote(self) -> bool:
+        return self.ssh is not None
+
+    @property
+    def resolved_arch(self) -> str:
+        return platform.machine() if self.arch == "native" else self.arch
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.backend in ("cuda", "hip")
+
+
+# key -> (python types, required)
+_TARGET_KEYS = {
+    "arch": (str, False),
+    "backend": (str, False),
+    "toolchain": (str, False),
+    "march": (str, False),
+    "vlen": (int, False),
+    "cflags": (list, False),
+    "threads": (int, False),
+    "profiler": (str, False),
+    "events": (list, False),
+    "run_under": (str, False),
+    "ssh": (dict, False),
+    "hosts": (list, False),
+    "workdir": (str, False),
+    "python": (str, False),
+    "gpu_arch": ((str, int), False),
+    "shared_mem_max": (int, False),
+    "max_threads": (int, False),
+    "devices": ((str, int), False),
+    "description": (str, False),
+}
+_SSH_KEYS = {
+    "host": (str, True),
+    "user": (str, False),
+    "port": (int, False),
+    "key": (str, False),
+    "accept_new_host_keys": (bool, False),
+}
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def find_targets_file(explicit: Optional[str] = None) -> Path:
+    """--targets FILE, then $HARNESS_TARGETS, then ./targets.yaml."""
+    for candidate, origin in ((explicit, "--targets"), (os.environ.get(TARGETS_ENV), TARGETS_ENV)):
+        if candidate:
+            path = Path(candidate)
+            if not path.is_file():
+                raise HarnessError("targets file %s (from %s) does not exist" % (path, origin))
+            return path
+    path = Path(DEFAULT_FILE)
+    if not path.is_file():
+        raise HarnessError(
+            "no targets.yaml in the current directory; pass --targets FILE or set %s" % TARGETS_ENV
+        )
+    return path
+
+
+def load_targets(path: Path) -> dict:
+    """Parse and validate the whole file; returns {name: Target}."""
+    try:
+        text = Path(path).read_text()
+    except UnicodeDecodeError:
+        raise HarnessError("not a text file", where=str(path))
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = "%s:%d" % (path, mark.line + 1) if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise HarnessError("malformed YAML: %s" % problem, where=where)
+    if root is None:
+        raise HarnessError("the file is empty", where=str(path))
+    if not isinstance(root, yaml.MappingNode):
+        raise HarnessError("expected a mapping of target names", where=_where(path, root))
+    targets_node = root
+    keys = {_scalar(k): v for k, v in root.value}
+    if "targets" in keys and isinstance(keys["targets"], yaml.MappingNode):
+        targets_node = keys["targets"]
+    targets = {}
+    for key_node, value_node in targets_node.value:
+        name = _scalar(key_node)
+        if not isinstance(name, str) or not name.strip():
+            raise HarnessError("empty target name", where=_where(path, key_node))
+        if name in targets:
+            raise HarnessError("duplicate target name %r" % name, where=_where(path, key_node))
+        targets[name] = _build_target(path, name, key_node, value_node)
+    if not targets:
+        raise HarnessError("no targets defined", where=str(path))
+    return targets
+
+
+def get_target(name: str, targets_file: Optional[str] = None) -> Target:
+    path = find_targets_file(targets_file)
+    targets = load_targets(path)
+    if name not in targets:
+        raise HarnessError("unknown target %r%s (known: %s)" % (
+            name, _suggest(name, targets), ", ".join(sorted(targets))), where=str(path))
+    return targets[name]
+
+
+def _build_target(path, name, key_node, node) -> Target:
+    if not isinstance(node, yaml.MappingNode):
+        raise HarnessError("target %r must be a mapping" % name, where=_where(path, node))
+    values = _check_mapping(path, node, _TARGET_KEYS, "target %r" % name)
+    if "ssh" in values:
+        ssh_node = dict((_scalar(k), v) for k, v in node.value)["ssh"]
+        values["ssh"] = SSH(**_check_mapping(path, ssh_node, _SSH_KEYS, "%s.ssh" % name))
+    where = lambda key: _where(path, dict((_scalar(k), v) for k, v in node.value).get(key, node))
+    for key, allowed in (("arch", ARCHES), ("backend", BACKENDS), ("profiler", PROFILERS)):
+        if key in values and values[key] not in allowed:
+            raise HarnessError("%s.%s: %r is not one of %s%s" % (
+                name, key, values[key], ", ".join(allowed), _suggest(values[key], allowed)),
+                where=where(key))
+    for key in ("vlen", "threads", "max_threads", "shared_mem_max"):
+        if key in values and values[key] <= 0:
+            raise HarnessError("%s.%s must be positive, got %r" % (name, key, values[key]), where=where(key))
+    if "vlen" in values and values["vlen"] & (values["vlen"] - 1):
+        raise HarnessError("%s.vlen must be a power of two, got %r" % (name, values["vlen"]), where=where("vlen"))
+    if "gpu_arch" in values:
+        values["gpu_arch"] = str(values["gpu_arch"])
+    if "devices" in values:
+        values["devices"] = str(values["devices"])
+    for key in ("events", "cflags", "hosts"):
+        if key in values and not all(isinstance(v, (str, dict)) for v in values[key]):
+            raise HarnessError("%s.%s must be a list of strings" % (name, key), where=where(key))
+    backend = values.get("backend", "cpu")
+    if backend != "cpu" and not values.get("gpu_arch"):
+        raise HarnessError("%s: backend %s needs gpu_arch (e.g. 90 or gfx942)" % (name, backend),
+                           where=_where(path, key_node))
+    if backend != "cpu" and "profiler" not in values:
+        values["profiler"] = "events"
+    return Target(name=name, source=_where(path, key_node), **values)
+
+
+def _check_mapping(path, node, schema, what) -> dict:
+    if not isinstance(node, yaml.MappingNode):
+        raise HarnessError("%s must be a mapping" % what, where=_where(path, node))
+    values = {}
+    for key_node, value_node in node.value:
+        key = _scalar(key_node)
+        if key not in schema:
+            raise HarnessError("%s: unknown key %r%s" % (what, key, _suggest(key, schema)),
+                               where=_where(path, key_node))
+        types, _ = schema[key]
+        value = _expand_env(path, value_node, _to_python(value_node))
+        if value is None:
+            continue
+        if isinstance(value, bool) and types is not bool:
+            raise HarnessError("%s: %s must be %s, got %r" % (what, key, _type_name(types), value),
+                               where=_where(path, value_node))
+        if types is int and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)  # from ${ENV}
+        if not isinstance(value, types):
+            raise HarnessError("%s: %s must be %s, got %r" % (what, key, _type_name(types), value),
+                               where=_where(path, value_node))
+        values[key] = value
+    for key, (_, required) in schema.items():
+        if required and key not in values:
+            raise HarnessError("%s: missing required key %r" % (what, key), where=_where(path, node))
+    return values
+
+
+def _expand_env(path, node, value):
+    if isinstance(value, str):
+        def repl(match):
+            var, default = match.group(1), match.group(2)
+            if var in os.environ:
+                return os.environ[var]
+            if default is not None:
+                return default
+            raise HarnessError("environment variable %s is not set (write ${%s:-default} for a default)"
+                               % (var, var), where=_where(path, node))
+        return _ENV_RE.sub(repl, value)
+    if isinstance(value, list):
+        return [_expand_env(path, node, v) for v in value]
+    return value
+
+
+def _to_python(node):
+    return yaml.safe_load(yaml.serialize(node)) if node is not None else None
+
+
+def _scalar(node):
+    return node.value if isinstance(node, yaml.ScalarNode) else None
+
+
+def _where(path, node) -> str:
+    return "%s:%d" % (path, node.start_mark.line + 1)
+
+
+def _suggest(word, choices) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return " (did you mean %r?)" % close[0] if close else ""
+
+
+def _type_name(types) -> str:
+    names = {str: "a string", int: "an integer", list: "a list", dict: "a mapping", bool: "true or false"}
+    if isinstance(types, tuple):
+        return " or ".join(names[t] for t in types)
+    return names[types]

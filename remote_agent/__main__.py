@@ -1,0 +1,44 @@
+"""python3 -m remote_agent {run,check} ... (standard library only)."""
+
+import argparse
+import json
+import sys
+
+from .agent import Agent, AgentError
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="remote_agent", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a bundle's jobs and append results")
+    run.add_argument("--bundle", required=True, help="folder with manifest.json")
+    run.add_argument("--results", required=True, help="results CSV to append to (resumed if present)")
+    run.add_argument("--warmup", type=int, default=2)
+    run.add_argument("--iters", type=int, default=10)
+    run.add_argument("--timeout", type=float, default=60.0, help="seconds per variant and shape")
+    run.add_argument("--all", dest="rerun_all", action="store_true", help="re-run rows already measured")
+    run.add_argument("--profiler", default=None, help="override the target's profiler")
+    run.add_argument("--run-under", default=None, help="wrap every execution (e.g. qemu-riscv64 ...)")
+    run.add_argument("--devices", default=None, help="GPU indices, e.g. 0,1 (default: all)")
+    run.add_argument("--min-time-ms", type=float, default=100.0, help="GPU: measure at least this long")
+    check = sub.add_parser("check", help="print what this machine has, as JSON")
+    check.add_argument("--events", default="", help="perf events to test, comma-separated")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check":
+            from .check import facts
+
+            print(json.dumps(facts([e for e in args.events.split(",") if e]), indent=1))
+            return 0
+        Agent(args.bundle, args.results, args).run()
+        return 0
+    except AgentError as exc:
+        print("agent: error: %s" % exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("agent: interrupted; rows measured so far are saved", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Run every job of a bundle and append one results row per (variant, shape, device)."""
+
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+
+from . import contract
+from .results import ResultsWriter
+
+
+class AgentError(Exception):
+    """Something the user must fix; the agent prints it on one line and exits 2."""
+
+
+def load_manifest(bundle):
+    path = os.path.join(bundle, "manifest.json")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise AgentError("cannot read %s: %s" % (path, exc))
+    if manifest.get("schema_version") != contract.MANIFEST_SCHEMA:
+        raise AgentError("manifest schema %s, this agent reads %s"
+                         % (manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+    return manifest
+
+
+def make_runner(bundle, manifest, options, log):
+    backend = manifest["target"]["backend"]
+    if backend == "cpu":
+        from .profilers import select
+        from .runners.elf import ElfRunner
+
+        profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
+        run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
+        return ElfRunner(bundle, manifest, profiler, run_under, options.timeout)
+    from .runners.gpu import make_gpu_runner
+
+    return make_gpu_runner(bundle, manifest, options, log)
+
+
+class Agent:
+    def __init__(self, bundle, results_path, options, out=sys.stdout, log=None):
+        self.bundle = bundle
+        self.results_path = results_path
+        self.options = options
+        self.out = out
+        self.log = log or (lambda msg: print("agent: " + msg, file=sys.stderr, flush=True))
+        self.manifest = load_manifest(bundle)
+        self.host = socket.gethostname()
+
+    def run(self):
+        lock = self._lock()
+        try:
+            return self._run()
+        finally:
+            lock.close()
+
+    def _lock(self):
+        os.makedirs(os.path.dirname(os.path.abspath(self.results_path)), exist_ok=True)
+        lock = open(self.results_path + ".lock", "a")
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise AgentError("another run is already writing %s; wait for it or stop it first"
+                             % self.results_path)
+        lock.write("%d\n" % os.getpid())
+        lock.flush()
+        return lock
+
+    def _run(self):
+        m = self.manifest
+        runner = make_runner(self.bundle, m, self.options, self.log)
+        header = contract.results_header(m["config_names"], self._counter_names(runner))
+        try:
+            writer = ResultsWriter(self.results_path, header)
+        except Exception as exc:  # SchemaMismatch
+            raise AgentError(str(exc))
+        variants = {v["id"]: v for v in m["variants"]}
+        shapes = {s["id"]: s for s in m["shapes"]}
+        devices = runner.devices()
+        skip = set() if self.options.rerun_all else writer.done
+        todo = [(j, d) for j in m["jobs"] for d in devices
+                if contract.job_key(j["variant"], j["shape"], d) not in skip]
+        self._record_unrunnable(writer, variants, shapes, devices[0], skip)
+        broken = self._verify_artifacts(variants)
+        total, done = len(todo), 0
+        self._progress(done, total, None)
+        for result_job, device, result in self._results(runner, todo, variants, shapes, broken):
+            variant, shape = variants[result_job["variant"]], shapes[result_job["shape"]]
+            writer.write(self._row(variant, shape, device, result, runner))
+            done += 1
+            self._progress(done, total, result["status"], variant["id"], shape["id"])
+        writer.close()
+        return done
+
+    def _results(self, runner, todo, variants, shapes, broken):
+        """Yields (job, device, result) as they finish; GPU runners spread jobs over devices."""
+        if hasattr(runner, "run_all"):
+            for item in runner.run_all(todo, variants, shapes, broken, self.options):
+                yield item
+            return
+        for job, device in todo:
+            variant, shape = variants[job["variant"]], shapes[job["shape"]]
+            if variant["id"] in broken:
+                result = {"status": contract.LOAD_ERROR, "message": broken[variant["id"]]}
+            else:
+                result = runner.run(variant, shape, job["grid"], self.options.warmup, self.options.iters)
+            yield job, device, result
+
+    def _counter_names(self, runner):
+        return list(getattr(runner, "counter_names", None) or self.manifest["target"]["events"])
+
+    def _verify_artifacts(self, variants):
+        """A corrupted or missing artifact is caught by its hash before it runs."""
+        broken = {}
+        for vid, v in variants.items():
+            if not v.get("artifact"):
+                continue
+            path = os.path.join(self.bundle, v["artifact"])
+            try:
+                digest = _sha256(path)
+            except OSError as exc:
+                broken[vid] = "artifact missing: %s" % exc
+                continue
+            if digest != v["sha256"]:
+                broken[vid] = "artifact %s does not match its hash; push again" % v["artifact"]
+        return broken
+
+    def _record_unrunnable(self, writer, variants, shapes, device, skip):
+        """Rows for pruned pairs and failed compiles, so every status shows in the report."""
+        for p in self.manifest["pruned"]:
+            if contract.job_key(p["variant"], p["shape"], device) in skip:
+                continue
+            variant = {"id": p["variant"], "config": p["config"], "sha256": None}
+            writer.write(self._row(variant, shapes[p["shape"]], device,
+                                   {"status": contract.PRUNED, "message": "%s: %s" % (p["rule"], p["why"])}, None))
+        for v in variants.values():
+            if v["status"] == contract.OK:
+                continue
+            for s in shapes.values():
+                if s["dtype"] == v["dtype"] and contract.job_key(v["id"], s["id"], device) not in skip:
+                    writer.write(self._row(v, s, device, {"status": v["status"], "message": v["message"]}, None))
+
+    def _row(self, variant, shape, device, result, runner):
+        m = self.manifest
+        row = {
+            "schema_version": contract.RESULTS_SCHEMA, "target": m["target"]["name"], "kernel": m["kernel"],
+            "variant_id": variant["id"], "shape_id": shape["id"], "M": shape["M"], "N": shape["N"],
+            "K": shape["K"], "dtype": shape["dtype"], "layout": shape["layout"], "device": device,
+            "artifact_sha256": variant.get("sha256"), "agent_version": contract.AGENT_VERSION,
+            "host": self.host, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "profiler": getattr(getattr(runner, "profiler", None), "name", "") if runner else "",
+        }
+        for key, value in result.items():
+            if key.startswith("ctr:"):
+                row[contract.COUNTER_PREFIX + contract.sanitize_counter(key[4:])] = value
+            else:
+                row[key] = value
+        for name, value in variant["config"].items():
+            row[contract.CONFIG_PREFIX + name] = value
+        median = row.get("time_ns_median")
+        if median:
+            row["tflops"] = round(shape["flops"] / median / 1e3, 6)
+            row["gbps"] = round(shape["bytes"] / median, 6)
+        return row
+
+    def _progress(self, done, total, status, variant=None, shape=None):
+        info = {"done": done, "total": total, "status": status, "variant": variant, "shape": shape}
+        self.out.write(contract.PROGRESS_PREFIX + json.dumps(info) + "\n")
+        self.out.flush()
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,85 @@
+"""The two contracts between host and remote, in one place.
+
+The host imports this module; the remote agent imports it too. It is standard library
+only. docs/contracts.md describes every field in words.
+"""
+
+MANIFEST_SCHEMA = 1
+RESULTS_SCHEMA = 1
+AGENT_VERSION = "0.1.0"
+
+# Every row of the results CSV has one of these statuses.
+OK = "ok"
+WRONG_ANSWER = "wrong_answer"
+CRASH = "crash"
+TIMEOUT = "timeout"
+LOAD_ERROR = "load_error"
+COMPILE_ERROR = "compile_error"
+COMPILE_TIMEOUT = "compile_timeout"
+PRUNED = "pruned"
+STATUSES = (OK, WRONG_ANSWER, CRASH, TIMEOUT, LOAD_ERROR, COMPILE_ERROR, COMPILE_TIMEOUT, PRUNED)
+
+# Fixed columns of the results CSV, in order. Config columns (``cfg_<NAME>``) and
+# profiler counter columns (``ctr_<event>``) follow them; the header of a file names them.
+FIXED_COLUMNS = (
+    "schema_version",
+    "target",
+    "kernel",
+    "variant_id",
+    "shape_id",
+    "M",
+    "N",
+    "K",
+    "dtype",
+    "layout",
+    "device",
+    "status",
+    "time_ns_median",
+    "time_ns_min",
+    "time_ns_p20",
+    "time_ns_p80",
+    "iterations",
+    "tflops",
+    "gbps",
+    "rel_err",
+    "max_abs_err",
+    "err_ratio",
+    "profiler",
+    "message",
+    "artifact_sha256",
+    "agent_version",
+    "host",
+    "timestamp",
+)
+CONFIG_PREFIX = "cfg_"
+COUNTER_PREFIX = "ctr_"
+
+# Relative error norm (||C - ref|| / ||ref||) allowed per input dtype; an element is
+# "outside tolerance" (err_ratio) when |c - ref| > ATOL + RTOL * |ref|.
+REL_ERR_TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 2e-2}
+ELEM_RTOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
+ELEM_ATOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
+
+# Lines the agent prints that the host reads (everything else is shown as is).
+PROGRESS_PREFIX = "@@progress "
+
+
+def job_key(variant_id, shape_id, device):
+    """The identity of a results row: a resumed run skips keys already present."""
+    return "%s|%s|%s" % (variant_id, shape_id, device)
+
+
+def results_header(config_names, counter_names):
+    return (
+        list(FIXED_COLUMNS)
+        + [CONFIG_PREFIX + n for n in config_names]
+        + [COUNTER_PREFIX + sanitize_counter(c) for c in counter_names]
+    )
+
+
+def sanitize_counter(name):
+    """perf event names may hold ':' or '/'; CSV column names keep letters, digits, '_' and '.'."""
+    out = []
+    for ch in name:
+        out.append(ch if (ch.isalnum() or ch in "_.") else "_")
+    return "".join(out)

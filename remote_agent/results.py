@@ -1,0 +1,80 @@
+"""The results CSV: rows appended and flushed as measured; a rerun resumes by row key."""
+
+import csv
+import io
+import os
+
+from . import contract
+
+
+class SchemaMismatch(Exception):
+    pass
+
+
+class ResultsWriter:
+    """Appends whole rows to a CSV file. A torn last line (a run killed mid-write) is cut off
+    when the file is opened again, so the file only ever holds whole rows."""
+
+    def __init__(self, path, header):
+        self.path = path
+        self.header = list(header)
+        self.done = set()
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            self._resume()
+            self.file = open(path, "a", newline="")
+        else:
+            self.file = open(path, "w", newline="")
+            self._write_line(self.header)
+
+    def _resume(self):
+        _drop_torn_tail(self.path)
+        with open(self.path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                return
+            if header != self.header:
+                raise SchemaMismatch(
+                    "%s was written with other columns (schema %s); move it away or pass --all "
+                    "with a new results file" % (self.path, _schema_of(header)))
+            index = {name: i for i, name in enumerate(header)}
+            for row in reader:
+                if len(row) == len(header):
+                    self.done.add(contract.job_key(row[index["variant_id"]], row[index["shape_id"]],
+                                                   row[index["device"]]))
+
+    def write(self, row):
+        """row: dict column -> value (missing columns are empty)."""
+        values = ["" if row.get(c) is None else row.get(c) for c in self.header]
+        self._write_line(values)
+        self.done.add(contract.job_key(row["variant_id"], row["shape_id"], row["device"]))
+
+    def _write_line(self, values):
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow(values)
+        self.file.write(buf.getvalue())  # one write per row
+        self.file.flush()
+        os.fsync(self.file.fileno())
+
+    def close(self):
+        self.file.close()
+
+
+def _drop_torn_tail(path):
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            f.truncate(cut)
+
+
+def _schema_of(header):
+    return "1" if header and header[0] == "schema_version" else "unknown"
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
