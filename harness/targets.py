@@ -28,6 +28,7 @@ class SSH:
     user: Optional[str] = None
     port: int = 22
     key: Optional[str] = None
+    known_hosts: str = "~/.ssh/known_hosts"
     accept_new_host_keys: bool = False
 
 
@@ -95,6 +96,7 @@ _SSH_KEYS = {
     "user": (str, False),
     "port": (int, False),
     "key": (str, False),
+    "known_hosts": (str, False),
     "accept_new_host_keys": (bool, False),
 }
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

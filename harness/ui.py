@@ -7,6 +7,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False)
+if not out.is_terminal:
+    out.width = max(out.width, 140)
 
 
 def progress(transient: bool = False) -> Progress:

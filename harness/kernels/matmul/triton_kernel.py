@@ -1,0 +1,116 @@
+"""The Triton matmul for GPUs, and the small support kernels the GPU agent runs.
+
+``matmul_kernel``: C = A @ B, fp16/bf16 (or fp32) inputs, fp32 accumulation, C in the dtype of
+``c_ptr``. Layouts (NN, NT, TN, TT) come in through the strides: when a stride equals 1 the
+compiler gets it as a constant (as the JIT does) and loads along that axis vectorize.
+
+* GROUP_M: program ids are swizzled so that GROUP_M rows of tiles share B columns in L2.
+* SPLIT_K: the grid's second axis splits K. Each split atomically adds its fp32 partial tile
+  into ``ws_ptr`` (an fp32 M x N workspace) and bumps the tile's counter in ``lock_ptr``; the
+  split that arrives last takes the summed tile with an atomic exchange (which also zeroes the
+  workspace), adds nothing more, casts and stores C, and resets the counter. The workspace and
+  the counters are therefore all zeros again after every launch: allocate them zeroed once.
+  With SPLIT_K == 1 neither is touched.
+* EVEN_K: K is a multiple of BLOCK_K * SPLIT_K, so the K loop needs no masks.
+* On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
+
+The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
+a seed and reduce the error figures of a result against its reference, so a GPU bundle ships
+no data and the agent needs neither numpy nor torch.
+"""
+
+import triton
+import triton.language as tl
+
+# The run-time arguments of matmul_kernel, in order (the compiler and the agent agree on them).
+MATMUL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
+               "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
+# The constexpr arguments a config provides (everything else in a config is a compile option).
+MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
+                  IEEE: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    # GROUP_M swizzle: consecutive programs walk down GROUP_M rows of tiles, then move right
+    width = GROUP_M * grid_n
+    group_id = pid // width
+    first_m = group_id * GROUP_M
+    group_size = min(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size)
+    pid_n = (pid % width) // group_size
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # wrap rows and columns past the edge onto valid memory: loads need no mask on M and N
+    rm = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
+    rn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+    rk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K * SPLIT_K
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        if IEEE:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * SPLIT_K * stride_ak
+        b_ptrs += BLOCK_K * SPLIT_K * stride_bk
+
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        # fp32 workspace reduce, finished by the split that arrives last at this tile
+        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.atomic_add(ws_ptrs, acc, mask=mask, sem="relaxed")
+        tl.debug_barrier()  # every thread's partial is issued before the counter is bumped
+        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = tl.atomic_xchg(ws_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                                   mask=mask, sem="acquire")
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(lock_ptr + pid, 0)
+
+
+@triton.jit
+def fill_kernel(out_ptr, n, seed, BLOCK: tl.constexpr):
+    """out[i] = uniform(-1, 1) from Philox(seed, i), stored in out's dtype."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    r = tl.rand(seed, offs.to(tl.int32))
+    tl.store(out_ptr + offs, (2.0 * r - 1.0).to(out_ptr.dtype.element_ty), mask=offs < n)
+
+
+@triton.jit
+def error_kernel(c_ptr, ref_ptr, out_ptr, n, rtol, atol, BLOCK: tl.constexpr):
+    """Per program: sum (c - ref)^2, sum ref^2, max |c - ref| and the count of elements outside
+    atol + rtol * |ref| (NaN counts as outside) -> out[pid * 4 + 0..3], all fp32."""
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inb = offs < n
+    c = tl.load(c_ptr + offs, mask=inb, other=0.0).to(tl.float32)
+    ref = tl.load(ref_ptr + offs, mask=inb, other=0.0).to(tl.float32)
+    diff = tl.abs(c - ref)
+    ok = diff <= atol + rtol * tl.abs(ref)  # False for NaN
+    bad = tl.where(inb & (ok == 0), 1.0, 0.0)
+    finite_diff = tl.where(diff == diff, diff, float("inf"))
+    tl.store(out_ptr + pid * 4 + 0, tl.sum(diff * diff, axis=0))
+    tl.store(out_ptr + pid * 4 + 1, tl.sum(ref * ref, axis=0))
+    tl.store(out_ptr + pid * 4 + 2, tl.max(finite_diff, axis=0))
+    tl.store(out_ptr + pid * 4 + 3, tl.sum(bad, axis=0))

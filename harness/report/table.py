@@ -1,0 +1,40 @@
+"""The table `harness report` prints."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.table import Table
+
+from .aggregate import config_columns
+
+
+def best_table(best: pd.DataFrame, counts: dict) -> Table:
+    title = "best config per shape  (" + ", ".join("%s %d" % kv for kv in sorted(counts.items())) + ")"
+    table = Table(title=title)
+    cfg_cols = config_columns(best)
+    for col in ["shape", "device"] + [_short(c[4:]) for c in cfg_cols] + ["median", "spread", "GFLOP/s", "rel err", "ties"]:
+        table.add_column(col, justify="right" if col not in ("shape", "device") else "left")
+    for _, row in best.iterrows():
+        cfg = [str(_int(row[c])) for c in cfg_cols]
+        table.add_row(row["shape_id"], str(row["device"]), *cfg, _time(row["time_ns_median"]),
+                      _time(row["spread_ns"]), "%.2f" % (row["tflops"] * 1e3), "%.1e" % row["rel_err"],
+                      str(int(row["tied_with"])))
+    return table
+
+
+def _short(name: str) -> str:
+    """BLOCK_M -> BM, GROUP_M -> GM, num_warps -> warps: the table stays narrow."""
+    if name.startswith(("BLOCK_", "GROUP_", "SPLIT_")):
+        return name[0] + name.split("_", 1)[1]
+    return name.replace("num_", "")
+
+
+def _int(v):
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _time(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return "%.3g %s" % (ns / scale, unit)
+    return "%.0f ns" % ns
