@@ -110,8 +110,17 @@ class Manifest:
         return Manifest(**data)
 
     def save(self, bundle_dir: Path) -> Path:
-        self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        """Write manifest.json, unless the one there says the same (then a push sends nothing)."""
         path = Path(bundle_dir) / "manifest.json"
+        if path.exists():
+            try:
+                old = json.loads(path.read_text())
+            except ValueError:
+                old = {}
+            self.created = old.get("created", "")
+            if old == json.loads(self.to_json()):
+                return path
+        self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_atomic(path, self.to_json().encode())
         return path
 

@@ -45,7 +45,7 @@ def make_runner(bundle, manifest, options, log):
 
 class Agent:
     def __init__(self, bundle, results_path, options, out=sys.stdout, log=None):
-        self.bundle = bundle
+        self.bundle = os.path.abspath(bundle)
         self.results_path = results_path
         self.options = options
         self.out = out

@@ -125,16 +125,19 @@ class SSHTransport:
         it with remote_agent/safetar.py. Returns bytes sent."""
         from remote_agent import safetar
 
-        source = Path(safetar.__file__).read_text()
-        script = source + "\nextract_stream(sys.stdin.buffer, %r)\n" % (self.workdir or ".")
+        script = Path(safetar.__file__).read_text()  # its __main__ block extracts stdin into argv[1]
         mkdir = "mkdir -p %s && " % shlex.quote(self.workdir) if self.workdir else ""
-        command = mkdir + "%s -c %s" % (shlex.quote(self.python), shlex.quote(script))
+        command = mkdir + "%s -c %s %s" % (shlex.quote(self.python), shlex.quote(script),
+                                           shlex.quote(self.workdir or "."))
         chan = self._channel(command)
         writer = _ChannelWriter(chan, on_bytes)
-        with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-            for local, arcname in pairs:
-                tar.add(str(local), arcname=arcname, recursive=False)
-        chan.shutdown_write()
+        try:
+            with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                for local, arcname in pairs:
+                    tar.add(str(local), arcname=arcname, recursive=False)
+            chan.shutdown_write()
+        except OSError:
+            pass  # the remote side stopped reading; its exit status and stderr say why
         err = chan.makefile_stderr("rb").read().decode("utf-8", "replace")
         rc = chan.recv_exit_status()
         if rc != 0:

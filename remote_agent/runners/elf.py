@@ -21,7 +21,7 @@ RESULT_PREFIX = "HARNESS_RESULT "
 
 class ElfRunner:
     def __init__(self, bundle_dir, manifest, profiler, run_under=None, timeout=60.0):
-        self.bundle = bundle_dir
+        self.bundle = os.path.abspath(bundle_dir)
         self.manifest = manifest
         self.profiler = profiler
         self.run_under = shlex.split(run_under) if run_under else []

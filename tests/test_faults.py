@@ -1,0 +1,81 @@
+"""Variants that really crash, hang or answer wrong; an agent killed mid-run resumes."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pandas as pd
+
+from tests.conftest import REPO
+
+SHAPES = "32x32x32,64x48x32"
+
+
+def test_crash_hang_wrong_are_statuses_and_the_rest_is_measured(local_workspace):
+    ws = local_workspace
+    ws.harness("build", "faulty_matmul", "--target", "local", "--shapes", SHAPES)
+    run = ws.harness("run", "--timeout", "3", "--iters", "3")
+    df = pd.read_csv(ws.path / "results/local/faulty_matmul/results.csv")
+    by_fault = df.groupby("cfg_FAULT")["status"].agg(set).to_dict()
+    assert by_fault == {"none": {"ok"}, "crash": {"crash"}, "hang": {"timeout"}, "wrong": {"wrong_answer"}}
+    assert df[df.cfg_FAULT == "crash"].message.str.contains("SIGSEGV|Segmentation", regex=True).all()
+    # every variant on every shape has its row: the faults did not end the run
+    assert len(df) == 2 * 4 * 2  # (BLOCK_M 8, 16) x 4 faults x 2 shapes
+    assert df[df.status == "ok"].shape[0] == 4  # BLOCK_M 8 and 16, two shapes
+    report = ws.harness("report").stdout
+    assert "crash 4" in report and "timeout 4" in report and "wrong_answer 4" in report
+
+
+def _agent(bundle, results, *extra):
+    return [sys.executable, "-u", "-m", "remote_agent", "run", "--bundle", str(bundle), "--results", str(results),
+            "--iters", "3"] + list(extra)
+
+
+def test_agent_killed_mid_run_resumes_without_redoing_or_losing_rows(local_workspace):
+    ws = local_workspace
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32,64x64x64,96x64x32")
+    bundle = ws.path / "build/local/matmul"
+    results = ws.path / "results.csv"
+    proc = subprocess.Popen(_agent(bundle, results), cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    seen = 0
+    for line in proc.stdout:
+        if line.startswith("@@progress") and '"status": "ok"' in line:
+            seen += 1
+            if seen == 5:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+    proc.wait()
+    first = pd.read_csv(results)
+    assert 5 <= (first.status == "ok").sum()
+    total = len(pd.read_json(bundle / "manifest.json", typ="series")["jobs"])
+    assert (first.status == "ok").sum() < total  # it really was interrupted
+    # a torn half row at the end (killed mid-write) must not survive either
+    with open(results, "a") as f:
+        f.write("1,local,matmul,vhalf")
+    rerun = subprocess.run(_agent(bundle, results), cwd=REPO, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    final = pd.read_csv(results)
+    keys = final[["variant_id", "shape_id", "device"]].apply(tuple, axis=1)
+    assert keys.is_unique  # nothing redone
+    assert (final.status == "ok").sum() == total  # nothing lost
+    kept = final.set_index(["variant_id", "shape_id"]).loc[
+        first[first.status == "ok"].set_index(["variant_id", "shape_id"]).index]
+    assert list(kept.timestamp) == list(first[first.status == "ok"].timestamp)  # first run's rows kept as they were
+    progress = [l for l in rerun.stdout.splitlines() if l.startswith("@@progress")]
+    assert '"total": %d' % (total - (first.status == "ok").sum()) in progress[0]
+
+
+def test_two_runs_at_once_the_second_refuses(local_workspace):
+    ws = local_workspace
+    ws.harness("build", "faulty_matmul", "--target", "local", "--shapes", "32x32x32")
+    bundle = ws.path / "build/local/faulty_matmul"
+    results = ws.path / "r.csv"
+    first = subprocess.Popen(_agent(bundle, results, "--timeout", "5"), cwd=REPO, stdout=subprocess.PIPE, text=True)
+    first.stdout.readline()  # it holds the lock once it prints
+    second = subprocess.run(_agent(bundle, results), cwd=REPO, capture_output=True, text=True)
+    first.kill()
+    first.wait()
+    assert second.returncode == 2
+    assert "another run is already writing" in second.stderr
