@@ -45,7 +45,7 @@ def extract_stream(stream, dest):
     """
     count = 0
     os.makedirs(dest, exist_ok=True)
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
+    with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as tar:
         for member in tar:
             check_member(member, dest)
             path = os.path.join(dest, member.name)

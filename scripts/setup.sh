@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install what harness needs on a fresh Debian machine: compilers and cross toolchains, qemu
+# (emulated boards), perf, sshd (tests), Chromium (HTML report test), then the Python package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+PACKAGES="python3 python3-pip openssh-server openssh-client clang lld llvm g++ binutils \
+  g++-riscv64-linux-gnu g++-aarch64-linux-gnu qemu-user linux-perf libomp-dev chromium"
+missing=""
+for p in $PACKAGES; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "installing Debian packages:$missing"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+python3 -m pip install -q --disable-pip-version-check -e ".[test,gpu]"
+echo "harness is installed: $(command -v harness)"
