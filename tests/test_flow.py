@@ -75,3 +75,26 @@ def test_rebuild_compiles_nothing_and_repush_sends_nothing(workspace):
     grown = ws.harness("build", "matmul", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml").stdout
     assert "8 cached" in grown and "4 compiled" in grown
     assert "4 files sent, 14 already there" in ws.harness("push", "rv").stdout
+
+
+def test_targets_list_and_check_over_ssh(workspace):
+    ws = workspace
+    listing = ws.harness("targets").stdout
+    assert "rv" in listing and "riscv64 VLEN 256" in listing and "127.0.0.1" in listing
+    out = ws.harness("targets", "check", "rv").stdout
+    assert "python 3." in out and "x86_64" in out  # the loopback "board" is this machine
+    assert "perf:" in out and "task-clock" in out.split("counts:")[1]
+
+
+@needs("qemu-riscv64", "clang")
+def test_openmp_launcher_walks_the_grid_in_threads_on_rvv(local_workspace):
+    ws = local_workspace
+    (ws.path / "targets.yaml").write_text(
+        "rvomp:\n  arch: riscv64\n  toolchain: clang\n  march: rv64gcv\n  vlen: 256\n  threads: 4\n"
+        "  profiler: wallclock\n  run_under: %s\n" % "qemu-riscv64 -cpu rv64,v=true,vlen=256,vext_spec=v1.0")
+    ws.harness("build", "matmul", "--target", "rvomp", "--shapes", "128x96x64", "--space", "space.yaml")
+    launcher = next((ws.path / "build/rvomp/matmul/objs").glob("launcher-*.cpp")).read_text()
+    assert "#pragma omp parallel for" in launcher and "num_threads(4)" in launcher
+    ws.harness("run", "--iters", "2")
+    df = _results(ws, "rvomp")
+    assert set(df.status) == {"ok"} and len(df) == 4
