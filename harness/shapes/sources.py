@@ -1,20 +1,69 @@
-"""Shapes file formats, detected from the content or named with --shapes-format."""
+"""Shapes file formats, detected from the content or named with --shapes-format.
+
+Formats (one module each):
+  list       one MxNxK[:dtype[:layout]] per line or comma-separated; '#' starts a comment
+  tune_gemm  ROCm tune_gemm.py YAML list: - {M: .., N: .., K: .., rowMajorA: T, rowMajorB: N}
+             (harness/shapes/tune_gemm_yaml.py)
+  aiter_csv  aiter/CK untuned CSV: M,N,K header plus any columns, kept in Shape.extra
+             (harness/shapes/aiter_csv.py)
+  hipblaslt  hipBLASLt log of HIPBLASLT_LOG_MASK=64/128 lines, weighted by FLOPs x call_count,
+             cut at --thr percent; optional summary CSV (harness/shapes/hipblaslt_log.py)
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Optional
 
 from ..errors import HarnessError
 from . import dedupe, parse_shape
 
-FORMATS = ("auto", "list")
+FORMATS = ("auto", "list", "tune_gemm", "aiter_csv", "hipblaslt")
 
 
-def read(path: Path, fmt: str, default_dtype: str) -> list:
-    text = _read_text(path)
+def detect(text: str) -> str:
+    """The format of a shapes file from its content (never 'auto')."""
+    from . import aiter_csv, hipblaslt_log, tune_gemm_yaml
+
+    if hipblaslt_log.looks_like(text):
+        return "hipblaslt"
+    if tune_gemm_yaml.looks_like(text):
+        return "tune_gemm"
+    if aiter_csv.looks_like(text):
+        return "aiter_csv"
+    return "list"
+
+
+def read(path: Path, fmt: str, default_dtype: str, thr: Optional[float] = None, summary_path=None,
+         warn: Optional[Callable[[str], None]] = None) -> list:
+    """The shapes of a file. ``thr`` (percent) and ``summary_path`` apply to hipBLASLt logs only;
+    ``warn`` receives one line per skipped log line (default: printed on stderr)."""
+    path = Path(path)
     if fmt not in FORMATS:
         raise HarnessError("unknown shapes format %r (known: %s)" % (fmt, ", ".join(FORMATS)))
-    return read_list(path, text, default_dtype)
+    text = _read_text(path)
+    if fmt == "auto":
+        fmt = detect(text)
+    if fmt == "list":
+        return read_list(path, text, default_dtype)
+    if fmt == "tune_gemm":
+        from . import tune_gemm_yaml
+
+        return tune_gemm_yaml.read(path, text, default_dtype)
+    if fmt == "aiter_csv":
+        from . import aiter_csv
+
+        return aiter_csv.read(path, text, default_dtype)
+    from . import hipblaslt_log
+
+    return hipblaslt_log.read(path, text, default_dtype, thr=thr, summary_path=summary_path,
+                              warn=_default_warn if warn is None else warn)
+
+
+def _default_warn(message: str) -> None:
+    from ..ui import console
+
+    console.print("warning: %s" % message, markup=False, highlight=False, soft_wrap=True, style="yellow")
 
 
 def read_list(path: Path, text: str, default_dtype: str) -> list:

@@ -1,0 +1,158 @@
+"""What every tuned-file writer shares: the metadata, library rows, the tuned best per shape,
+config names.
+
+Library rows. The vendor library's time for a shape (cuBLAS/hipBLASLt through torch, OpenBLAS
+or a plain reference build) is a row of the results CSV like any other, told apart by its
+``variant_id``, which starts with ``lib:`` (e.g. ``lib:torch.matmul``, ``lib:hipblaslt``,
+``lib:openblas``). Its ``cfg_*`` columns are empty. Tuned files never contain library rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+import pandas as pd
+
+from remote_agent.contract import CONFIG_PREFIX, COUNTER_PREFIX, OK
+
+from ..errors import HarnessError
+
+LIB_PREFIX = "lib:"
+
+# harness config name -> the Triton / aiter / tune_gemm spelling
+TRITON_NAMES = {"BLOCK_M": "BLOCK_SIZE_M", "BLOCK_N": "BLOCK_SIZE_N", "BLOCK_K": "BLOCK_SIZE_K",
+                "GROUP_M": "GROUP_SIZE_M"}
+
+
+@dataclass
+class Meta:
+    """Where tuned results hold: every tuned file records these."""
+
+    arch: str = ""  # gfx942, sm90, riscv64 ...
+    device: str = ""  # device name as the agent saw it
+    cu_num: Optional[int] = None  # CU count (AMD) or SM count (NVIDIA); cores on a CPU board
+    driver: str = ""
+    toolchain: str = ""
+    triton: str = ""  # Triton version ("" where none was used)
+
+    @classmethod
+    def coerce(cls, value, df: Optional[pd.DataFrame] = None) -> "Meta":
+        """A Meta from a Meta, a dict (unknown keys refused) or None; a missing device name is
+        taken from the results' ``device`` column when it holds one name."""
+        if value is None:
+            meta = cls()
+        elif isinstance(value, Meta):
+            meta = cls(**asdict(value))
+        elif isinstance(value, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise HarnessError("unknown metadata key(s) %s (known: %s)" % (", ".join(unknown), ", ".join(sorted(known))))
+            meta = cls(**value)
+        else:
+            raise TypeError("metadata must be a Meta or a dict, not %r" % type(value).__name__)
+        if not meta.device and df is not None and "device" in df.columns:
+            names = sorted({str(d) for d in df["device"].dropna().unique()})
+            if len(names) == 1:
+                meta.device = names[0]
+        if meta.cu_num is not None and not (isinstance(meta.cu_num, float) and pd.isna(meta.cu_num)):
+            try:
+                meta.cu_num = int(meta.cu_num)
+            except (TypeError, ValueError):
+                raise HarnessError("cu_num %r is not a whole number (the CU or SM count)" % (meta.cu_num,))
+        elif meta.cu_num is not None:
+            meta.cu_num = None
+        return meta
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def is_library(df: pd.DataFrame) -> pd.Series:
+    return df["variant_id"].astype(str).str.startswith(LIB_PREFIX)
+
+
+def kernel_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[~is_library(df)]
+
+
+def library_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[is_library(df)]
+
+
+def config_columns(df: pd.DataFrame) -> list:
+    return [c for c in df.columns if c.startswith(CONFIG_PREFIX)]
+
+
+def counter_columns(df: pd.DataFrame) -> list:
+    return [c for c in df.columns if c.startswith(COUNTER_PREFIX)]
+
+
+def plain(value):
+    """numpy scalars -> Python; integral floats (pandas turns int columns with gaps into
+    floats) -> int; NaN -> None."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        if value != value:
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def config_of(row) -> dict:
+    """The config of a results row: cfg_ columns without the prefix, empty ones left out."""
+    out = {}
+    for col in row.index:
+        if col.startswith(CONFIG_PREFIX):
+            value = row[col]
+            if value is None or (not isinstance(value, str) and pd.isna(value)):
+                continue
+            out[col[len(CONFIG_PREFIX):]] = plain(value)
+    return out
+
+
+def config_key(config: dict) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+def kernel_name(kernel: str, config: dict) -> str:
+    """A readable, stable name of a config: matmul_BLOCK_M64_BLOCK_N128_..._num_warps4."""
+    return "_".join([str(kernel)] + ["%s%s" % (k, v) for k, v in config.items()])
+
+
+def tuned_best(df: pd.DataFrame, best: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """The row a tuned file holds per shape: one ok, non-library row per shape_id, sorted by
+    dtype, layout, N, K, M.
+
+    Without ``best``: every shape with an ok kernel row in ``df``, its fastest one. With ``best``
+    (e.g. aggregate.best_per_shape, or uplift.keep_faster_than_library): exactly the shapes of
+    ``best``, each with its row there; where that row is a library row, the fastest ok kernel
+    row of ``df`` instead (a tuned file never holds a library row). Several devices: the
+    fastest of their rows."""
+    ok = kernel_rows(df[df["status"] == OK])
+    fastest = {shape_id: group.loc[group["time_ns_median"].idxmin()]
+               for shape_id, group in ok.groupby("shape_id", sort=False)}
+    if best is None:
+        chosen = fastest
+    else:
+        given = best[best["status"] == OK] if "status" in best.columns else best
+        chosen = {}
+        for shape_id, group in given.groupby("shape_id", sort=False):
+            kernels = kernel_rows(group)
+            if len(kernels):
+                chosen[shape_id] = kernels.loc[kernels["time_ns_median"].idxmin()]
+            elif shape_id in fastest:
+                chosen[shape_id] = fastest[shape_id]
+    if not chosen:
+        return ok.iloc[0:0].copy()
+    out = pd.DataFrame(list(chosen.values()))
+    return out.sort_values(["dtype", "layout", "N", "K", "M"], kind="stable").reset_index(drop=True)
+
+
+def require_columns(df: pd.DataFrame, columns, what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise HarnessError("%s needs results columns %s" % (what, ", ".join(missing)))

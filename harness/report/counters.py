@@ -1,0 +1,58 @@
+"""Counter correlation: Pearson r of each profiler counter (``ctr_*``) against kernel time
+(``time_ns_median``) across the variants of a shape, as the Triton-CPU RVV workflow's
+report does with ``perf stat`` counters.
+
+Only ok kernel rows count (library rows are left out), and only where both values are present
+(an unsupported counter is empty, never 0). A (shape, counter) pair needs ``min_variants``
+such variants and a counter that varies; otherwise it has no r. Pairs with |r| >= threshold are
+marked ``listed``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from remote_agent.contract import COUNTER_PREFIX, OK
+
+from .common import counter_columns, kernel_rows
+
+COLUMNS = ["shape_id", "counter", "r", "abs_r", "n", "listed"]
+
+
+def counter_correlation(df: pd.DataFrame, threshold: float = 0.8, min_variants: int = 3) -> pd.DataFrame:
+    """One row per (shape, counter) with an r: columns COLUMNS, strongest first."""
+    if not 0 <= threshold <= 1:
+        raise ValueError("threshold is an |r| between 0 and 1 (got %r)" % threshold)
+    ok = kernel_rows(df[df["status"] == OK])
+    rows = []
+    for col in counter_columns(ok):
+        values = pd.to_numeric(ok[col], errors="coerce")
+        times = pd.to_numeric(ok["time_ns_median"], errors="coerce")
+        frame = pd.DataFrame({"shape_id": ok["shape_id"], "x": values, "t": times}).dropna()
+        for shape_id, group in frame.groupby("shape_id", sort=True):
+            if len(group) < min_variants:
+                continue
+            x, t = group["x"].to_numpy(float), group["t"].to_numpy(float)
+            if np.ptp(x) == 0 or np.ptp(t) == 0:
+                continue
+            r = float(np.corrcoef(x, t)[0, 1])
+            rows.append({"shape_id": shape_id, "counter": col[len(COUNTER_PREFIX):], "r": round(r, 6),
+                         "abs_r": round(abs(r), 6), "n": len(group), "listed": abs(r) >= threshold})
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    return out.sort_values(["abs_r", "shape_id", "counter"], ascending=[False, True, True],
+                           kind="stable").reset_index(drop=True)
+
+
+def write_counter_correlation(df: pd.DataFrame, path, threshold: float = 0.8, min_variants: int = 3,
+                              listed_only: bool = True) -> Path:
+    """Write the correlations to a CSV (only the listed ones unless ``listed_only=False``)."""
+    table = counter_correlation(df, threshold, min_variants)
+    if listed_only:
+        table = table[table["listed"]]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
+    return path
