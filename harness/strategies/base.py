@@ -1,0 +1,232 @@
+"""What every search strategy shares: trials, batches, the candidate set, seeded randomness.
+
+A strategy is a pure function of (seed, history): asked twice with the same history it proposes
+the same batch. That is what makes it deterministic under a seed and lets it resume from the
+rows already on disk: the history *is* the results CSV (see ``trials_from_rows``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from ..space import config_id as _config_id
+from ..space import expand
+
+OK = "ok"
+
+
+@dataclass
+class Trial:
+    """One evaluation of one config: a measured time or a failure status."""
+
+    config: dict
+    status: str = OK
+    time_ns: Optional[float] = None  # the measured time (median of its iterations); None unless ok
+    spread_ns: Optional[float] = None  # p80 - p20 of its iterations, where known
+    fidelity: int = 1  # how long it was measured, in units of the briefest measurement
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK and self.time_ns is not None and math.isfinite(self.time_ns)
+
+
+@dataclass
+class Batch:
+    """What a strategy asks to build and run next; an empty batch means it has finished."""
+
+    configs: List[dict] = field(default_factory=list)
+    fidelity: int = 1
+
+    def __len__(self):
+        return len(self.configs)
+
+
+class StrategyError(Exception):
+    """A strategy broke its contract (proposed a pruned config, overran its limit)."""
+
+
+def key(config: dict) -> tuple:
+    """A hashable identity of a config (independent of key order)."""
+    return tuple(sorted(config.items()))
+
+
+def config_id(config: dict) -> str:
+    return _config_id(dict(config))
+
+
+def derive_seed(seed, *salt) -> int:
+    text = "|".join(str(s) for s in (seed,) + salt)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def rng_for(seed, *salt) -> random.Random:
+    """A private RNG: the same (seed, salt) always gives the same stream."""
+    return random.Random(derive_seed(seed, *salt))
+
+
+class Problem:
+    """The space, its pruning predicate, and the feasible candidates in a stable order.
+
+    Each config is also coded as a vector of value indices (parameters are ordinal: tile sizes,
+    stages), which the model-based strategies search in.
+    """
+
+    def __init__(self, space: dict, is_pruned: Callable[[dict], bool]):
+        self.space = {name: list(values) for name, values in space.items()}
+        self.names = list(self.space)
+        self.is_pruned = is_pruned
+        self.candidates = [c for c in expand(self.space) if not is_pruned(c)]
+        self.index = {key(c): i for i, c in enumerate(self.candidates)}
+        self._value_pos = [{_hashable(v): j for j, v in enumerate(self.space[n])} for n in self.names]
+        self.codes = np.array([self.encode(c) for c in self.candidates], dtype=np.int32).reshape(
+            len(self.candidates), len(self.names))
+        sizes = np.array([max(1, len(self.space[n]) - 1) for n in self.names], dtype=np.float64)
+        self._scale = 1.0 / sizes  # distances in units of a parameter's whole range
+
+    def __len__(self):
+        return len(self.candidates)
+
+    def encode(self, config: dict) -> tuple:
+        return tuple(self._value_pos[i][_hashable(config[n])] for i, n in enumerate(self.names))
+
+    def decode(self, code: Sequence[int]) -> dict:
+        return {n: self.space[n][int(j)] for n, j in zip(self.names, code)}
+
+    def contains(self, config: dict) -> bool:
+        return key(config) in self.index
+
+    def nearest_free(self, code: Sequence[int], taken: set, rng: random.Random) -> Optional[dict]:
+        """The feasible candidate not in ``taken`` (a set of keys) nearest to ``code`` (L1 over
+        value indices, each parameter scaled to its range); ties are broken by ``rng``."""
+        if not len(self.candidates):
+            return None
+        free = np.ones(len(self.candidates), dtype=bool)
+        for k in taken:
+            i = self.index.get(k)
+            if i is not None:
+                free[i] = False
+        if not free.any():
+            return None
+        dist = (np.abs(self.codes - np.asarray(code, dtype=np.int32)) * self._scale).sum(axis=1)
+        dist = np.where(free, dist, np.inf)
+        best = np.flatnonzero(dist <= dist.min() + 1e-12)
+        return self.candidates[int(best[rng.randrange(len(best))])]
+
+
+def _hashable(value):
+    return value if not isinstance(value, list) else tuple(value)
+
+
+class Summary:
+    """The history condensed per config: every measurement in order, and the current view."""
+
+    def __init__(self, history: Iterable[Trial]):
+        self.trials = list(history)
+        self.by_key = {}
+        for t in self.trials:
+            self.by_key.setdefault(key(t.config), []).append(t)
+
+    def measured(self) -> set:
+        return set(self.by_key)
+
+    def value(self, k) -> Optional[float]:
+        """A config's time: its latest successful measurement at its highest fidelity; None when
+        its latest evaluation failed."""
+        trials = self.by_key.get(k) or []
+        if not trials or not trials[-1].ok:
+            return None
+        top = max(t.fidelity for t in trials if t.ok)
+        return [t.time_ns for t in trials if t.ok and t.fidelity == top][-1]
+
+    def ranked(self, problem: Optional[Problem] = None) -> list:
+        """(time, config_id, config) of every config measured ok, fastest first."""
+        out = []
+        for k, trials in self.by_key.items():
+            if problem is not None and k not in problem.index:
+                continue
+            v = self.value(k)
+            if v is not None:
+                cfg = trials[-1].config
+                out.append((v, config_id(cfg), cfg))
+        out.sort(key=lambda item: (item[0], item[1]))
+        return out
+
+
+def best_trial(history: Iterable[Trial]) -> Optional[Trial]:
+    """The fastest config so far (by ``Summary.value``), as a Trial; None when nothing ran ok."""
+    summary = Summary(history)
+    ranked = summary.ranked()
+    if not ranked:
+        return None
+    cfg = ranked[0][2]
+    last = [t for t in summary.by_key[key(cfg)] if t.ok][-1]
+    return Trial(dict(cfg), OK, ranked[0][0], last.spread_ns, last.fidelity)
+
+
+class Strategy:
+    """Subclasses implement ``_propose``; ``next_batch`` checks the contract around it."""
+
+    name = "strategy"
+
+    def __init__(self, seed: int = 0, batch_size: int = 8):
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.seed = seed
+        self.batch_size = batch_size
+        self._problem_cache = None
+
+    def problem(self, space: dict, is_pruned: Callable[[dict], bool]) -> Problem:
+        cached = self._problem_cache
+        if cached is None or cached[1] != is_pruned or cached[2] != space:
+            problem = Problem(space, is_pruned)
+            self._problem_cache = (space, is_pruned, {k: list(v) for k, v in space.items()}, problem)
+            return problem
+        return cached[3]
+
+    def next_batch(self, history: Sequence[Trial], space: dict, is_pruned: Callable[[dict], bool],
+                   limit: Optional[int] = None, budget: Optional[int] = None) -> Batch:
+        """At most ``limit`` (default: batch_size) feasible configs to evaluate next, or an
+        empty batch when the strategy has nothing left to ask. ``budget`` is the total number
+        of evaluations the run may use (history included); strategies that plan ahead use it."""
+        limit = self.batch_size if limit is None else min(limit, self.batch_size)
+        if limit <= 0:
+            return Batch()
+        problem = self.problem(space, is_pruned)
+        batch = self._propose(Summary(history), problem, limit, budget)
+        seen = set()
+        for cfg in batch.configs:
+            k = key(cfg)
+            if k not in problem.index:
+                raise StrategyError("%s proposed %r, which is pruned or outside the space" % (self.name, cfg))
+            if k in seen:
+                raise StrategyError("%s proposed %r twice in one batch" % (self.name, cfg))
+            seen.add(k)
+        if len(batch.configs) > limit:
+            raise StrategyError("%s proposed %d configs, limit %d" % (self.name, len(batch.configs), limit))
+        return batch
+
+    def _propose(self, summary: Summary, problem: Problem, limit: int, budget: Optional[int]) -> Batch:
+        raise NotImplementedError
+
+    # helpers shared by strategies
+    def _permutation(self, problem: Problem) -> list:
+        """Candidate indices in a seeded random order (the same for every round)."""
+        order = list(range(len(problem)))
+        rng_for(self.seed, self.name, "perm", len(problem)).shuffle(order)
+        return order
+
+    def _unmeasured_in_order(self, order, problem: Problem, measured: set, limit: int) -> list:
+        out = []
+        for i in order:
+            cfg = problem.candidates[i]
+            if key(cfg) not in measured:
+                out.append(cfg)
+                if len(out) >= limit:
+                    break
+        return out

@@ -1,0 +1,13 @@
+"""Every feasible config, in the space's own order (the default strategy)."""
+
+from __future__ import annotations
+
+from .base import Batch, Strategy
+
+
+class Exhaustive(Strategy):
+    name = "exhaustive"
+
+    def _propose(self, summary, problem, limit, budget):
+        measured = summary.measured()
+        return Batch(self._unmeasured_in_order(range(len(problem)), problem, measured, limit))

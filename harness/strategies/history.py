@@ -1,0 +1,121 @@
+"""The history of a search is the rows of the results CSV: turn them into Trials.
+
+Rows with status ``pruned`` are not evaluations and are skipped. With one shape (or ``shape_id``)
+each row is one Trial. With several shapes, a config's k-th evaluation is complete when every
+shape it is not pruned for has its k-th row; its time is then the weighted geometric mean over
+those shapes, and it failed if any of them failed.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Iterable, Optional
+
+from remote_agent.contract import CONFIG_PREFIX, PRUNED
+
+from .base import OK, Trial, key
+
+
+def parse_value(text: str):
+    """A config value as written in the CSV: int, then float, then the string itself."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except (TypeError, ValueError):
+            pass
+    if text in ("True", "False"):
+        return text == "True"
+    return text
+
+
+def row_config(row: dict, space: Optional[dict] = None) -> dict:
+    """The config of a results row (its ``cfg_`` columns), with values typed as in ``space``."""
+    cfg = {}
+    for col, text in row.items():
+        if not col or not col.startswith(CONFIG_PREFIX):
+            continue
+        name = col[len(CONFIG_PREFIX):]
+        if text is None or text == "":
+            continue
+        if space is not None and name in space:
+            match = [v for v in space[name] if str(v) == str(text)]
+            cfg[name] = match[0] if match else parse_value(text)
+        else:
+            cfg[name] = parse_value(text)
+    if space is not None:
+        cfg = {n: cfg[n] for n in space if n in cfg}
+    return cfg
+
+
+def _float(text) -> Optional[float]:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def row_trial(row: dict, space: Optional[dict] = None) -> Trial:
+    status = row.get("status") or "crash"
+    t = _float(row.get("time_ns_median"))
+    p20, p80 = _float(row.get("time_ns_p20")), _float(row.get("time_ns_p80"))
+    spread = (p80 - p20) if (p20 is not None and p80 is not None) else None
+    ok = status == OK and t is not None
+    return Trial(row_config(row, space), status if (ok or status != OK) else "crash",
+                 t if ok else None, spread if ok else None, 1)
+
+
+def trials_from_rows(rows: Iterable[dict], space: Optional[dict] = None, shape_id: Optional[str] = None,
+                     weights: Optional[dict] = None) -> list:
+    """Results rows (``csv.DictReader`` dicts) -> Trials, in the order the rows were written."""
+    rows = [r for r in rows if shape_id is None or r.get("shape_id") == shape_id]
+    shapes = list(dict.fromkeys(r.get("shape_id") for r in rows))
+    if len(shapes) <= 1:
+        return [row_trial(r, space) for r in rows if r.get("status") != PRUNED]
+    pruned_for = {}
+    for r in rows:
+        if r.get("status") == PRUNED:
+            pruned_for.setdefault(key(row_config(r, space)), set()).add(r.get("shape_id"))
+    seen = {}  # config key -> {shape: [trials]}
+    emitted = {}  # config key -> evaluations emitted
+    out = []
+    for r in rows:
+        if r.get("status") == PRUNED:
+            continue
+        t = row_trial(r, space)
+        k = key(t.config)
+        per_shape = seen.setdefault(k, {})
+        per_shape.setdefault(r.get("shape_id"), []).append(t)
+        needed = [s for s in shapes if s not in pruned_for.get(k, ())]
+        n = emitted.get(k, 0)
+        if all(len(per_shape.get(s, ())) > n for s in needed):
+            parts = [(s, per_shape[s][n]) for s in needed]
+            emitted[k] = n + 1
+            out.append(_combine(t.config, parts, weights or {}))
+    return out
+
+
+def _combine(config, parts, weights) -> Trial:
+    failed = [t for _, t in parts if not t.ok]
+    if failed:
+        return Trial(dict(config), failed[0].status, None, None, 1)
+    total = sum(weights.get(s, 1.0) for s, _ in parts)
+    log_t = sum(weights.get(s, 1.0) * math.log(t.time_ns) for s, t in parts) / total
+    return Trial(dict(config), OK, math.exp(log_t), None, 1)
+
+
+def read_rows(path) -> list:
+    """The rows of a results CSV (an absent file is an empty history)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def load_history(path, space: Optional[dict] = None, shape_id: Optional[str] = None,
+                 weights: Optional[dict] = None) -> list:
+    """A results CSV on disk -> the Trials a strategy resumes from."""
+    return trials_from_rows(read_rows(path), space, shape_id, weights)

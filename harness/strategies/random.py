@@ -1,0 +1,13 @@
+"""Feasible configs in a seeded random order, without repeats."""
+
+from __future__ import annotations
+
+from .base import Batch, Strategy
+
+
+class RandomSearch(Strategy):
+    name = "random"
+
+    def _propose(self, summary, problem, limit, budget):
+        measured = summary.measured()
+        return Batch(self._unmeasured_in_order(self._permutation(problem), problem, measured, limit))

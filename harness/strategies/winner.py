@@ -1,0 +1,181 @@
+"""Noise-aware winners: re-measure the top candidates interleaved, and call a winner only when it
+beats the next by more than the measured spread.
+
+Plan: ``plan_interleaved([A, B, C], repeats=5)`` -> A B C  B C A  C A B ... (every round measures
+each candidate once; the order rotates so no candidate always runs first after a pause or last
+before one). Slow drift (clocks, temperature, a neighbour's load) then hits every candidate
+alike instead of whichever ran last.
+
+Decision (``pick_winner``), with the median and the spread of every candidate: the spread is
+p80 - p20 of its repeated measurements, or, when the repeats carry their own p20/p80 (Trials
+from results rows do), the median of those when it is larger (five or seven repeats alone
+underestimate it):
+  1. The leader is the candidate with the lowest median.
+  2. A candidate is *tied* with the leader when the gap between their medians is not more than
+     the larger of their two spreads. With no tied candidate the leader wins outright ("clear").
+  3. Tie rule (default, ``tie_rule="id"``): the smallest config id among the leader and its tied
+     candidates wins. They are indistinguishable by the measurements, so the rule must not depend
+     on them: the config id never changes, so the same set of tied candidates gives the same
+     winner run after run. ``tie_rule="spread"`` first prefers a tied candidate whose spread is at
+     most a quarter of every other tied one's (clearly the steadier), then the smallest id; it
+     can flip when true spreads differ by about that factor, because spread estimates from a
+     handful of repeats are noisy themselves (with 9 repeats and equal noise, one estimate is
+     under half the other in about 8% of runs, under a quarter in under 1%).
+A candidate that failed in any repeat (crash, wrong answer, timeout) cannot win.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from .base import Trial, config_id
+
+TIE_SPREAD_RATIO = 0.25
+
+
+def plan_interleaved(candidates: Sequence, repeats: int, rotate: bool = True) -> list:
+    """The order to measure ``candidates`` in: ``repeats`` rounds of every candidate once."""
+    return [c for rnd in interleaved_rounds(candidates, repeats, rotate) for c in rnd]
+
+
+def interleaved_rounds(candidates: Sequence, repeats: int, rotate: bool = True) -> List[list]:
+    """``repeats`` rounds, each measuring every candidate once (rotated by one each round)."""
+    items = list(candidates)
+    rounds = []
+    for r in range(max(0, repeats)):
+        shift = (r % len(items)) if (rotate and items) else 0
+        rounds.append(items[shift:] + items[:shift])
+    return rounds
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of a non-empty sequence."""
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass
+class CandidateStats:
+    id: str
+    median: float
+    spread: float  # p80 - p20 of its repeats, or the median in-run p80 - p20 when larger
+    repeats: int
+    failed: int = 0
+    samples: List[float] = field(default_factory=list)
+
+    @property
+    def rel_spread(self) -> float:
+        return self.spread / self.median if self.median else 0.0
+
+
+@dataclass
+class Winner:
+    id: str
+    median: float
+    spread: float
+    decided: str  # "clear": beat every other candidate by more than the spread; "tie": tie rule
+    tied: List[str]  # the leader and its tied candidates (just the winner when clear)
+    runner_up: Optional[str]
+    margin: Optional[float]  # runner-up median minus the winner's median
+    rule: str  # how it was decided, in words
+    table: List[CandidateStats]  # every candidate, fastest median first
+
+    @property
+    def rel_spread(self) -> float:
+        return self.spread / self.median if self.median else 0.0
+
+
+def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
+    """``samples``: times (floats) or Trials of one candidate's repeats."""
+    times, inner, failed = [], [], 0
+    for s in samples:
+        if isinstance(s, Trial):
+            if not s.ok:
+                failed += 1
+                continue
+            times.append(float(s.time_ns))
+            if s.spread_ns is not None:
+                inner.append(float(s.spread_ns))
+        elif s is None:
+            failed += 1
+        else:
+            times.append(float(s))
+    if not times:
+        return CandidateStats(cid, float("inf"), float("inf"), 0, failed, [])
+    if len(times) >= 3:
+        spread = quantile(times, 0.8) - quantile(times, 0.2)
+    elif len(times) == 2:
+        spread = abs(times[0] - times[1])
+    else:
+        spread = 0.0
+    if inner:  # the repeats' own p80 - p20 (over their iterations): a few repeats underestimate
+        spread = max(spread, statistics.median(inner))
+    return CandidateStats(cid, statistics.median(times), spread, len(times), failed, times)
+
+
+def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "id",
+                tie_spread_ratio: float = TIE_SPREAD_RATIO) -> Winner:
+    """``samples``: {candidate id: its repeated measurements (floats or Trials)}."""
+    if tie_rule not in ("id", "spread"):
+        raise ValueError("tie_rule is 'id' or 'spread', not %r" % tie_rule)
+    table = [candidate_stats(cid, s) for cid, s in samples.items()]
+    table.sort(key=lambda c: (c.median, c.id))
+    eligible = [c for c in table if c.failed == 0 and c.repeats > 0]
+    if not eligible:
+        raise ValueError("no candidate ran successfully in every repeat")
+    leader = eligible[0]
+    others = eligible[1:]
+    tied = [leader] + [c for c in others if c.median - leader.median <= max(leader.spread, c.spread)]
+    if len(tied) == 1:
+        win, decided = leader, "clear"
+        rule = "beats every other candidate by more than the larger spread"
+    else:
+        decided = "tie"
+        steadiest = min(tied, key=lambda c: (c.spread, c.id))
+        if tie_rule == "spread" and all(steadiest.spread <= tie_spread_ratio * c.spread
+                                        for c in tied if c is not steadiest):
+            win = steadiest
+            rule = "tied with %d others within the spread; it has the clearly lowest spread" % (len(tied) - 1)
+        else:
+            win = min(tied, key=lambda c: c.id)
+            rule = "tied with %d others within the spread; smallest config id" % (len(tied) - 1)
+    rest = [c for c in eligible if c is not win]
+    runner = min(rest, key=lambda c: (c.median, c.id)) if rest else None
+    return Winner(win.id, win.median, win.spread, decided, [c.id for c in tied],
+                  runner.id if runner else None, (runner.median - win.median) if runner else None, rule, table)
+
+
+def top_candidates(history: Sequence[Trial], n: int = 3, problem=None) -> List[dict]:
+    """The ``n`` fastest configs of a search's history, to re-measure interleaved."""
+    from .base import Summary
+
+    return [dict(cfg) for _, _, cfg in Summary(history).ranked(problem)[:n]]
+
+
+def winner_from_trials(trials: Sequence[Trial], configs: Optional[Sequence[dict]] = None) -> Winner:
+    """The winner among re-measured Trials (grouped by config id); ``configs`` limits the
+    candidates (e.g. to the re-measured ones, leaving out earlier search trials)."""
+    allowed = None if configs is None else {config_id(c) for c in configs}
+    groups: Dict[str, list] = {}
+    for t in trials:
+        cid = config_id(t.config)
+        if allowed is None or cid in allowed:
+            groups.setdefault(cid, []).append(t)
+    return pick_winner(groups)
+
+
+def remeasure(configs: Sequence[dict], evaluate_batch, repeats: int = 7, rotate: bool = True) -> Winner:
+    """Measure ``configs`` interleaved (one evaluate_batch call per round, in the planned order)
+    and pick the winner. Returns the Winner; its ids are config ids (``config_id(config)``)."""
+    from .driver import normalize_results
+    from .base import Batch
+
+    trials = []
+    for rnd in interleaved_rounds(list(configs), repeats, rotate):
+        trials += normalize_results(evaluate_batch(list(rnd)), Batch(list(rnd)), {})
+    return winner_from_trials(trials, configs)
