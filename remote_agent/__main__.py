@@ -11,6 +11,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="remote_agent", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a bundle's jobs and append results")
+    start = sub.add_parser("start", help="like run, detached from this session (or attach to the run in progress)")
     run.add_argument("--bundle", required=True, help="folder with manifest.json")
     run.add_argument("--results", required=True, help="results CSV to append to (resumed if present)")
     run.add_argument("--warmup", type=int, default=2)
@@ -21,6 +22,11 @@ def main(argv=None):
     run.add_argument("--run-under", default=None, help="wrap every execution (e.g. qemu-riscv64 ...)")
     run.add_argument("--devices", default=None, help="GPU indices, e.g. 0,1 (default: all)")
     run.add_argument("--min-time-ms", type=float, default=100.0, help="GPU: measure at least this long")
+    run.add_argument("--select", default=None, help="only these job indices, e.g. 0-99,120 (a fleet's share)")
+    start.add_argument("--results", required=True)
+    start.add_argument("run_args", nargs=argparse.REMAINDER, help="arguments for run (after --)")
+    for name in ("follow", "status"):
+        sub.add_parser(name, help="%s a detached run" % name).add_argument("--results", required=True)
     check = sub.add_parser("check", help="print what this machine has, as JSON")
     check.add_argument("--events", default="", help="perf events to test, comma-separated")
     args = parser.parse_args(argv)
@@ -30,6 +36,16 @@ def main(argv=None):
 
             print(json.dumps(facts([e for e in args.events.split(",") if e]), indent=1))
             return 0
+        if args.command in ("start", "follow", "status"):
+            from . import detach
+
+            if args.command == "status":
+                print(json.dumps(detach.status(args.results)))
+                return 0
+            if args.command == "follow":
+                return detach.follow(args.results)
+            run_args = [a for a in args.run_args if a != "--"] + ["--results", args.results]
+            return detach.start(run_args, args.results)
         Agent(args.bundle, args.results, args).run()
         return 0
     except AgentError as exc:

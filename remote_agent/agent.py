@@ -9,7 +9,7 @@ import sys
 import time
 
 from . import contract
-from .results import ResultsWriter
+from .results import ResultsWriter, ResultsWriteError
 
 
 class AgentError(Exception):
@@ -37,7 +37,7 @@ def make_runner(bundle, manifest, options, log):
 
         profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
         run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
-        return ElfRunner(bundle, manifest, profiler, run_under, options.timeout)
+        return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir)
     from .runners.gpu import make_gpu_runner
 
     return make_gpu_runner(bundle, manifest, options, log)
@@ -52,11 +52,15 @@ class Agent:
         self.log = log or (lambda msg: print("agent: " + msg, file=sys.stderr, flush=True))
         self.manifest = load_manifest(bundle)
         self.host = socket.gethostname()
+        self.selected = parse_select(getattr(options, "select", None), len(self.manifest["jobs"]))
+        options.scratch_dir = os.path.dirname(os.path.abspath(results_path))
 
     def run(self):
         lock = self._lock()
         try:
             return self._run()
+        except ResultsWriteError as exc:
+            raise AgentError(str(exc))
         finally:
             lock.close()
 
@@ -85,9 +89,10 @@ class Agent:
         shapes = {s["id"]: s for s in m["shapes"]}
         devices = runner.devices()
         skip = set() if self.options.rerun_all else writer.done
-        todo = [(j, d) for j in m["jobs"] for d in devices
-                if contract.job_key(j["variant"], j["shape"], d) not in skip]
-        self._record_unrunnable(writer, variants, shapes, devices[0], skip)
+        todo = [(j, d) for i, j in enumerate(m["jobs"]) if self.selected is None or i in self.selected
+                for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]
+        if self.selected is None or 0 in self.selected:  # one agent of a fleet records these
+            self._record_unrunnable(writer, variants, shapes, devices[0], skip)
         broken = self._verify_artifacts(variants)
         total, done = len(todo), 0
         self._progress(done, total, None)
@@ -174,6 +179,20 @@ class Agent:
         info = {"done": done, "total": total, "status": status, "variant": variant, "shape": shape}
         self.out.write(contract.PROGRESS_PREFIX + json.dumps(info) + "\n")
         self.out.flush()
+
+
+def parse_select(text, count):
+    """'0-99,120' -> {0..99, 120}; None -> None (all jobs)."""
+    if text is None:
+        return None
+    chosen = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            lo, _, hi = part.partition("-")
+            chosen.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise AgentError("bad --select %r: write indices and ranges like 0-99,120" % text)
+    return {i for i in chosen if 0 <= i < count}
 
 
 def _sha256(path):

@@ -11,6 +11,10 @@ class SchemaMismatch(Exception):
     pass
 
 
+class ResultsWriteError(Exception):
+    pass
+
+
 class ResultsWriter:
     """Appends whole rows to a CSV file. A torn last line (a run killed mid-write) is cut off
     when the file is opened again, so the file only ever holds whole rows."""
@@ -22,11 +26,11 @@ class ResultsWriter:
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        if os.path.exists(path) and os.path.getsize(path) > 0:
+        resume = os.path.exists(path) and os.path.getsize(path) > 0
+        if resume:
             self._resume()
-            self.file = open(path, "a", newline="")
-        else:
-            self.file = open(path, "w", newline="")
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if resume else os.O_TRUNC), 0o644)
+        if not resume:
             self._write_line(self.header)
 
     def _resume(self):
@@ -55,12 +59,24 @@ class ResultsWriter:
     def _write_line(self, values):
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerow(values)
-        self.file.write(buf.getvalue())  # one write per row
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        data = buf.getvalue().encode("utf-8")
+        start = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):  # one write per row, unless the kernel splits it
+                written += os.write(self.fd, data[written:])
+            os.fsync(self.fd)
+        except OSError as exc:
+            # A full disk: cut what part of the row got out, so the file holds whole rows only.
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            raise ResultsWriteError("cannot write %s: %s; the rows before it are kept"
+                                    % (self.path, exc.strerror or exc))
 
     def close(self):
-        self.file.close()
+        os.close(self.fd)
 
 
 def _drop_torn_tail(path):

@@ -20,13 +20,14 @@ RESULT_PREFIX = "HARNESS_RESULT "
 
 
 class ElfRunner:
-    def __init__(self, bundle_dir, manifest, profiler, run_under=None, timeout=60.0):
+    def __init__(self, bundle_dir, manifest, profiler, run_under=None, timeout=60.0, scratch_dir=None):
         self.bundle = os.path.abspath(bundle_dir)
         self.manifest = manifest
         self.profiler = profiler
         self.run_under = shlex.split(run_under) if run_under else []
         self.timeout = timeout
         self.tolerances = manifest["tolerances"]
+        self.scratch_dir = scratch_dir  # perf output goes here: the agent writes only in its workdir
 
     def devices(self):
         return ["cpu"]
@@ -42,7 +43,7 @@ class ElfRunner:
 
     def run(self, variant, shape, grid, warmup, iters):
         """Returns a dict of result columns (status, times, errors, counters, message)."""
-        fd, scratch = tempfile.mkstemp(prefix="harness-perf-", suffix=".csv")
+        fd, scratch = tempfile.mkstemp(prefix="perf-", suffix=".csv", dir=self.scratch_dir)
         os.close(fd)
         cmd = self.profiler.wrap(self.command(variant, shape, grid, warmup, iters), scratch)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -1,0 +1,1 @@
+"""One module per command; harness/cli.py puts them on the app."""

@@ -1,0 +1,54 @@
+"""harness run."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .. import state, ui
+from .common import ROOT, TargetsOpt, kernel_of, pick_target
+
+
+def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms):
+    from ..run import RunOptions
+
+    return RunOptions(warmup=warmup, iters=iters, timeout=timeout, rerun_all=rerun_all, profiler=profiler,
+                      devices=devices, min_time_ms=min_time_ms)
+
+
+def run(
+    remote: Optional[str] = typer.Option(None, "--remote", "-r", help="run on this target's machine over SSH"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="run this target's bundle here (default: last built)"),
+    kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel bundle to run (default: the last built)"),
+    warmup: int = typer.Option(2, "--warmup", help="untimed runs before timing"),
+    iters: int = typer.Option(10, "--iters", help="timed iterations per variant and shape"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape before it counts as timeout"),
+    rerun_all: bool = typer.Option(False, "--all", help="re-run rows already measured (default: resume)"),
+    profiler: Optional[str] = typer.Option(None, "--profiler", help="override the target's profiler (perf, wallclock, events, ncu, rocprof)"),
+    devices: Optional[str] = typer.Option(None, "--devices", help="GPU indices to use, e.g. 0,1 (default: all)"),
+    min_time_ms: float = typer.Option(100.0, "--min-time-ms", help="GPU: repeat until this much time is measured"),
+    targets_file: Optional[str] = TargetsOpt,
+):
+    """Run every variant on every shape under the target's profiler and append results.
+
+    With --remote the agent runs on the target over one SSH command; without, it runs here
+    (under the target's run_under, e.g. qemu). An interrupted run resumes where it stopped."""
+    from ..run import run_local, run_remote
+    from ..transport import for_target
+
+    options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms)
+    tgt = pick_target(remote or target, targets_file, "run")
+    kern = kernel_of(tgt.name, kernel)
+    if remote and tgt.is_remote:
+        transport = for_target(tgt).open()
+        try:
+            where = run_remote(tgt, kern, options, transport)
+        finally:
+            transport.close()
+        state.record(ROOT, tgt.name, kernel=kern, results_remote=True)
+        ui.out.print("results on %s:%s; fetch them with: harness report --target %s" % (tgt.name, where, tgt.name))
+    else:
+        path = run_local(ROOT, tgt, kern, options)
+        state.record(ROOT, tgt.name, kernel=kern, results_remote=False)
+        ui.out.print("results in %s" % path)

@@ -1,0 +1,76 @@
+"""harness targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import sys
+
+import typer
+
+from .. import ui
+from ..errors import HarnessError
+from .common import TargetsOpt
+
+
+
+def targets_list(ctx: typer.Context, targets_file: Optional[str] = TargetsOpt):
+    """List the targets in targets.yaml."""
+    if ctx.invoked_subcommand:
+        ctx.obj = targets_file
+        return
+    from rich.table import Table
+
+    from ..targets import find_targets_file, load_targets
+
+    path = find_targets_file(targets_file)
+    table = Table(title=str(path))
+    for col in ("name", "arch", "backend", "profiler", "where", "description"):
+        table.add_column(col)
+    for name, t in load_targets(path).items():
+        where = "%s@%s:%s" % (t.ssh.user or "", t.ssh.host, t.ssh.port) if t.ssh else "this machine"
+        arch = t.resolved_arch + (" VLEN %d" % t.vlen if t.vlen else "") + (" %s" % t.gpu_arch if t.gpu_arch else "")
+        table.add_row(name, arch, t.backend, t.profiler, where, t.description)
+    ui.out.print(table)
+
+
+
+def targets_check(ctx: typer.Context, name: str = typer.Argument(..., help="target to check")):
+    """Connect to the target and report what it has: python, arch, perf and the events it
+    supports, GPUs."""
+    import json
+    import subprocess
+
+    from ..targets import get_target
+    from ..transport import for_target
+
+    tgt = get_target(name, ctx.obj)
+    from remote_agent import check
+
+    check_py = Path(check.__file__).read_text()
+    script = check_py + "\nimport json, sys\nprint(json.dumps(facts(sys.argv[1:])))\n"
+    if tgt.is_remote:
+        transport = for_target(tgt).open()
+        try:
+            rc, out, err = transport.run_capture(transport.shell_command([tgt.python, "-c", script] + tgt.events))
+        finally:
+            transport.close()
+        out = out.decode()
+    else:
+        proc = subprocess.run([sys.executable, "-c", script] + tgt.events, capture_output=True, text=True)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    if rc != 0:
+        raise HarnessError("check on %s failed (is %s there?): %s" % (tgt.name, tgt.python, err.strip()[-200:]))
+    facts = json.loads(out)
+    ui.out.print("[bold]%s[/]: python %s on %s, %s cpus" % (tgt.name, facts["python"], facts["arch"], facts["cpus"]))
+    perf = facts["perf"]
+    if not perf["found"]:
+        ui.out.print("perf: not found (wall clock will be used)")
+    else:
+        ui.out.print("perf: %s, %s; counts: %s; not supported: %s" % (
+            perf["version"], "runs" if perf["runs"] else "does not run",
+            ", ".join(perf["events_supported"]) or "-", ", ".join(perf["events_unsupported"]) or "-"))
+    ui.out.print("GPUs: %s" % (", ".join(g["info"] for g in facts["gpus"]) or "none"))
+    if tgt.resolved_arch != facts["arch"] and not tgt.run_under:
+        ui.out.print("[yellow]warning: target says %s but the machine is %s[/]" % (tgt.resolved_arch, facts["arch"]))
