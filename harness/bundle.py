@@ -158,6 +158,8 @@ def write_data_file(bundle: Path, array) -> tuple:
 def pushed_files(bundle: Path, manifest: Manifest) -> list:
     """Every file the remote needs, relative to the bundle: artifacts and data of this manifest."""
     files = [v.artifact for v in manifest.variants if v.artifact]
+    # GPU bundles: the agent's support kernels (data fill, error reduction, reference)
+    files += [s["artifact"] for s in (manifest.toolchain or {}).get("support", {}).values()]
     for shape in manifest.shapes:
         files += list(shape.data.values())
     return sorted(set(files))

@@ -8,8 +8,11 @@ class share one artifact; the grid and the sizes are launch arguments.
 
 Each compile runs in its own ``python -m harness.compile.triton_gpu`` process (in its own
 process group, killed whole on timeout: Triton holds the GIL while it compiles and ptxas is a
-child of its own), with ``TRITON_CACHE_DIR`` inside the bundle. The process writes the binary
-and a JSON of launch facts; the artifact is named by a hash of everything that went in.
+child of its own), with a private ``TRITON_CACHE_DIR`` removed afterwards (the bundle's
+content-addressed artifacts are the cache). The process writes the binary and a JSON of launch
+facts; the artifact is named by a hash of everything that went in (kernel source, signature,
+constants, divisibility, options, target, Triton version). Line info is left out of cubins
+unless HARNESS_TRITON_LINEINFO=1 (it doubles their size; ncu's source view wants it).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -87,7 +92,6 @@ class TritonGpuCompiler:
         self.source_text = Path(inspect.getsourcefile(self.module)).read_text()
         self.args = list(self.module.MATMUL_ARGS)
         self.version = triton_version()
-        self.cache_dir = self.out_dir / "triton-cache"
         self._dtypes_seen = set()
         self._lock = threading.Lock()
         self._support = None
@@ -199,7 +203,8 @@ class TritonGpuCompiler:
     def _digest(self, config: dict, spec, job=None) -> str:
         job = job or self._job(config, spec)
         h = hashlib.sha256()
-        for part in (self.source_text, json.dumps(job, sort_keys=True), self.version, self.ext):
+        lineinfo = os.environ.get("HARNESS_TRITON_LINEINFO", "0")
+        for part in (self.source_text, json.dumps(job, sort_keys=True), self.version, self.ext, lineinfo):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -227,10 +232,11 @@ class TritonGpuCompiler:
         if cached is not None:
             return cached
         artifact.parent.mkdir(parents=True, exist_ok=True)
-        result = run_compile_process(job, artifact, timeout, self.cache_dir)
+        result = run_compile_process(job, artifact, timeout)
         if result.status == "ok":
             result.launch["triton_version"] = self.version
-        result.save_cached(artifact)
+        if result.status != "compile_timeout":  # a longer timeout may succeed: try again next build
+            result.save_cached(artifact)
         return result
 
     # ---- support kernels and the manifest's toolchain record ----------------------------------
@@ -239,7 +245,8 @@ class TritonGpuCompiler:
         the agent generates data, checks answers and computes a reference with them."""
         dtypes = sorted(self._dtypes_seen) or ["fp16"]
         out = {}
-        for dtype in dtypes:
+        # fp32 error kernel too: the agent compares its two fp32 references (torch, kernel) with it
+        for dtype in dtypes + (["fp32"] if "fp32" not in dtypes else []):
             ptr = TRITON_TYPES[dtype]
             jobs = {
                 "fill": {"module": self.module_name, "fn": "fill_kernel",
@@ -252,9 +259,12 @@ class TritonGpuCompiler:
             }
             for job in jobs.values():
                 job.update(backend=self.backend, arch=self.arch, warp_size=self.warp_size)
-            ref_job = self._job(REFERENCE_CONFIG, (dtype,), c_dtype="fp32", generic=True)
-            ref_job["options"]["num_stages"] = 2
-            jobs["reference"] = ref_job
+            if dtype in self._dtypes_seen or not self._dtypes_seen:
+                ref_job = self._job(REFERENCE_CONFIG, (dtype,), c_dtype="fp32", generic=True)
+                ref_job["options"]["num_stages"] = 2
+                jobs["reference"] = ref_job
+            else:
+                del jobs["fill"]
             for role, job in jobs.items():
                 res = self._compile_job(job, timeout)
                 if res.status != "ok":
@@ -281,11 +291,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def run_compile_process(job: dict, artifact: Path, timeout: float, cache_dir: Path) -> CompileResult:
+def run_compile_process(job: dict, artifact: Path, timeout: float, cache_dir=None) -> CompileResult:
     """Compile one job in a child process (its own process group), killed whole on timeout."""
     env = dict(os.environ)
-    env["TRITON_CACHE_DIR"] = str(cache_dir)
-    env.setdefault("TRITON_ALWAYS_COMPILE", "0")
+    # a private Triton cache per compile, removed after it: the bundle's artifacts are the cache
+    private = tempfile.mkdtemp(prefix="harness-triton-")
+    env["TRITON_CACHE_DIR"] = private
+    if env.get("HARNESS_TRITON_LINEINFO", "0") != "1":
+        env["TRITON_DISABLE_LINE_INFO"] = "1"  # halves a cubin; set HARNESS_TRITON_LINEINFO=1 for ncu source views
     payload = dict(job, out=str(artifact))
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -302,8 +315,10 @@ def run_compile_process(job: dict, artifact: Path, timeout: float, cache_dir: Pa
             pass
         proc.communicate()
         _cleanup(artifact)
+        shutil.rmtree(private, ignore_errors=True)
         return CompileResult("compile_timeout", None, "compile took over %gs; killed" % timeout,
                              seconds=time.monotonic() - start)
+    shutil.rmtree(private, ignore_errors=True)
     seconds = time.monotonic() - start
     line = next((l for l in reversed(out.splitlines()) if l.startswith("{")), None)
     if proc.returncode != 0 or line is None:
@@ -377,6 +392,7 @@ def _compile_in_process(job: dict) -> dict:
         "launch_cooperative_grid": bool(getattr(md, "launch_cooperative_grid", False)),
         "launch_pdl": bool(getattr(md, "launch_pdl", False)),
         "params": params,
+        "divisible": [name for i, name in enumerate(job["signature"]) if i in job["divisible"]],
         "constexprs": job["constexprs"],
         "options": job["options"],
         "triton_version": triton.__version__,

@@ -1,0 +1,118 @@
+"""What bench/gpu_quality.py and bench/timing_fidelity.py share (run on the GPU node, with torch):
+the bundle's cubins launched through the agent's own ctypes driver on torch's stream."""
+
+import csv
+import json
+import math
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from remote_agent.runners.cuda import CudaApi  # noqa: E402
+from remote_agent.runners.gpu import Kernel, cdiv, strides  # noqa: E402
+
+TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+def load_bundle(bundle):
+    with open(os.path.join(bundle, "manifest.json")) as f:
+        return json.load(f)
+
+
+def read_results(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def open_driver():
+    import torch
+
+    torch.cuda.init()
+    torch.empty(1, device="cuda")  # the primary context exists and is current
+    api = CudaApi()
+    api.init()
+    api.open(torch.cuda.current_device())
+    return api
+
+
+def make_inputs(shape, seed=0):
+    """A and B in their stored layouts, uniform(-1, 1), and logical views for torch.matmul."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dt = getattr(torch, TORCH_DTYPES[shape["dtype"]])
+    M, N, K, lay = shape["M"], shape["N"], shape["K"], shape["layout"]
+    a = (torch.rand((K, M) if lay[0] == "T" else (M, K), device="cuda", generator=g) * 2 - 1).to(dt)
+    b = (torch.rand((N, K) if lay[1] == "T" else (K, N), device="cuda", generator=g) * 2 - 1).to(dt)
+    a_log = a.t() if lay[0] == "T" else a
+    b_log = b.t() if lay[1] == "T" else b
+    return a, b, a_log, b_log
+
+
+class Launcher(object):
+    """A variant's cubin bound to torch buffers; call() launches on torch's current stream."""
+
+    def __init__(self, api, bundle, variant, shape, grid, a, b, c):
+        import torch
+
+        with open(os.path.join(bundle, variant["artifact"]), "rb") as f:
+            image = f.read()
+        self.kernel = Kernel(api, image, variant["launch"])
+        M, N = shape["M"], shape["N"]
+        self.grid = tuple(int(g) for g in grid)
+        self.ws = self.locks = None
+        values = {"a_ptr": a.data_ptr(), "b_ptr": b.data_ptr(), "c_ptr": c.data_ptr(), "M": M, "N": N,
+                  "K": shape["K"], "ws_ptr": 0, "lock_ptr": 0}
+        values.update(strides(M, N, shape["K"], shape["layout"]))
+        if variant["config"].get("SPLIT_K", 1) > 1:
+            self.ws = torch.zeros(M * N, dtype=torch.float32, device="cuda")
+            self.locks = torch.zeros(self.grid[0], dtype=torch.int32, device="cuda")
+            values.update(ws_ptr=self.ws.data_ptr(), lock_ptr=self.locks.data_ptr())
+        self.params = self.kernel.params(values, self.grid)
+
+    def __call__(self):
+        import torch
+
+        self.kernel.run(self.grid, self.params, torch.cuda.current_stream().cuda_stream)
+
+
+def do_bench_median_ms(fn, warmup=25, rep=100):
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def rel_err(c, ref):
+    d = (c.float() - ref.float()).norm().item()
+    r = ref.float().norm().item()
+    return d / r if r else float("inf")
+
+
+def geomean(values):
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def best_rows(rows):
+    """The fastest ok row per shape id."""
+    best = {}
+    for r in rows:
+        if r["status"] != "ok" or not r["time_ns_median"]:
+            continue
+        t = float(r["time_ns_median"])
+        if r["shape_id"] not in best or t < float(best[r["shape_id"]]["time_ns_median"]):
+            best[r["shape_id"]] = r
+    return best
+
+
+def job_grid(manifest, variant_id, shape_id):
+    for j in manifest["jobs"]:
+        if j["variant"] == variant_id and j["shape"] == shape_id:
+            return j["grid"]
+    raise KeyError((variant_id, shape_id))
+
+
+__all__ = ["load_bundle", "read_results", "open_driver", "make_inputs", "Launcher", "do_bench_median_ms",
+           "rel_err", "geomean", "best_rows", "job_grid", "cdiv"]

@@ -1,0 +1,99 @@
+"""Build the GPU bundles for the real-hardware validation on the CPU host, and measure compile
+throughput (configs per second per host core) and how many compiles reuse across shapes saved.
+
+    python bench/gpu_device_build.py --root .devcarry/gpu --jobs 2 [--target gpu-node]
+
+Two bundles (build/<target>/matmul under each root):
+  fullspace/  the kernel's whole GPU space (harness.kernels.matmul.GPU_SPACE, pruned by its rules
+              and by the target's shared memory) for four fp16 NN shapes, skinny and large: they
+              share one specialization class, so one artifact per config serves all four
+  tuned/      a curated space for four more shapes (bf16, the NT and TN layouts, M = 64 and 128),
+              with split-K and 2-warp configs for the skinny ones
+Prints one line per bundle and a summary; ``--json`` writes the numbers.
+"""
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+FULLSPACE_SHAPES = ["16x4096x4096:fp16:NN", "32x14336x4096:fp16:NN", "4096x4096x4096:fp16:NN",
+                    "8192x8192x8192:fp16:NN"]
+TUNED_SHAPES = ["4096x4096x4096:bf16:TN", "2048x2048x2048:fp16:NT", "64x8192x8192:bf16:NN",
+                "128x4096x8192:fp16:NT"]
+
+
+def tuned_configs():
+    large = []
+    for bm, bn, w, s in itertools.product((128, 256), (128, 256), (4, 8), (3, 4, 5)):
+        large.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=w, num_stages=s))
+    for bm, bn, bk, w, s in ((128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 256, 64, 4, 4), (128, 128, 32, 4, 4),
+                             (128, 128, 128, 8, 3), (256, 128, 128, 8, 3), (128, 256, 128, 8, 3),
+                             (64, 64, 64, 4, 5), (128, 256, 32, 8, 4)):
+        large.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=1, num_warps=w, num_stages=s))
+    skinny = []
+    for bm, bn, bk, sk, w in itertools.product((16, 32, 64), (64, 128, 256), (64, 128), (1, 2, 4, 8), (2, 4)):
+        skinny.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=w, num_stages=4))
+    return large + skinny
+
+
+def build_one(name, shapes_text, root, jobs, target_name, space=None, only=None):
+    from harness.build import BuildOptions, build
+    from harness.kernels import get
+    from harness.shapes import parse_shape
+    from harness.targets import load_targets
+
+    target = load_targets(ROOT / "targets.yaml")[target_name]
+    kernel = get("matmul")
+    shapes = [parse_shape(s) for s in shapes_text]
+    start = time.monotonic()
+    summary = build(kernel, target, shapes, Path(root) / name,
+                    BuildOptions(jobs=jobs, space=space, only_configs=only, compile_timeout=300))
+    wall = time.monotonic() - start
+    m = summary.manifest
+    compile_s = sum(v.compile_seconds for v in m.variants)
+    out = {"bundle": str(summary.bundle), "shapes": len(shapes), "variants": len(m.variants),
+           "jobs": len(m.jobs), "pruned_pairs": summary.pruned_pairs, "compiled": summary.compiled,
+           "cached": summary.cached, "failed": summary.failed, "statuses": summary.statuses,
+           "reused_across_shapes": summary.reused_across_shapes, "wall_s": wall,
+           "compile_process_s": compile_s, "host_cores": jobs}
+    if summary.compiled:
+        out["configs_per_s"] = summary.compiled / wall
+        out["configs_per_s_per_core"] = summary.compiled / wall / jobs
+        out["mean_compile_s"] = compile_s / max(1, len(m.variants))
+    print("%-10s %4d variants for %d jobs (%d compiles saved by reuse), %d pruned pairs, %s; %.0f s wall%s"
+          % (name, len(m.variants), len(m.jobs), summary.reused_across_shapes, summary.pruned_pairs,
+             summary.statuses, wall, (", %.2f configs/s/core" % out["configs_per_s_per_core"])
+             if summary.compiled else " (all cached)"), flush=True)
+    return out
+
+
+def main(argv=None):
+    from harness.kernels import get
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--root", default=".devcarry/gpu")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--target", default="gpu-node")
+    p.add_argument("--only", choices=("fullspace", "tuned"), default=None)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    results = {}
+    if args.only in (None, "tuned"):
+        results["tuned"] = build_one("tuned", TUNED_SHAPES, args.root, args.jobs, args.target, only=tuned_configs())
+    if args.only in (None, "fullspace"):
+        space = dict(get("matmul").gpu_space)
+        results["fullspace"] = build_one("fullspace", FULLSPACE_SHAPES, args.root, args.jobs, args.target,
+                                         space=space)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

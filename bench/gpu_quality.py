@@ -1,0 +1,139 @@
+"""Tuned Triton matmul against torch.matmul (cuBLAS), same process, same timer (run on the GPU node).
+
+    python3 bench/gpu_quality.py --bundle B --results results.csv [--bundle B2 --results r2.csv ...]
+                                 [--tune-seconds S] [--out f.json]
+
+1. Ceilings measured here: matrix rate (torch.matmul 8192^3 in fp16 and bf16, the faster) and
+   device memory bandwidth (a 2 GiB device-to-device copy, bytes read plus written).
+2. For every shape of the bundle: the fastest ok variant in the agent's CSV (the tuned config),
+   its cubin launched through the agent's ctypes driver, against torch.matmul on the same inputs
+   (same dtype and layout, C in the input dtype), both timed with triton.testing.do_bench
+   (median); the tuned kernel's answer is checked against torch's.
+3. Prints per shape: times, cuBLAS/Triton speed ratio, each one's fraction of the roofline
+   (max(FLOPs / peak, bytes / bandwidth) over its time); then the geomean ratio, the worst shape,
+   and the tune's wall time and configs measured per second.
+Goal (issue 3): geomean >= 1.0x cuBLAS, no shape under 0.85x.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _gpu_common import (Launcher, best_rows, do_bench_median_ms, geomean, job_grid, load_bundle,  # noqa: E402
+                         make_inputs, open_driver, read_results, rel_err)
+
+
+def ceilings():
+    import torch
+
+    peak = 0.0
+    for dt in (torch.float16, torch.bfloat16):
+        a = torch.rand((8192, 8192), device="cuda").to(dt)
+        b = torch.rand((8192, 8192), device="cuda").to(dt)
+        ms = do_bench_median_ms(lambda: torch.matmul(a, b), warmup=100, rep=500)
+        peak = max(peak, 2 * 8192 ** 3 / (ms * 1e-3) / 1e12)
+        del a, b
+    n = 1 << 30  # 2 GiB of fp16... as bytes: 2^30 halves
+    x = torch.empty(n, dtype=torch.float16, device="cuda").uniform_()
+    y = torch.empty_like(x)
+    ms = do_bench_median_ms(lambda: y.copy_(x), warmup=50, rep=300)
+    bw = 2 * x.numel() * 2 / (ms * 1e-3) / 1e12  # TB/s, read + write
+    del x, y
+    torch.cuda.empty_cache()
+    return peak, bw
+
+
+def measure_shape(api, bundle, manifest, v, s, row, peak, bw):
+    import torch
+
+    a, b, a_log, b_log = make_inputs(s, seed=1)
+    c = torch.empty((s["M"], s["N"]), dtype=a.dtype, device="cuda")
+    launch = Launcher(api, bundle, v, s, job_grid(manifest, v["id"], s["id"]), a, b, c)
+    launch()
+    ref = torch.matmul(a_log, b_log)
+    torch.cuda.synchronize()
+    err = rel_err(c, ref)
+    t_tri = do_bench_median_ms(launch)
+    t_cub = do_bench_median_ms(lambda: torch.matmul(a_log, b_log))
+    floor_ms = max(s["flops"] / (peak * 1e12), s["bytes"] / (bw * 1e12)) * 1e3
+    entry = {"shape": s["id"], "variant": v["id"], "config": v["config"], "triton_ms": t_tri,
+             "cublas_ms": t_cub, "ratio": t_cub / t_tri, "triton_roofline": floor_ms / t_tri,
+             "cublas_roofline": floor_ms / t_cub, "rel_err": err,
+             "triton_tflops": s["flops"] / (t_tri * 1e-3) / 1e12,
+             "cublas_tflops": s["flops"] / (t_cub * 1e-3) / 1e12,
+             "agent_ms": float(row["time_ns_median"]) / 1e6, "weight": s.get("weight", 1.0)}
+    del a, b, c, ref, launch
+    torch.cuda.empty_cache()
+    return entry
+
+
+def main(argv=None):
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--bundle", action="append", required=True, help="repeatable, paired with --results")
+    p.add_argument("--results", action="append", required=True)
+    p.add_argument("--tune-seconds", type=float, default=None, help="wall time of the agent run(s)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if len(args.bundle) != len(args.results):
+        p.error("give one --results per --bundle")
+    pairs = []
+    rows = []
+    for bundle, results in zip(args.bundle, args.results):
+        manifest = load_bundle(bundle)
+        these = read_results(results)
+        rows += these
+        pairs.append((bundle, manifest, best_rows(these)))
+    api = open_driver()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    peak, bw = ceilings()
+    print("device %s: measured peak %.0f TFLOP/s (torch.matmul 8192^3), bandwidth %.2f TB/s (copy)"
+          % (torch.cuda.get_device_name(), peak, bw))
+    table = []
+    hdr = "%-24s %-11s %9s %9s %7s %7s %7s %8s  %s" % ("shape", "variant", "triton_us", "cublas_us", "ratio",
+                                                       "tri_rf", "cub_rf", "rel_err", "config")
+    print(hdr)
+    for bundle, manifest, best in pairs:
+        variants = {v["id"]: v for v in manifest["variants"]}
+        for s in manifest["shapes"]:
+            row = best.get(s["id"])
+            if row is None:
+                print("%-24s no ok variant" % s["id"])
+                continue
+            entry = measure_shape(api, bundle, manifest, variants[row["variant_id"]], s, row, peak, bw)
+            table.append(entry)
+            cfg = entry["config"]
+            print("%-24s %-11s %9.1f %9.1f %7.3f %7.2f %7.2f %8.1e  %s" % (
+                s["id"], entry["variant"], entry["triton_ms"] * 1e3, entry["cublas_ms"] * 1e3, entry["ratio"],
+                entry["triton_roofline"], entry["cublas_roofline"], entry["rel_err"],
+                " ".join("%s=%s" % (k, cfg[k]) for k in cfg)))
+    gm = geomean([t["ratio"] for t in table])
+    worst = min(table, key=lambda t: t["ratio"]) if table else None
+    ok = [r for r in rows if r["status"] == "ok"]
+    measured = [r for r in rows if r["time_ns_median"]]
+    stamps = sorted(time.mktime(time.strptime(r["timestamp"][:19], "%Y-%m-%dT%H:%M:%S")) for r in measured)
+    span = (stamps[-1] - stamps[0]) if len(stamps) > 1 else None
+    tune_s = args.tune_seconds or span
+    summary = {"device": torch.cuda.get_device_name(), "peak_tflops": peak, "bandwidth_tbs": bw,
+               "shapes": len(table), "geomean_ratio": gm,
+               "worst": {"shape": worst["shape"], "ratio": worst["ratio"]} if worst else None,
+               "goal_geomean_1.0": gm >= 1.0, "goal_min_0.85": bool(worst and worst["ratio"] >= 0.85),
+               "rows": len(rows), "measured": len(measured), "ok": len(ok), "tune_seconds": tune_s,
+               "configs_per_second": len(measured) / tune_s if tune_s else None}
+    print("geomean cuBLAS/Triton speed ratio %.3f over %d shapes; worst %s at %.3f" % (
+        gm, len(table), worst["shape"] if worst else "-", worst["ratio"] if worst else float("nan")))
+    if tune_s:
+        print("tune: %d rows, %d measured (%d ok) in %.1f s = %.1f configs/s" % (
+            len(rows), len(measured), len(ok), tune_s, len(measured) / tune_s))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"summary": summary, "shapes": table}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""The CUDA driver API through ctypes on libcuda.so.1 (standard library only).
+
+Every call's return code is checked; a failure raises GpuError with the driver's error name.
+Errors that leave the context unusable (an illegal address, a launch that failed or timed out)
+are marked ``sticky``: the worker reports the job and exits so that a fresh process replaces it.
+"""
+
+import ctypes
+
+from .gpu import GpuApi, GpuError
+
+CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_STREAM_NON_BLOCKING = 1
+CU_EVENT_DEFAULT = 0
+
+# cudaError codes after which the context is lost (the process must go)
+STICKY = {
+    700: "CUDA_ERROR_ILLEGAL_ADDRESS", 701: "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+    702: "CUDA_ERROR_LAUNCH_TIMEOUT", 714: "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    715: "CUDA_ERROR_ILLEGAL_INSTRUCTION", 716: "CUDA_ERROR_MISALIGNED_ADDRESS",
+    717: "CUDA_ERROR_INVALID_ADDRESS_SPACE", 718: "CUDA_ERROR_INVALID_PC", 719: "CUDA_ERROR_LAUNCH_FAILED",
+    999: "CUDA_ERROR_UNKNOWN",
+}
+LOAD_ERRORS = {200, 209, 218, 219, 220, 221, 222, 300, 301, 500}  # invalid image, no binary for GPU, ...
+
+_u64 = ctypes.c_uint64
+_p = ctypes.c_void_p
+_i = ctypes.c_int
+_u = ctypes.c_uint
+_sz = ctypes.c_size_t
+
+_SIGNATURES = {
+    "cuInit": [_u],
+    "cuDriverGetVersion": [ctypes.POINTER(_i)],
+    "cuDeviceGetCount": [ctypes.POINTER(_i)],
+    "cuDeviceGet": [ctypes.POINTER(_i), _i],
+    "cuDeviceGetName": [ctypes.c_char_p, _i, _i],
+    "cuDeviceGetAttribute": [ctypes.POINTER(_i), _i, _i],
+    "cuDeviceTotalMem_v2": [ctypes.POINTER(_sz), _i],
+    "cuDevicePrimaryCtxRetain": [ctypes.POINTER(_p), _i],
+    "cuCtxSetCurrent": [_p],
+    "cuCtxSynchronize": [],
+    "cuMemAlloc_v2": [ctypes.POINTER(_u64), _sz],
+    "cuMemFree_v2": [_u64],
+    "cuMemGetInfo_v2": [ctypes.POINTER(_sz), ctypes.POINTER(_sz)],
+    "cuMemcpyHtoD_v2": [_u64, _p, _sz],
+    "cuMemcpyDtoH_v2": [_p, _u64, _sz],
+    "cuMemcpyDtoD_v2": [_u64, _u64, _sz],
+    "cuMemsetD8_v2": [_u64, ctypes.c_ubyte, _sz],
+    "cuMemsetD16_v2": [_u64, ctypes.c_ushort, _sz],
+    "cuMemsetD32_v2": [_u64, _u, _sz],
+    "cuMemsetD32Async": [_u64, _u, _sz, _p],
+    "cuModuleLoadData": [ctypes.POINTER(_p), ctypes.c_char_p],
+    "cuModuleUnload": [_p],
+    "cuModuleGetFunction": [ctypes.POINTER(_p), _p, ctypes.c_char_p],
+    "cuFuncSetAttribute": [_p, _i, _i],
+    "cuFuncGetAttribute": [ctypes.POINTER(_i), _i, _p],
+    "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, ctypes.POINTER(_p), ctypes.POINTER(_p)],
+    "cuStreamCreate": [ctypes.POINTER(_p), _u],
+    "cuStreamSynchronize": [_p],
+    "cuEventCreate": [ctypes.POINTER(_p), _u],
+    "cuEventRecord": [_p, _p],
+    "cuEventSynchronize": [_p],
+    "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), _p, _p],
+    "cuEventDestroy_v2": [_p],
+    "cuProfilerStart": [],
+    "cuProfilerStop": [],
+}
+
+
+class CudaApi(GpuApi):
+    backend = "cuda"
+    visible_env = "CUDA_VISIBLE_DEVICES"
+
+    def __init__(self, library="libcuda.so.1"):
+        try:
+            self.lib = ctypes.CDLL(library)
+        except OSError as exc:
+            raise GpuError("cannot load %s (%s): no NVIDIA driver here" % (library, exc), code=-1)
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(self.lib, name, None)
+            if fn is None:
+                continue
+            fn.argtypes = argtypes
+            fn.restype = _i
+        self.lib.cuGetErrorName.argtypes = [_i, ctypes.POINTER(ctypes.c_char_p)]
+        self.lib.cuGetErrorName.restype = _i
+        self.stream = None
+        self.ctx = None
+        self.device = None
+
+    # ---- errors ------------------------------------------------------------------------
+    def check(self, rc, what):
+        if rc == 0:
+            return
+        name = ctypes.c_char_p()
+        if self.lib.cuGetErrorName(rc, ctypes.byref(name)) == 0 and name.value:
+            text = name.value.decode()
+        else:
+            text = STICKY.get(rc, "CUDA error %d" % rc)
+        raise GpuError("%s: %s (%d)" % (what, text, rc), code=rc, sticky=rc in STICKY,
+                       load=rc in LOAD_ERRORS)
+
+    def _call(self, name, *args):
+        self.check(getattr(self.lib, name)(*args), name)
+
+    # ---- devices -----------------------------------------------------------------------
+    def init(self):
+        self._call("cuInit", 0)
+
+    def device_count(self):
+        n = _i()
+        self._call("cuDeviceGetCount", ctypes.byref(n))
+        return n.value
+
+    def device_name(self, index):
+        buf = ctypes.create_string_buffer(256)
+        self._call("cuDeviceGetName", buf, 256, index)
+        return buf.value.decode(errors="replace")
+
+    def attribute(self, attr, index=None):
+        v = _i()
+        self._call("cuDeviceGetAttribute", ctypes.byref(v), attr, self.device if index is None else index)
+        return v.value
+
+    def open(self, index):
+        """Make device ``index``'s primary context current and create the timing stream."""
+        dev = _i()
+        self._call("cuDeviceGet", ctypes.byref(dev), index)
+        self.device = dev.value
+        ctx = _p()
+        self._call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), self.device)
+        self._call("cuCtxSetCurrent", ctx)
+        self.ctx = ctx
+        stream = _p()
+        self._call("cuStreamCreate", ctypes.byref(stream), CU_STREAM_NON_BLOCKING)
+        self.stream = stream.value
+
+    def facts(self):
+        major = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        free, total = self.mem_info()
+        version = _i()
+        self._call("cuDriverGetVersion", ctypes.byref(version))
+        return {"name": self.device_name(self.device), "arch": "%d%d" % (major, minor),
+                "sm_count": self.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                "l2_bytes": self.attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
+                "shared_max": self.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                "max_threads": self.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+                "memory_bytes": total, "driver": version.value}
+
+    def mem_info(self):
+        free, total = _sz(), _sz()
+        self._call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+
+    # ---- memory ------------------------------------------------------------------------
+    def alloc(self, nbytes):
+        ptr = _u64()
+        self._call("cuMemAlloc_v2", ctypes.byref(ptr), max(1, int(nbytes)))
+        return ptr.value
+
+    def free(self, ptr):
+        if ptr:
+            self._call("cuMemFree_v2", ptr)
+
+    def htod(self, dst, data):
+        buf = ctypes.create_string_buffer(bytes(data), len(data))
+        self._call("cuMemcpyHtoD_v2", dst, buf, len(data))
+
+    def dtoh(self, src, nbytes):
+        buf = ctypes.create_string_buffer(int(nbytes))
+        self._call("cuMemcpyDtoH_v2", buf, src, int(nbytes))
+        return buf.raw
+
+    def dtod(self, dst, src, nbytes):
+        self._call("cuMemcpyDtoD_v2", dst, src, int(nbytes))
+
+    def memset8(self, ptr, value, count):
+        self._call("cuMemsetD8_v2", ptr, value, int(count))
+
+    def memset16(self, ptr, value, count):
+        self._call("cuMemsetD16_v2", ptr, value, int(count))
+
+    def memset32(self, ptr, value, count):
+        self._call("cuMemsetD32_v2", ptr, value, int(count))
+
+    def memset32_async(self, ptr, value, count):
+        self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)
+
+    # ---- modules and launches ------------------------------------------------------------
+    def load_module(self, image):
+        mod = _p()
+        self._call("cuModuleLoadData", ctypes.byref(mod), image)
+        return mod.value
+
+    def unload_module(self, module):
+        self._call("cuModuleUnload", module)
+
+    def get_function(self, module, name):
+        fn = _p()
+        self._call("cuModuleGetFunction", ctypes.byref(fn), module, name.encode())
+        return fn.value
+
+    def set_dynamic_shared(self, fn, nbytes):
+        self._call("cuFuncSetAttribute", fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
+
+    def function_facts(self, fn):
+        regs, local = _i(), _i()
+        self._call("cuFuncGetAttribute", ctypes.byref(regs), CU_FUNC_ATTRIBUTE_NUM_REGS, fn)
+        self._call("cuFuncGetAttribute", ctypes.byref(local), CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn)
+        return {"regs": regs.value, "local_bytes": local.value}
+
+    def launch(self, fn, grid, block, shared, params, stream=None):
+        """params: a ctypes array of void* pointing at each argument's value."""
+        self._call("cuLaunchKernel", fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                   int(shared), self.stream if stream is None else stream, params, None)
+
+    def synchronize(self):
+        self._call("cuCtxSynchronize")
+
+    # ---- events ------------------------------------------------------------------------
+    def event(self):
+        ev = _p()
+        self._call("cuEventCreate", ctypes.byref(ev), CU_EVENT_DEFAULT)
+        return ev.value
+
+    def record(self, ev, stream=None):
+        self._call("cuEventRecord", ev, self.stream if stream is None else stream)
+
+    def elapsed_ms(self, start, end):
+        ms = ctypes.c_float()
+        self._call("cuEventSynchronize", end)
+        self._call("cuEventElapsedTime", ctypes.byref(ms), start, end)
+        return ms.value
+
+    def destroy_event(self, ev):
+        self._call("cuEventDestroy_v2", ev)
+
+    def profiler_start(self):
+        self._call("cuProfilerStart")
+
+    def profiler_stop(self):
+        self._call("cuProfilerStop")

@@ -1,0 +1,283 @@
+"""One worker process per device; a worker that dies or hangs is replaced and the run goes on.
+
+Protocol (JSON lines): a worker first writes ``{"ready": true, ...}`` (or ``{"fatal": msg}``:
+the run cannot go on, e.g. the reference disagrees with the host). Then, for each request line
+``{"id": n, ...}`` on its stdin, it writes ``{"id": n, "result": {...}}``. A worker may exit right
+after replying (a CUDA context it cannot trust any more); it is restarted before its next job.
+
+The supervisor sends a job to each idle worker, waits on all their pipes at once, and enforces
+a deadline per job (``job_timeout``) and per start (``start_timeout``). When a worker's pipe
+closes while a job is in flight, that job is recorded ``crash`` (with the exit signal or code
+and the last lines of its stderr); when the deadline passes, the worker's whole process group
+is killed and the job is recorded ``timeout``. Either way a new worker takes the device's next
+job. A device whose worker fails to start ``max_start_failures`` times in a row is dropped; when
+no device is left, the remaining jobs raise SupervisorError.
+
+Standard library only.
+"""
+
+import collections
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import contract
+
+
+class SupervisorError(Exception):
+    """The run cannot go on (no worker can start, or a worker reported a fatal problem)."""
+
+
+def die_with_parent():
+    """In a worker: exit when the agent that started it goes, even mid-kernel (the worker runs in
+    its own session, so nothing else would stop it)."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+    import threading
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def protocol_streams(infile=None, outfile=None):
+    """The worker's protocol channel: a private copy of stdout, with fd 1 pointed at stderr so a
+    library that prints cannot corrupt the protocol."""
+    if infile is None:
+        die_with_parent()
+        infile = sys.stdin
+    if outfile is None:
+        fd = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        outfile = os.fdopen(fd, "w", buffering=1)
+    return infile, outfile
+
+
+def send(outfile, message):
+    outfile.write(json.dumps(message) + "\n")
+    outfile.flush()
+
+
+class _Worker(object):
+    def __init__(self, device, argv, env):
+        self.device = device
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                     env=env, start_new_session=True, close_fds=True)
+        self.buf = b""
+        self.state = "starting"
+        self.job = None  # (key, request) in flight
+        self.started = time.monotonic()
+        self.deadline = None
+        self.facts = None
+
+    def fileno(self):
+        return self.proc.stdout.fileno()
+
+    def send(self, message):
+        data = (json.dumps(message) + "\n").encode()
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def read_lines(self):
+        """Complete lines now readable; None at end of file."""
+        chunk = os.read(self.fileno(), 1 << 16)
+        if not chunk:
+            return None
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        return [l for l in lines if l.strip()]
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        self.reap()
+
+    def reap(self, timeout=5.0):
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def stderr_tail(self, lines=4):
+        try:
+            self.stderr.seek(0)
+            text = self.stderr.read().decode(errors="replace")
+        except OSError:
+            return ""
+        useful = [l.strip() for l in text.splitlines() if l.strip()]
+        return " | ".join(useful[-lines:])[-400:]
+
+    def exit_text(self):
+        rc = self.proc.poll()
+        if rc is None:
+            return "worker stopped answering"
+        if rc < 0:
+            try:
+                return "worker killed by %s" % signal.Signals(-rc).name
+            except ValueError:
+                return "worker killed by signal %d" % -rc
+        return "worker exited %d" % rc
+
+
+class Supervisor(object):
+    def __init__(self, devices, command_for, env_for=None, job_timeout=60.0, start_timeout=300.0,
+                 max_start_failures=3, log=None):
+        self.devices = list(devices)
+        self.command_for = command_for
+        self.env_for = env_for or (lambda device: dict(os.environ))
+        self.job_timeout = float(job_timeout)
+        self.start_timeout = float(start_timeout)
+        self.max_start_failures = max_start_failures
+        self.log = log or (lambda msg: print("supervisor: " + msg, file=sys.stderr))
+        self.ready_facts = {}
+        self.restarts = collections.Counter()
+        self._announced = set()
+
+    def _start(self, device):
+        return _Worker(device, self.command_for(device), self.env_for(device))
+
+    def run(self, jobs):
+        """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish."""
+        pending = collections.deque(jobs)
+        workers = {d: self._start(d) for d in self.devices}
+        start_failures = collections.Counter()
+        next_id = 0
+        try:
+            while workers and (pending or any(w.job for w in workers.values())):
+                for w in workers.values():  # hand out work
+                    if w.state == "idle" and w.job is None and pending:
+                        key, request = pending.popleft()
+                        next_id += 1
+                        w.job = (key, request)
+                        w.deadline = time.monotonic() + self.job_timeout
+                        try:
+                            w.send(dict(request, id=next_id))
+                        except (BrokenPipeError, OSError):
+                            pass  # its death shows as end of file below
+                now = time.monotonic()
+                deadlines = [w.deadline if w.job else w.started + self.start_timeout
+                             for w in workers.values() if w.job or w.state == "starting"]
+                wait = max(0.0, min(deadlines) - now) if deadlines else 1.0
+                readable, _, _ = select.select(list(workers.values()), [], [], min(wait, 5.0))
+                for w in readable:
+                    lines = w.read_lines()
+                    if lines is None:  # the worker is gone
+                        for item in self._lost(w, workers, start_failures, "crash"):
+                            yield item
+                        continue
+                    for line in lines:
+                        try:
+                            message = json.loads(line.decode(errors="replace"))
+                        except ValueError:
+                            continue
+                        if "fatal" in message:
+                            raise SupervisorError("%s: %s" % (w.device, message["fatal"]))
+                        if message.get("ready"):
+                            w.state = "idle"
+                            w.facts = message
+                            start_failures[w.device] = 0
+                            self.ready_facts[w.device] = message
+                            if w.device not in self._announced:
+                                self._announced.add(w.device)
+                                self.log("worker for %s ready: %s" % (w.device, _facts_text(message)))
+                        elif "result" in message and w.job is not None:
+                            key = w.job[0]
+                            w.job = None
+                            w.deadline = None
+                            result = dict(message["result"])
+                            yield key, w.device, result
+                now = time.monotonic()
+                for w in list(workers.values()):
+                    if w.job and now > w.deadline:
+                        for item in self._lost(w, workers, start_failures, "timeout"):
+                            yield item
+                    elif w.state == "starting" and now > w.started + self.start_timeout:
+                        for item in self._lost(w, workers, start_failures, "timeout"):
+                            yield item
+            if pending:
+                raise SupervisorError("no worker could start on any device; %d jobs not run" % len(pending))
+        finally:
+            for w in workers.values():
+                self._stop(w)
+
+    def _lost(self, w, workers, start_failures, why):
+        """A worker died (``crash``) or ran past its deadline (``timeout``): record its job,
+        replace it (or drop the device when it cannot even start)."""
+        if why == "timeout":
+            w.kill()
+            text = ("no answer within %gs; worker killed" % self.job_timeout) if w.job else \
+                "worker did not start within %gs" % self.start_timeout
+        else:
+            w.reap()
+            text = w.exit_text()
+        tail = w.stderr_tail()
+        if w.job is not None:
+            key = w.job[0]
+            status = contract.TIMEOUT if why == "timeout" else contract.CRASH
+            message = text + ("; " + tail if tail and why != "timeout" else "")
+            self.log("%s on %s: %s" % (status, w.device, message))
+            yield key, w.device, {"status": status, "message": message[:400]}
+        elif w.state == "starting":
+            start_failures[w.device] += 1
+            self.log("worker for %s failed to start (%s): %s" % (w.device, text, tail))
+        self.restarts[w.device] += 1
+        if start_failures[w.device] >= self.max_start_failures:
+            self.log("giving up on %s after %d failed starts" % (w.device, start_failures[w.device]))
+            del workers[w.device]
+            return
+        workers[w.device] = self._start(w.device)
+
+    def _stop(self, w):
+        if w.proc.poll() is None:
+            try:
+                w.send({"op": "exit"})
+                w.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                w.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                return
+        w.reap()
+
+
+def _facts_text(message):
+    device = message.get("device") or {}
+    parts = [str(device.get("name", "")) if device else ""]
+    if message.get("reference"):
+        parts.append("reference %s" % message["reference"])
+    if message.get("self_check"):
+        parts.append("reference kernel self-check %s" % ", ".join(
+            "%s %.1e" % kv for kv in sorted(message["self_check"].items())))
+    return "; ".join(p for p in parts if p)

@@ -1,0 +1,234 @@
+"""A CPU stand-in for the GPU driver API, so the real GPU worker, supervisor and runner run in CI.
+
+``StandinApi`` implements the interface of remote_agent.runners.cuda.CudaApi with host memory and
+interprets each launch by the kernel's launch facts (the entry name and parameter list that the
+host compile recorded): fill_kernel, error_kernel and matmul_kernel are computed with numpy. A
+launch of a variant whose config carries ``fault: crash`` really crashes the process (SIGSEGV)
+and ``fault: hang`` really hangs it (a busy loop), as a bad kernel would take a GPU worker down.
+
+Run as a worker: ``python tests/gpu_standin.py worker --bundle B ...`` (same arguments as
+``python -m remote_agent.runners.gpu worker``).
+"""
+
+import ctypes
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from remote_agent.runners.gpu import GpuApi, GpuError  # noqa: E402
+
+NP = {"*fp16": np.float16, "*fp32": np.float32, "*i32": np.int32, "*bf16": np.uint16, "*i8": np.int8}
+
+
+def _bf16_to_f32(u16):
+    return (u16.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _f32_to_bf16(x):
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+
+
+class StandinApi(GpuApi):
+    backend = "cuda"
+
+    def __init__(self, l2_bytes=1 << 20):
+        self.mem = {}
+        self.next = 1 << 20
+        self.funcs = {}
+        self.events = {}
+        self.l2 = l2_bytes
+        self.device = 0
+        self.stream = 1
+
+    # devices
+    def init(self):
+        pass
+
+    def device_count(self):
+        return 1
+
+    def device_name(self, index):
+        return "CPU stand-in"
+
+    def open(self, index):
+        self.device = index
+
+    def facts(self):
+        return {"name": "CPU stand-in", "arch": "90", "sm_count": 1, "l2_bytes": self.l2,
+                "shared_max": 232448, "max_threads": 1024, "memory_bytes": 1 << 30, "driver": 0}
+
+    def mem_info(self):
+        return 1 << 30, 1 << 30
+
+    # memory
+    def alloc(self, nbytes):
+        ptr = self.next
+        # the agent's 256 MiB L2 flush buffer: only its start is ever touched here
+        self.mem[ptr] = bytearray(int(max(1, nbytes)) if nbytes <= (64 << 20) else (1 << 20))
+        self.next += (int(nbytes) + 511) // 256 * 256 + 256
+        return ptr
+
+    def free(self, ptr):
+        if ptr:
+            self.mem.pop(ptr, None)
+
+    def _buf(self, ptr):
+        if ptr not in self.mem:
+            raise GpuError("stand-in: invalid device pointer 0x%x" % ptr, code=1)
+        return self.mem[ptr]
+
+    def htod(self, dst, data):
+        self._buf(dst)[:len(data)] = data
+
+    def dtoh(self, src, nbytes):
+        return bytes(self._buf(src)[:int(nbytes)])
+
+    def dtod(self, dst, src, nbytes):
+        self._buf(dst)[:int(nbytes)] = self._buf(src)[:int(nbytes)]
+
+    def _memset(self, ptr, value, count, fmt):
+        arr = np.frombuffer(self._buf(ptr), dtype=fmt)
+        arr[:int(count)] = value
+
+    def memset8(self, ptr, value, count):
+        self._memset(ptr, value, count, np.uint8)
+
+    def memset16(self, ptr, value, count):
+        self._memset(ptr, value, count, np.uint16)
+
+    def memset32(self, ptr, value, count):
+        self._memset(ptr, value, count, np.uint32)
+
+    def memset32_async(self, ptr, value, count):
+        self._memset(ptr, value, min(int(count), 1024), np.uint32)  # a flush costs nothing here
+
+    # modules
+    def load_module(self, image):
+        if not image.startswith(b"\x7fELF"):
+            raise GpuError("stand-in: CUDA_ERROR_INVALID_IMAGE", code=200, load=True)
+        return 1
+
+    def unload_module(self, module):
+        pass
+
+    def get_function(self, module, name):
+        handle = len(self.funcs) + 1
+        self.funcs[handle] = {"entry": name}
+        return handle
+
+    def describe_function(self, fn, launch):
+        self.funcs[fn] = launch
+
+    def set_dynamic_shared(self, fn, nbytes):
+        pass
+
+    def function_facts(self, fn):
+        return {"regs": 96, "local_bytes": 0}
+
+    def synchronize(self):
+        pass
+
+    def event(self):
+        ev = len(self.events) + 1
+        self.events[ev] = 0
+        return ev
+
+    def record(self, ev, stream=None):
+        self.events[ev] = time.perf_counter_ns()
+
+    def elapsed_ms(self, start, end):
+        return max(1e-6, (self.events[end] - self.events[start]) / 1e6)
+
+    def destroy_event(self, ev):
+        pass
+
+    def profiler_start(self):
+        pass
+
+    def profiler_stop(self):
+        pass
+
+    # launches, interpreted
+    def launch(self, fn, grid, block, shared, params, stream=None):
+        facts = self.funcs[fn]
+        values, types = {}, {}
+        for i, p in enumerate(facts["params"]):
+            addr = params[i]
+            ty = p["type"]
+            if ty.startswith("*"):
+                v = ctypes.c_uint64.from_address(addr).value
+            else:
+                v = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "fp32": ctypes.c_float}[ty].from_address(addr).value
+            values[p["name"]] = v
+            types[p["name"]] = ty
+        values.update({k: v for k, v in (facts.get("constexprs") or {}).items() if k not in values})
+        getattr(self, "_" + facts["entry"])(facts, values, types, grid)
+
+    def _array(self, ptr, ty, n):
+        return np.frombuffer(self._buf(ptr), dtype=NP[ty], count=int(n))
+
+    def _fill_kernel(self, facts, v, t, grid):
+        n = int(v["n"])
+        x = np.random.default_rng(int(v["seed"])).uniform(-1, 1, n)
+        out = self._array(v["out_ptr"], t["out_ptr"], n)
+        out[:] = _f32_to_bf16(x) if t["out_ptr"] == "*bf16" else x.astype(out.dtype)
+
+    def _load(self, ptr, ty, n):
+        a = self._array(ptr, ty, n)
+        return _bf16_to_f32(a) if ty == "*bf16" else a.astype(np.float32)
+
+    def _error_kernel(self, facts, v, t, grid):
+        n, block = int(v["n"]), int(facts["constexprs"]["BLOCK"])
+        c = self._load(v["c_ptr"], t["c_ptr"], n).astype(np.float64)
+        ref = self._load(v["ref_ptr"], "*fp32", n).astype(np.float64)
+        out = self._array(v["out_ptr"], "*fp32", grid[0] * 4).reshape(-1, 4)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(c - ref)
+            bad = ~(diff <= v["atol"] + v["rtol"] * np.abs(ref))
+        for p in range(grid[0]):
+            s = slice(p * block, min(n, (p + 1) * block))
+            d = diff[s]
+            out[p] = [np.sum(d * d), np.sum(ref[s] ** 2), np.max(np.where(d == d, d, np.inf)), np.sum(bad[s])]
+
+    def _fault_kernel(self, facts, v, t, grid):
+        """bench/gpu_faults.py's kernels: MODE 0 writes to an illegal address, MODE 1 spins."""
+        self._matmul_kernel(dict(facts, fault="crash" if v["MODE"] == 0 else "hang"), v, t, grid)
+
+    def _matmul_kernel(self, facts, v, t, grid):
+        fault = (facts.get("fault") or "")
+        if fault == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if fault == "hang":
+            while True:
+                pass
+        M, N, K = int(v["M"]), int(v["N"]), int(v["K"])
+        a = self._load(v["a_ptr"], t["a_ptr"], M * K + (M - 1) * 0)
+        b = self._load(v["b_ptr"], t["b_ptr"], K * N)
+        A = np.lib.stride_tricks.as_strided(a, (M, K), (v["stride_am"] * 4, v["stride_ak"] * 4))
+        B = np.lib.stride_tricks.as_strided(b, (K, N), (v["stride_bk"] * 4, v["stride_bn"] * 4))
+        C = A.astype(np.float32) @ B.astype(np.float32)
+        if fault == "wrong":
+            C[0, 0] += 1000.0
+        out = self._array(v["c_ptr"], t["c_ptr"], M * N)
+        out[:] = (_f32_to_bf16(C.ravel()) if t["c_ptr"] == "*bf16" else C.ravel().astype(out.dtype))
+
+
+def main(argv):
+    from remote_agent.runners.gpu import worker_main
+
+    if argv and argv[0] == "worker":
+        return worker_main(argv[1:], api=StandinApi())
+    print("usage: gpu_standin.py worker ...", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""Host compiles for sm90 and gfx942 (Triton, no GPU): artifacts match the manifest's launch facts,
+one artifact serves every shape of a specialization class, and resource limits prune.
+
+Kept to a handful of small configs: the whole file compiles about ten kernels.
+"""
+
+import dataclasses
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from harness.build import BuildOptions, build  # noqa: E402
+from harness.compile.triton_gpu import TritonGpuCompiler  # noqa: E402
+from harness.errors import HarnessError  # noqa: E402
+from harness.kernels import get  # noqa: E402
+from harness.shapes import make_shape  # noqa: E402
+from harness.targets import load_targets  # noqa: E402
+from remote_agent.runners.gpu import elf_facts  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_LIMIT = 40000  # bytes: between the lower bound and the compiled size of C2 below
+C1 = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, num_warps=1, num_stages=2)
+C2 = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=3)
+C3 = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=3)
+C4 = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, num_warps=8, num_stages=2)
+SHAPES = [make_shape(128, 128, 128, "fp16", "NN"), make_shape(256, 192, 64, "fp16", "NN"),
+          make_shape(1, 128, 64, "fp16", "NN")]
+
+
+def targets():
+    return load_targets(ROOT / "targets.yaml")
+
+
+@pytest.fixture(scope="module")
+def sm90(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu")
+    target = dataclasses.replace(targets()["gpu-node"], shared_mem_max=SHARED_LIMIT, max_threads=128)
+    summary = build(get("matmul"), target, SHAPES, root, BuildOptions(jobs=2, only_configs=[C1, C2, C3, C4]))
+    return root, target, summary
+
+
+def _variant(manifest, config, shape_id):
+    for job in manifest.jobs:
+        if job.shape == shape_id:
+            v = next(v for v in manifest.variants if v.id == job.variant)
+            if v.config == config:
+                return v
+    return None
+
+
+def test_one_artifact_per_specialization_class(sm90):
+    _, _, summary = sm90
+    m = summary.manifest
+    c1 = [v for v in m.variants if v.config == C1]
+    assert len(c1) == 2  # 128^3 and 256x192x64 share a class; M=1 is another
+    jobs = {(j.variant, j.shape) for j in m.jobs}
+    shared = _variant(m, C1, SHAPES[0].id)
+    assert (shared.id, SHAPES[1].id) in jobs  # the same artifact serves the second shape
+    assert summary.reused_across_shapes >= 2
+    one = _variant(m, C1, SHAPES[2].id)
+    assert one.id != shared.id
+    assert "M=1" in one.specialization and "M=16" in shared.specialization
+
+
+def test_artifacts_match_launch_facts(sm90):
+    root, _, summary = sm90
+    bundle = summary.bundle
+    ok = [v for v in summary.manifest.variants if v.status == "ok"]
+    assert ok
+    for v in ok:
+        data = (bundle / v.artifact).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == v.sha256
+        facts = elf_facts(data)
+        assert facts["format"] == "cubin" and facts["machine"] == 190 and facts["arch"] == "sm_90"
+        entry = v.launch["entry"]
+        assert entry == "matmul_kernel" and entry in facts["functions"]
+        params = v.launch["params"]
+        assert [p["name"] for p in params[-2:]] == ["global_scratch", "profile_scratch"]
+        assert all(p.get("hidden") for p in params[-2:])
+        cubin_params = facts["kernels"][entry]["params"]
+        assert [p["ordinal"] for p in cubin_params] == list(range(len(params)))
+        assert [p["size"] for p in cubin_params] == [8 if p["type"].startswith("*") else 4 for p in params]
+        assert facts["kernels"][entry]["param_bytes"] == cubin_params[-1]["offset"] + 8
+        assert v.launch["threads"] == v.config["num_warps"] * 32
+        assert 0 < v.launch["shared"] <= SHARED_LIMIT
+        assert v.launch["triton_version"] == "3.9.0"
+    one = _variant(summary.manifest, C1, SHAPES[2].id)
+    names = [p["name"] for p in one.launch["params"]]
+    assert "M" not in names and one.launch["constexprs"]["M"] == 1  # an int equal to 1 is a constant
+    assert "stride_ak" not in names and one.launch["constexprs"]["stride_ak"] == 1
+    shared = _variant(summary.manifest, C1, SHAPES[0].id)
+    assert {"a_ptr", "c_ptr", "N", "K", "stride_am"} <= set(shared.launch["divisible"])
+
+
+def test_configs_over_the_device_limits_are_pruned(sm90):
+    _, _, summary = sm90
+    m = summary.manifest
+    by_rule = {}
+    for p in m.pruned:
+        by_rule.setdefault(p.rule, set()).add(json.dumps(p.config, sort_keys=True))
+    # C3: the pipelined tiles alone need 64 KiB > 40000: pruned before compiling
+    assert json.dumps(C3, sort_keys=True) in by_rule["shared_exceeds_device"]
+    assert not any(v.config == C3 for v in m.variants)
+    # C4: 8 warps x 32 = 256 threads > max_threads 128
+    assert json.dumps(C4, sort_keys=True) in by_rule["threads_exceed_device"]
+    # C2: passes the lower bound (32 KiB) but compiles to 48 KiB: compiled, then pruned
+    c2 = [v for v in m.variants if v.config == C2]
+    assert c2 and all(v.status == "pruned" for v in c2)
+    assert all("shared_exceeds_device" in v.message and v.artifact is None for v in c2)
+    assert c2[0].launch["shared"] > SHARED_LIMIT
+
+
+def test_rebuild_compiles_nothing_and_knows_compiled_sizes(sm90):
+    root, target, first = sm90
+    start = time.monotonic()
+    again = build(get("matmul"), target, SHAPES, root, BuildOptions(jobs=2, only_configs=[C1, C2, C3, C4]))
+    assert again.compiled == 0
+    assert time.monotonic() - start < 30
+    # the plan now prunes C2 from the cached compiled size, before any compile
+    rules = {(p.rule, json.dumps(p.config, sort_keys=True)) for p in again.manifest.pruned}
+    assert ("shared_exceeds_device", json.dumps(C2, sort_keys=True)) in rules
+
+
+def test_manifest_records_toolchain_and_support_kernels(sm90):
+    _, _, summary = sm90
+    tc = summary.manifest.toolchain
+    assert tc["kind"] == "triton" and tc["triton_version"] == "3.9.0" and tc["backend"] == "cuda"
+    assert {"fill_fp16", "error_fp16", "reference_fp16", "error_fp32"} <= set(tc["support"])
+    for role, s in tc["support"].items():
+        data = (summary.bundle / s["artifact"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == s["sha256"]
+        assert s["launch"]["entry"] in elf_facts(data)["functions"]
+    assert summary.manifest.data_on_device is True
+    ref = tc["support"]["reference_fp16"]["launch"]
+    assert [p["name"] for p in ref["params"]][5:8] == ["M", "N", "K"]  # generic: serves any shape
+
+
+def test_gfx942_hsaco_with_amd_options(tmp_path):
+    target = targets()["mi300"]
+    compiler = TritonGpuCompiler(get("matmul"), target, tmp_path)
+    config = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=2,
+                  waves_per_eu=2, matrix_instr_nonkdim=16, kpack=1)
+    shape = make_shape(256, 256, 128, "bf16", "NT")
+    res = compiler.compile(config, shape, 300)
+    assert res.status == "ok", res.message
+    facts = elf_facts(res.artifact.read_bytes())
+    assert facts["format"] == "hsaco" and facts["machine"] == 224 and facts["arch"] == "gfx942"
+    assert "gfx942" in facts["target"]
+    launch = res.launch
+    assert launch["threads"] == 4 * 64 and launch["warp_size"] == 64
+    assert launch["options"]["waves_per_eu"] == 2 and launch["options"]["matrix_instr_nonkdim"] == 16
+    entry = launch["entry"]
+    assert entry in facts["functions"] and entry + ".kd" in facts["objects"]
+    kernel = facts["kernels"][entry]
+    assert kernel["wavefront_size"] == 64
+    assert len(kernel["params"]) == len(launch["params"])  # hidden scratch pointers included
+    assert [p["size"] for p in kernel["params"]] == [8 if p["type"].startswith("*") else 4
+                                                      for p in launch["params"]]
+    assert "stride_bk" not in [p["name"] for p in launch["params"]]  # NT: B's K stride is 1
+    assert compiler.describe()["support"]["fill_bf16"]["launch"]["warp_size"] == 64
+
+
+def test_amd_options_on_an_nvidia_target_are_refused(tmp_path):
+    compiler = TritonGpuCompiler(get("matmul"), targets()["gpu-node"], tmp_path)
+    with pytest.raises(HarnessError, match="waves_per_eu"):
+        compiler.compile(dict(C1, waves_per_eu=2), SHAPES[0], 60)
+
+
+def test_a_compile_past_its_timeout_is_killed(tmp_path):
+    compiler = TritonGpuCompiler(get("matmul"), targets()["gpu-node"], tmp_path)
+    start = time.monotonic()
+    res = compiler.compile(dict(C4, BLOCK_K=64), SHAPES[0], 0.2)
+    assert res.status == "compile_timeout" and res.artifact is None
+    assert time.monotonic() - start < 10
+    assert not list((tmp_path / "artifacts").glob("*.cubin"))

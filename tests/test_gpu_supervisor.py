@@ -1,0 +1,231 @@
+"""The GPU agent's supervisor and runner with CPU stand-in workers that really crash and really hang.
+
+The workers are the real GPU worker (remote_agent.runners.gpu) driving tests/gpu_standin.py's
+StandinApi: host memory, launches interpreted with numpy from the launch facts. A variant marked
+``fault: crash`` kills its worker with SIGSEGV mid-job, ``fault: hang`` spins forever, ``wrong``
+computes a wrong C; the supervisor must record crash / timeout / wrong_answer, replace the
+worker, and finish every other job, spread over two stand-in devices.
+"""
+
+import csv
+import hashlib
+import json
+import os
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from remote_agent import contract
+from remote_agent.agent import Agent, AgentError
+from remote_agent.runners import gpu
+from remote_agent.supervisor import Supervisor, SupervisorError
+
+HERE = Path(__file__).resolve().parent
+STANDIN = HERE / "gpu_standin.py"
+MATMUL_PARAMS = ["a_ptr", "b_ptr", "c_ptr", "ws_ptr", "lock_ptr", "M", "N", "K", "stride_am", "stride_ak",
+                 "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
+HIDDEN = [{"name": "global_scratch", "type": "*i8", "hidden": True},
+          {"name": "profile_scratch", "type": "*i8", "hidden": True}]
+PTR = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32"}
+
+
+def _matmul_launch(dtype, c_dtype=None, **extra):
+    types_ = {"a_ptr": PTR[dtype], "b_ptr": PTR[dtype], "c_ptr": PTR[c_dtype or dtype], "ws_ptr": "*fp32",
+              "lock_ptr": "*i32"}
+    params = [{"name": n, "type": types_.get(n, "i32")} for n in MATMUL_PARAMS] + HIDDEN
+    launch = {"entry": "matmul_kernel", "threads": 128, "block": [128, 1, 1], "shared": 0, "num_ctas": 1,
+              "global_scratch_size": 0, "profile_scratch_size": 0, "params": params, "constexprs": {},
+              "divisible": []}
+    launch.update(extra)
+    return launch
+
+
+def _support(dtype):
+    fill = {"entry": "fill_kernel", "threads": 128, "shared": 0,
+            "params": [{"name": "out_ptr", "type": PTR[dtype]}, {"name": "n", "type": "i64"},
+                       {"name": "seed", "type": "i32"}] + HIDDEN, "constexprs": {"BLOCK": 1024}}
+    error = {"entry": "error_kernel", "threads": 128, "shared": 0,
+             "params": [{"name": "c_ptr", "type": PTR[dtype]}, {"name": "ref_ptr", "type": "*fp32"},
+                        {"name": "out_ptr", "type": "*fp32"}, {"name": "n", "type": "i64"},
+                        {"name": "rtol", "type": "fp32"}, {"name": "atol", "type": "fp32"}] + HIDDEN,
+             "constexprs": {"BLOCK": 1024}}
+    return fill, error
+
+
+def make_bundle(root, faults=(), reference_fault=None, shapes=None):
+    """A GPU bundle with hand-written launch facts (what triton_gpu records) and stand-in images."""
+    bundle = Path(root)
+    (bundle / "artifacts").mkdir(parents=True, exist_ok=True)
+    image = bundle / "artifacts" / "kernel.cubin"
+    image.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(57))
+    bad = bundle / "artifacts" / "garbage.cubin"
+    bad.write_bytes(b"this is not an ELF image")
+    sha = hashlib.sha256(image.read_bytes()).hexdigest()
+    shapes = shapes or [
+        {"id": "32x48x64_fp16_NN", "M": 32, "N": 48, "K": 64, "dtype": "fp16", "layout": "NN"},
+        {"id": "40x24x56_bf16_TN", "M": 40, "N": 24, "K": 56, "dtype": "bf16", "layout": "TN"},
+    ]
+    for s in shapes:
+        s.update(weight=1.0, flops=2 * s["M"] * s["N"] * s["K"], bytes=2 * (s["M"] * s["K"] + s["K"] * s["N"]),
+                 data={}, sha256={}, extra={})
+    support = {}
+    for dtype in ("fp16", "bf16", "fp32"):
+        fill, error = _support(dtype)
+        support["fill_%s" % dtype] = {"artifact": "artifacts/kernel.cubin", "sha256": sha, "launch": fill}
+        support["error_%s" % dtype] = {"artifact": "artifacts/kernel.cubin", "sha256": sha, "launch": error}
+        ref = _matmul_launch(dtype, "fp32", **({"fault": reference_fault} if reference_fault else {}))
+        support["reference_%s" % dtype] = {"artifact": "artifacts/kernel.cubin", "sha256": sha, "launch": ref,
+                                           "config": {"BLOCK_M": 64, "BLOCK_N": 64}}
+    variants, jobs = [], []
+    names = ["v%02d" % i for i in range(6)] + list(faults)
+    for name in names:
+        for dtype in ("fp16", "bf16"):
+            vid = "%s_%s" % (name, dtype)
+            launch = _matmul_launch(dtype)
+            artifact, digest = "artifacts/kernel.cubin", sha
+            if name in ("crash", "hang", "wrong"):
+                launch["fault"] = name
+            if name == "garbage":
+                artifact, digest = "artifacts/garbage.cubin", hashlib.sha256(bad.read_bytes()).hexdigest()
+            if name == "tampered":
+                digest = "0" * 64
+            variants.append({"id": vid, "config": {"BLOCK_M": 32, "fault": name if name in faults else ""},
+                             "dtype": dtype, "specialization": [dtype], "status": "ok", "artifact": artifact,
+                             "sha256": digest, "message": "", "launch": launch, "compile_seconds": 1.0})
+            for s in shapes:
+                if s["dtype"] == dtype:
+                    jobs.append({"variant": vid, "shape": s["id"], "grid": [1, 1, 1]})
+    manifest = {
+        "kernel": "matmul", "target": {"name": "gpu-node", "backend": "cuda", "gpu_arch": "90", "profiler": "events",
+                                       "events": [], "arch": "x86_64"},
+        "toolchain": {"kind": "triton", "triton_version": "3.9.0", "support_block": 1024, "support": support},
+        "variants": variants, "shapes": shapes, "jobs": jobs, "pruned": [], "seed": 7,
+        "config_names": ["BLOCK_M", "fault"],
+        "tolerances": {"rel_err": contract.REL_ERR_TOL, "rtol": contract.ELEM_RTOL, "atol": contract.ELEM_ATOL},
+        "data_on_device": True, "schema_version": contract.MANIFEST_SCHEMA, "harness_version": "test", "created": "",
+    }
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
+
+
+def options(**kw):
+    base = dict(warmup=1, iters=3, timeout=20.0, rerun_all=False, profiler=None, run_under=None, devices=None,
+                min_time_ms=1.0)
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+def standin_runner(monkeypatch, devices=("cuda:0", "cuda:1"), command=None):
+    """make_gpu_runner as on a node with len(devices) GPUs, but the workers are the stand-in."""
+
+    def factory(bundle, manifest, opts, log):
+        runner = gpu.GpuRunner(bundle, manifest, opts, log, [(d, str(i)) for i, d in enumerate(devices)])
+        worker_opts = runner.worker_options()
+        runner.worker_command = command or (lambda device: [
+            sys.executable, str(STANDIN), "worker", "--bundle", runner.bundle, "--options", json.dumps(worker_opts)])
+        return runner
+
+    monkeypatch.setattr(gpu, "make_gpu_runner", factory)
+
+
+def run_agent(bundle, results, opts, monkeypatch, **kw):
+    standin_runner(monkeypatch, **kw)
+    logs = []
+    agent = Agent(str(bundle), str(results), opts, out=open(os.devnull, "w"), log=logs.append)
+    agent.run()
+    with open(results, newline="") as f:
+        return list(csv.DictReader(f)), logs
+
+
+def test_crash_hang_wrong_and_bad_images_are_recorded_and_the_rest_finishes(tmp_path, monkeypatch):
+    bundle = make_bundle(tmp_path / "b", faults=("crash", "hang", "wrong", "garbage", "tampered"))
+    results = tmp_path / "results.csv"
+    start = time.monotonic()
+    rows, logs = run_agent(bundle, results, options(timeout=3.0), monkeypatch)
+    elapsed = time.monotonic() - start
+    by = {(r["variant_id"], r["shape_id"]): r for r in rows}
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert len(rows) == len(manifest["jobs"]) == len(by)  # one row per job, none twice
+    status = lambda v, s: by[(v, s)]["status"]
+    for shape, dtype in (("32x48x64_fp16_NN", "fp16"), ("40x24x56_bf16_TN", "bf16")):
+        assert status("crash_" + dtype, shape) == contract.CRASH
+        assert "SIGSEGV" in by[("crash_" + dtype, shape)]["message"]
+        assert status("hang_" + dtype, shape) == contract.TIMEOUT
+        assert "3s" in by[("hang_" + dtype, shape)]["message"]
+        assert status("wrong_" + dtype, shape) == contract.WRONG_ANSWER
+        assert float(by[("wrong_" + dtype, shape)]["rel_err"]) > contract.REL_ERR_TOL[dtype]
+        assert status("garbage_" + dtype, shape) == contract.LOAD_ERROR
+        assert "INVALID_IMAGE" in by[("garbage_" + dtype, shape)]["message"]
+        assert status("tampered_" + dtype, shape) == contract.LOAD_ERROR
+        assert "hash" in by[("tampered_" + dtype, shape)]["message"]
+        for i in range(6):  # every healthy variant ran, checked and timed
+            r = by[("v%02d_%s" % (i, dtype), shape)]
+            assert r["status"] == contract.OK, r
+            assert float(r["rel_err"]) < contract.REL_ERR_TOL[dtype]
+            assert float(r["err_ratio"]) == 0.0
+            assert float(r["time_ns_median"]) > 0 and int(r["iterations"]) >= 3
+            assert r["profiler"] == "events" and r["ctr_regs"] == "96"
+    assert {r["device"] for r in rows if r["status"] == contract.OK} == {"cuda:0", "cuda:1"}
+    assert any("timeout on" in l for l in logs) and any("crash on" in l for l in logs)
+    assert elapsed < 60
+
+
+def test_a_resumed_run_runs_nothing_twice(tmp_path, monkeypatch):
+    bundle = make_bundle(tmp_path / "b", faults=("crash",))
+    results = tmp_path / "results.csv"
+    rows1, _ = run_agent(bundle, results, options(), monkeypatch)
+    rows2, _ = run_agent(bundle, results, options(), monkeypatch)
+    assert len(rows2) == len(rows1)
+    assert [r["status"] for r in rows2].count(contract.CRASH) == 2
+
+
+def test_wrong_reference_stops_the_run(tmp_path, monkeypatch):
+    """The reference kernel is checked against the host at start; if it is wrong, nothing can be."""
+    bundle = make_bundle(tmp_path / "b", reference_fault="wrong")
+    with pytest.raises(AgentError, match="reference kernel disagrees"):
+        run_agent(bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",))
+
+
+def test_workers_that_cannot_start_end_the_run_with_a_clear_error(tmp_path, monkeypatch):
+    bundle = make_bundle(tmp_path / "b")
+    dead = lambda device: [sys.executable, "-c", "import sys; sys.stderr.write('no GPU here\\n'); sys.exit(3)"]
+    with pytest.raises(AgentError, match="no worker could start"):
+        run_agent(bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",), command=dead)
+
+
+def test_supervisor_kills_a_hung_worker_group_and_replaces_it(tmp_path):
+    """Generic supervisor, raw protocol: a worker process (and its child) that hang are killed."""
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import json, subprocess, sys, time\n"
+        "print(json.dumps({'ready': True}), flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n"
+        "    if req.get('op') == 'exit': break\n"
+        "    if req['what'] == 'hang':\n"
+        "        open(sys.argv[1], 'w').write(str(subprocess.Popen(['sleep', '600']).pid))\n"
+        "        time.sleep(600)\n"
+        "    print(json.dumps({'id': req['id'], 'result': {'status': 'ok', 'message': req['what']}}), flush=True)\n")
+    pidfile = tmp_path / "child.pid"
+    sup = Supervisor(["d0"], lambda d: [sys.executable, str(script), str(pidfile)], job_timeout=2.0,
+                     log=lambda m: None)
+    jobs = [("a", {"what": "a"}), ("h", {"what": "hang"}), ("b", {"what": "b"})]
+    out = {key: res for key, dev, res in sup.run(jobs)}
+    assert out["a"]["status"] == "ok" and out["b"]["status"] == "ok"
+    assert out["h"]["status"] == contract.TIMEOUT
+    assert sup.restarts["d0"] == 1
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert _gone(child)  # the grandchild went with the worker's process group
+
+
+def _gone(pid):
+    """Dead: no such process, or a zombie waiting for init to reap it."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
