@@ -11,6 +11,7 @@ from typing import Optional
 from remote_agent.contract import ELEM_ATOL, ELEM_RTOL, REL_ERR_TOL
 
 from . import state, ui
+from .errors import HarnessError
 from .bundle import Job, Manifest, PrunedEntry, ShapeEntry, Variant, bundle_dir, sha256_file, write_data_file
 from .space import config_id, expand, first_pruning_rule
 
@@ -21,7 +22,8 @@ class BuildOptions:
     compile_timeout: float = 120.0
     seed: int = 0
     space: Optional[dict] = None  # overrides the kernel's space
-    frontend: str = "auto"  # cpu: cpp (triton-cpu in its own issue); gpu: triton
+    frontend: str = "auto"  # cpu: cpp or triton-cpu; gpu: triton
+    from_ir: Optional[str] = None  # triton-cpu: import IR directories made elsewhere
     only_configs: Optional[list] = None  # build exactly these configs (a search strategy's round)
 
 
@@ -38,8 +40,14 @@ class BuildSummary:
     statuses: dict = field(default_factory=dict)
 
 
-def compiler_for(kernel, target, out_dir: Path, frontend: str = "auto"):
+def compiler_for(kernel, target, out_dir: Path, frontend: str = "auto", from_ir=None, jobs: int = 0):
     """The toolchain module that builds this kernel for this target."""
+    if frontend not in ("auto", "cpp", "triton", "triton-cpu"):
+        raise HarnessError("--frontend %s: choose cpp or triton-cpu (CPU targets), triton (GPU targets)" % frontend)
+    if frontend == "triton-cpu" or from_ir:
+        from .compile.triton_cpu import TritonCpuCompiler
+
+        return TritonCpuCompiler(kernel, target, out_dir, from_ir=from_ir, jobs=jobs)
     if target.is_gpu:
         from .compile.triton_gpu import TritonGpuCompiler
 
@@ -78,10 +86,13 @@ def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSum
     start = time.monotonic()
     out = bundle_dir(root, target.name, kernel.name)
     out.mkdir(parents=True, exist_ok=True)
-    compiler = compiler_for(kernel, target, out, options.frontend)
+    compiler = compiler_for(kernel, target, out, options.frontend, options.from_ir, options.jobs)
     space = options.space or kernel.space_for(target)
-    if options.only_configs is not None:
-        space_configs = options.only_configs
+    only_configs = options.only_configs
+    if only_configs is None:
+        only_configs = getattr(compiler, "fixed_configs", None)  # imported IR decides the configs
+    if only_configs is not None:
+        space_configs = only_configs
         variants, jobs, pruned = {}, [], []
         for cfg in space_configs:
             v, j, p = plan(kernel, target, shapes, {k: [val] for k, val in cfg.items()}, compiler)
@@ -90,8 +101,8 @@ def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSum
             pruned += p
     else:
         variants, jobs, pruned = plan(kernel, target, shapes, space, compiler)
-    config_names = list(space) if options.only_configs is None else \
-        list(dict.fromkeys(k for cfg in options.only_configs for k in cfg))
+    config_names = list(space) if only_configs is None else \
+        list(dict.fromkeys(k for cfg in only_configs for k in cfg))
 
     results = compile_all(compiler, variants, options)
     summary = BuildSummary(out, None, pruned_pairs=len(pruned))

@@ -12,13 +12,17 @@ def best_table(best: pd.DataFrame, counts: dict) -> Table:
     title = "best config per shape  (" + ", ".join("%s %d" % kv for kv in sorted(counts.items())) + ")"
     table = Table(title=title)
     cfg_cols = config_columns(best)
-    for col in ["shape", "device"] + [_short(c[4:]) for c in cfg_cols] + ["median", "spread", "GFLOP/s", "rel err", "ties"]:
+    # vector instructions in the kernel (from the bundle's disassembly), when the build counted them
+    vec = "vector_instructions" in best.columns and best["vector_instructions"].notna().any()
+    for col in ["shape", "device"] + [_short(c[4:]) for c in cfg_cols] + ["median", "spread", "GFLOP/s", "rel err",
+                                                                          "ties"] + (["vec instr"] if vec else []):
         table.add_column(col, justify="right" if col not in ("shape", "device") else "left")
     for _, row in best.iterrows():
         cfg = [str(_int(row[c])) for c in cfg_cols]
+        extra = [("-" if pd.isna(row["vector_instructions"]) else str(int(row["vector_instructions"])))] if vec else []
         table.add_row(row["shape_id"], str(row["device"]), *cfg, _time(row["time_ns_median"]),
                       _time(row["spread_ns"]), "%.2f" % (row["tflops"] * 1e3), "%.1e" % row["rel_err"],
-                      str(int(row["tied_with"])))
+                      str(int(row["tied_with"])), *extra)
     return table
 
 
