@@ -11,7 +11,7 @@ import sys
 import typer
 
 from . import ui
-from .commands import build, push, report, run, targets, tune
+from .commands import build, push, report, run, status, targets, tune
 from .errors import HarnessError
 
 app = typer.Typer(
@@ -29,6 +29,9 @@ app.command()(push.push)
 app.command()(run.run)
 app.command()(report.report)
 app.command()(tune.tune)
+from .commands import simulate  # noqa: E402
+app.command()(simulate.simulate)
+app.command()(status.status)
 targets_app = typer.Typer(help="List targets, or check what a target's machine has.",
                           invoke_without_command=True, no_args_is_help=False)
 targets_app.callback()(targets.targets_list)

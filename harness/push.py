@@ -11,6 +11,7 @@ were sent last, so a push with nothing new is a single SSH command.
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +59,12 @@ def push(bundle: Path, manifest: Manifest, transport, progress=None) -> PushSumm
     pairs = [(bundle / f, "%s/%s" % (rel, f)) for f in missing]
     pairs.append((bundle / "manifest.json", "%s/manifest.json" % rel))
     pairs += [(p, "agent/remote_agent/%s" % p.relative_to(AGENT_DIR)) for p in agent_files()]
-    marker_file = bundle / marker
-    marker_file.write_text("")
-    pairs.append((marker_file, "%s/%s" % (rel, marker)))
-    total = sum(Path(p).stat().st_size for p, _ in pairs)
-    if progress:
-        progress.start(total)
-    sent = transport.put_files(pairs, on_bytes=progress.advance if progress else None)
-    marker_file.unlink()
+    with tempfile.TemporaryDirectory(prefix="harness-push-") as tmp:
+        marker_file = Path(tmp) / marker  # its own file per push: pushes to a fleet run at once
+        marker_file.write_text("")
+        pairs.append((marker_file, "%s/%s" % (rel, marker)))
+        total = sum(Path(p).stat().st_size for p, _ in pairs)
+        if progress:
+            progress.start(total)
+        sent = transport.put_files(pairs, on_bytes=progress.advance if progress else None)
     return PushSummary(len(missing), len(needed) - len(missing), sent, 2)

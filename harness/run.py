@@ -1,17 +1,25 @@
-"""harness run: start the agent (here, or on the remote with one SSH command) and follow it."""
+"""harness run: start the agent (here, or on the remote with one SSH command) and follow it.
+
+On a remote the agent runs detached (``remote_agent start``): a dropped SSH connection does not
+stop it, and the next ``harness run --remote`` attaches to it instead of starting another.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from remote_agent.contract import PROGRESS_PREFIX
 
 from . import ui
 from .errors import HarnessError
 from .push import remote_bundle_dir, remote_results_dir
+
+
+class ConnectionLost(HarnessError):
+    """The SSH connection dropped while following a remote run (the run goes on there)."""
 
 
 @dataclass
@@ -23,20 +31,21 @@ class RunOptions:
     profiler: Optional[str] = None
     devices: Optional[str] = None
     min_time_ms: float = 100.0
+    select: Optional[str] = None  # job indices for this host (fleets)
 
 
-def agent_args(bundle: str, results: str, options: RunOptions, run_under: Optional[str]) -> list:
-    args = ["-u", "-m", "remote_agent", "run", "--bundle", bundle, "--results", results,
+def agent_args(bundle: str, results: str, options: RunOptions) -> list:
+    args = ["--bundle", bundle, "--results", results,
             "--warmup", str(options.warmup), "--iters", str(options.iters),
             "--timeout", str(options.timeout), "--min-time-ms", str(options.min_time_ms)]
     if options.rerun_all:
         args.append("--all")
     if options.profiler:
         args += ["--profiler", options.profiler]
-    if run_under:
-        args += ["--run-under", run_under]
     if options.devices:
         args += ["--devices", options.devices]
+    if options.select is not None:
+        args += ["--select", options.select]
     return args
 
 
@@ -54,46 +63,88 @@ def run_local(root: Path, target, kernel: str, options: RunOptions) -> Path:
         raise HarnessError("no bundle for %s on %s; run: harness build %s --target %s"
                            % (kernel, target.name, kernel, target.name))
     results = local_results_path(root, target.name, kernel).resolve()
-    argv = [transport.python] + agent_args(str(bundle), str(results), options, None)
-    _follow(transport, argv, cwd=str(LocalTransport.agent_root()), env=None, label=target.name)
+    argv = [transport.python, "-u", "-m", "remote_agent", "run"] + agent_args(str(bundle), str(results), options)
+    with ui.progress() as bar:
+        follow(transport, argv, cwd=str(LocalTransport.agent_root()), env=None, label=target.name,
+               on_progress=ProgressBar(bar, target.name))
     return results
 
 
-def run_remote(target, kernel: str, options: RunOptions, transport) -> str:
-    """One SSH command starts the agent in the remote workdir; its progress lines drive a bar."""
-    argv = [transport.python] + agent_args(remote_bundle_dir(target.name, kernel),
-                                           "%s/results.csv" % remote_results_dir(target.name, kernel),
-                                           options, None)
-    _follow(transport, argv, cwd=transport.workdir or None, env={"PYTHONPATH": "agent"}, label=target.name)
-    return "%s/results.csv" % remote_results_dir(target.name, kernel)
+def run_remote(target, kernel: str, options: RunOptions, transport, on_progress=None) -> str:
+    """One SSH command starts the agent detached in the remote workdir (or attaches to the run
+    in progress) and streams its log; progress lines drive ``on_progress``."""
+    results = "%s/results.csv" % remote_results_dir(target.name, kernel)
+    argv = [transport.python, "-u", "-m", "remote_agent", "start", "--results", results, "--"] + \
+        agent_args(remote_bundle_dir(target.name, kernel), results, options)
+    if on_progress is None:
+        with ui.progress() as bar:
+            follow(transport, argv, cwd=transport.workdir or None, env={"PYTHONPATH": "agent"},
+                   label=transport.label, on_progress=ProgressBar(bar, target.name))
+    else:
+        follow(transport, argv, cwd=transport.workdir or None, env={"PYTHONPATH": "agent"},
+               label=transport.label, on_progress=on_progress)
+    return results
 
 
-def _follow(transport, argv, cwd, env, label):
+def remote_status(target, kernel: str, transport) -> dict:
+    results = "%s/results.csv" % remote_results_dir(target.name, kernel)
+    command = transport.shell_command([transport.python, "-m", "remote_agent", "status", "--results", results],
+                                      cwd=transport.workdir or None, env={"PYTHONPATH": "agent"})
+    rc, out, err = transport.run_capture(command)
+    if rc != 0:
+        raise HarnessError("cannot read the status on %s: %s" % (transport.label, err.strip()[-200:]))
+    return json.loads(out.decode())
+
+
+class ProgressBar:
+    """Turns the agent's progress lines into a rich progress bar."""
+
+    def __init__(self, bar, label: str):
+        self.bar = bar
+        self.task = bar.add_task("run %s" % label, total=None, info="")
+        self.counts = {}
+
+    def __call__(self, info: dict) -> None:
+        if info.get("status"):
+            self.counts[info["status"]] = self.counts.get(info["status"], 0) + 1
+        self.bar.update(self.task, total=info["total"], completed=info["done"],
+                        info=" ".join("%s %d" % kv for kv in sorted(self.counts.items())))
+
+
+def follow(transport, argv, cwd, env, label, on_progress: Callable[[dict], None]):
+    """Run argv through the transport; progress lines go to on_progress, agent messages are shown."""
     import os
 
     if env is None:
         env = dict(os.environ)
-    with ui.progress() as bar:
-        task = bar.add_task("run %s" % label, total=None, info="")
-        counts = {}
+    messages = []
 
-        def on_line(line: str):
-            if line.startswith(PROGRESS_PREFIX):
-                info = json.loads(line[len(PROGRESS_PREFIX):])
-                if info.get("status"):
-                    counts[info["status"]] = counts.get(info["status"], 0) + 1
-                bar.update(task, total=info["total"], completed=info["done"],
-                           info=" ".join("%s %d" % kv for kv in sorted(counts.items())))
-            else:
-                ui.console.print(line, markup=False)
-
-        rc, err = transport.run(argv, on_line=on_line, cwd=cwd, env=env)
-    for line in err.splitlines():
-        if line.startswith("agent: ") and "error" not in line:
+    def on_line(line: str):
+        if line.startswith(PROGRESS_PREFIX):
+            on_progress(json.loads(line[len(PROGRESS_PREFIX):]))
+        elif line.strip():
+            messages.append(line)
             ui.console.print(line, markup=False)
+
+    try:
+        rc, err = transport.run(argv, on_line=on_line, cwd=cwd, env=env)
+    except (OSError, EOFError) as exc:
+        raise ConnectionLost(_lost(label, exc))
+    except Exception as exc:  # paramiko.SSHException and friends
+        if type(exc).__module__.startswith("paramiko"):
+            raise ConnectionLost(_lost(label, exc))
+        raise
+    if rc == -1 and getattr(transport, "is_remote", False):
+        raise ConnectionLost(_lost(label, "the connection closed"))
     if rc != 0:
-        last = [l for l in err.strip().splitlines() if l.strip()]
-        message = last[-1] if last else "exit code %d" % rc
+        lines = [l for l in err.strip().splitlines() + messages if l.strip()]
+        errors = [l for l in lines if l.startswith("agent: error: ")]
+        message = (errors or lines or ["exit code %d" % rc])[-1]
         if message.startswith("agent: error: "):
             message = message[len("agent: error: "):]
         raise HarnessError("the agent on %s stopped: %s" % (label, message))
+
+
+def _lost(label, exc) -> str:
+    return ("lost the connection to %s (%s); the run goes on there: `harness run --remote` attaches to it "
+            "again, `harness report` fetches what is done" % (label, exc))

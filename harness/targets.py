@@ -64,6 +64,23 @@ class Target:
     def resolved_arch(self) -> str:
         return platform.machine() if self.arch == "native" else self.arch
 
+    def host_list(self) -> list:
+        """(host, port, workdir) of every machine of the target: ``hosts:`` for a fleet (entries
+        ``HOST``, ``HOST:PORT`` or ``{host, port, workdir}``), else ``ssh.host``."""
+        if not self.ssh:
+            return []
+        if not self.hosts:
+            return [(self.ssh.host, self.ssh.port, self.workdir)]
+        out = []
+        for entry in self.hosts:
+            if isinstance(entry, dict):
+                out.append((str(entry["host"]), int(entry.get("port", self.ssh.port)),
+                            str(entry.get("workdir", self.workdir))))
+            else:
+                host, _, port = str(entry).rpartition(":") if ":" in str(entry) else (str(entry), "", "")
+                out.append((host, int(port) if port else self.ssh.port, self.workdir))
+        return out
+
     @property
     def is_gpu(self) -> bool:
         return self.backend in ("cuda", "hip")
@@ -186,6 +203,21 @@ def _build_target(path, name, key_node, node) -> Target:
     for key in ("events", "cflags", "hosts"):
         if key in values and not all(isinstance(v, (str, dict)) for v in values[key]):
             raise HarnessError("%s.%s must be a list of strings" % (name, key), where=where(key))
+    if values.get("hosts") and "ssh" not in values:
+        raise HarnessError("%s: hosts needs an ssh section (user, key, port for all hosts)" % name,
+                           where=where("hosts"))
+    for entry in values.get("hosts", []):
+        if isinstance(entry, dict):
+            unknown = set(entry) - {"host", "port", "workdir"}
+            if unknown or "host" not in entry:
+                raise HarnessError("%s.hosts: %r needs host and may have port, workdir" % (name, entry),
+                                   where=where("hosts"))
+            text = "%s:%s" % (entry["host"], entry.get("port", 22))
+        else:
+            text = str(entry)
+        port = text.rpartition(":")[2] if ":" in text else "22"
+        if not text.strip() or not port.isdigit():
+            raise HarnessError("%s.hosts: %r is not HOST or HOST:PORT" % (name, entry), where=where("hosts"))
     backend = values.get("backend", "cpu")
     if backend != "cpu" and not values.get("gpu_arch"):
         raise HarnessError("%s: backend %s needs gpu_arch (e.g. 90 or gfx942)" % (name, backend),

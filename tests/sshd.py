@@ -40,6 +40,19 @@ class SSHServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
 
+    def kill_hard(self):
+        """The machine's sshd dies with every session it carries (a dropped connection);
+        processes that left those sessions (a detached agent) live on."""
+        if not self.proc:
+            return
+        victims = descendants(self.proc.pid) + [self.proc.pid]
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
     def start(self):
         d = self.dir
         config = d / "sshd_config"
@@ -63,6 +76,24 @@ class SSHServer:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("sshd did not start: %s" % (d / "sshd.log").read_text())
+
+
+def descendants(pid: int) -> list:
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open("/proc/%s/stat" % entry).read()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ def push(
     remote has, then one tar stream with only the missing files."""
     from ..bundle import Manifest, bundle_dir
     from ..push import push as do_push
-    from ..transport import for_target
+    from ..transport import for_hosts
 
     tgt = pick_target(target, targets_file, "push")
     if not tgt.is_remote:
@@ -28,7 +28,18 @@ def push(
     kern = kernel_of(tgt.name, kernel)
     bundle = bundle_dir(ROOT, tgt.name, kern)
     manifest = Manifest.load(bundle / "manifest.json")
-    transport = for_target(tgt).open()
+    transports = for_hosts(tgt)
+    if len(transports) > 1:
+        from ..fleet import push_fleet
+
+        summaries = push_fleet(bundle, manifest, tgt, transports)
+        for t, summary in zip(transports, summaries):
+            ui.out.print("pushed %s to %s: %d files sent, %d already there, %.1f MB in %d SSH commands" % (
+                kern, t.label, summary.sent_files, summary.skipped_files, summary.bytes_sent / 1e6,
+                summary.commands))
+        state.record(ROOT, tgt.name, kernel=kern, pushed=True)
+        return
+    transport = transports[0].open()
     try:
         with ui.progress() as bar:
             task = bar.add_task("push %s" % tgt.name, total=None, info="")

@@ -35,17 +35,30 @@ def run(
     With --remote the agent runs on the target over one SSH command; without, it runs here
     (under the target's run_under, e.g. qemu). An interrupted run resumes where it stopped."""
     from ..run import run_local, run_remote
-    from ..transport import for_target
+    from ..transport import for_hosts
 
     options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms)
     tgt = pick_target(remote or target, targets_file, "run")
     kern = kernel_of(tgt.name, kernel)
     if remote and tgt.is_remote:
-        transport = for_target(tgt).open()
-        try:
-            where = run_remote(tgt, kern, options, transport)
-        finally:
-            transport.close()
+        transports = for_hosts(tgt)
+        if len(transports) > 1:
+            from ..bundle import Manifest, bundle_dir
+            from ..fleet import run_fleet
+
+            manifest = Manifest.load(bundle_dir(ROOT, tgt.name, kern) / "manifest.json")
+            summary = run_fleet(tgt, kern, manifest, transports, options)
+            where = "results/%s/%s on each of %d hosts" % (tgt.name, kern, len(transports))
+            for label, count in summary.done.items():
+                ui.out.print("%s: %d jobs" % (label, count))
+            if summary.dropped:
+                ui.out.print("dropped out: %s; %d jobs moved" % (", ".join(summary.dropped), summary.moved))
+        else:
+            transport = transports[0].open()
+            try:
+                where = run_remote(tgt, kern, options, transport)
+            finally:
+                transport.close()
         state.record(ROOT, tgt.name, kernel=kern, results_remote=True)
         ui.out.print("results on %s:%s; fetch them with: harness report --target %s" % (tgt.name, where, tgt.name))
     else:

@@ -55,3 +55,26 @@ def _write(path: Path, header: list, body: list) -> None:
         writer.writerow(header)
         writer.writerows(body)
     os.replace(tmp, path)
+
+
+def fetch_target(target, kernel: str, local: Path) -> int:
+    """Fetch from every host of the target (one tar stream each); an unreachable host is
+    skipped with a warning while another answers, so what is reachable still comes home."""
+    from .. import ui
+    from ..errors import HarnessError
+    from ..transport import for_hosts
+
+    new, failures = 0, []
+    transports = for_hosts(target)
+    for transport in transports:
+        try:
+            transport.open()
+            new += fetch_and_merge(transport, target.name, kernel, local)
+        except HarnessError as exc:
+            failures.append(str(exc))
+            ui.console.print("[yellow]%s[/]" % exc, markup=True)
+        finally:
+            transport.close()
+    if failures and len(failures) == len(transports):
+        raise HarnessError(failures[0])
+    return new

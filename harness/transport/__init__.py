@@ -8,11 +8,16 @@
 from __future__ import annotations
 
 
-def for_target(target):
+def for_target(target, host=None, port=None, workdir=None):
     if target.is_remote:
         from .ssh import SSHTransport
 
-        return SSHTransport(target)
+        return SSHTransport(target, host, port, workdir)
     from .local import LocalTransport
 
     return LocalTransport(target)
+
+
+def for_hosts(target) -> list:
+    """One transport per machine of a fleet (a single-host target gives one)."""
+    return [for_target(target, host, port, workdir) for host, port, workdir in target.host_list()]

@@ -20,19 +20,20 @@ class SSHTransport:
     name = "ssh"
     is_remote = True
 
-    def __init__(self, target, host=None):
+    def __init__(self, target, host=None, port=None, workdir=None):
         import fabric
         import paramiko
 
         ssh = target.ssh
         self.target = target
         self.host = host or ssh.host
-        self.label = "%s@%s:%s" % (ssh.user or os.environ.get("USER", ""), self.host, ssh.port)
+        self.port = port or ssh.port
+        self.label = "%s@%s:%s" % (ssh.user or os.environ.get("USER", ""), self.host, self.port)
         connect_kwargs = {"look_for_keys": ssh.key is None, "allow_agent": ssh.key is None,
                           "timeout": 10, "banner_timeout": 10, "auth_timeout": 10}
         if ssh.key:
             connect_kwargs["key_filename"] = os.path.expanduser(ssh.key)
-        self.conn = fabric.Connection(self.host, user=ssh.user, port=ssh.port, connect_kwargs=connect_kwargs)
+        self.conn = fabric.Connection(self.host, user=ssh.user, port=self.port, connect_kwargs=connect_kwargs)
         client = self.conn.client
         known = os.path.expanduser(ssh.known_hosts) if ssh.known_hosts else None
         if known and os.path.exists(known):
@@ -41,7 +42,7 @@ class SSHTransport:
             client.set_missing_host_key_policy(_LoggedAutoAdd(self.label))
         else:
             client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        self.workdir = _remote_path(target.workdir)
+        self.workdir = _remote_path(workdir or target.workdir)
         self.python = target.python
 
     # -- connection -------------------------------------------------------------------------
@@ -142,8 +143,11 @@ class SSHTransport:
                     tar.add(str(local), arcname=arcname, recursive=False)  # regular files only
             writer.flush()
             chan.shutdown_write()
-        except OSError:
-            pass  # the remote side stopped reading; its exit status and stderr say why
+        except Exception as exc:
+            chan.close()  # the remote extractor stops; nothing half-sent is kept (.part files)
+            if isinstance(exc, HarnessError):
+                raise
+            raise HarnessError("push to %s failed: %s" % (self.label, exc))
         err = chan.makefile_stderr("rb").read().decode("utf-8", "replace")
         rc = chan.recv_exit_status()
         if rc != 0:
