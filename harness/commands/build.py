@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from .. import ui
+from ..errors import HarnessError
 from .common import ROOT, TargetsOpt, pick_target, shapes_from_options
 
 
@@ -23,6 +24,9 @@ def build(
     seed: int = typer.Option(0, "--seed", help="seed of the test data"),
     frontend: str = typer.Option("auto", "--frontend", help="cpu: cpp (default) or triton-cpu (needs Triton-CPU here, or --from-ir)"),
     from_ir: Optional[str] = typer.Option(None, "--from-ir", help="triton-cpu: import IR dumps made elsewhere (<kernel>/<kernel>_<BM>_<BN>_<BK>_<G>/ dirs)"),
+    thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's FLOPs x calls"),
+    summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
+    library: bool = typer.Option(False, "--library", help="also build the library to beat (CPU: the reference build lib:reference) and run it on every shape"),
     targets_file: Optional[str] = TargetsOpt,
 ):
     """Generate the search space, prune it per shape, compile every variant in parallel and
@@ -39,7 +43,7 @@ def build(
         from ..compile.ir_import import recorded_shapes
 
         shapes = ",".join(recorded_shapes(from_ir, kern.name)) or None
-    shape_list = shapes_from_options(tgt, shapes, shapes_file, shapes_format, dtype)
+    shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv)
     space_dict = load_space_file(space, kern.space_for(tgt)) if space else None
     summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=jobs, compile_timeout=compile_timeout,
                                                                  seed=seed, space=space_dict, frontend=frontend,
@@ -49,3 +53,50 @@ def build(
                      kern.name, tgt.name, len(summary.manifest.variants), summary.compiled, summary.cached,
                      summary.failed, len(shape_list), len(summary.manifest.jobs), summary.pruned_pairs,
                      summary.seconds, summary.bundle))
+    if library:
+        add_library(kern, tgt, shape_list, summary, compile_timeout, frontend, from_ir)
+
+
+def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv) -> list:
+    """The shapes of the options; a hipBLASLt log is cut at ``thr`` percent and summarised."""
+    if not shapes_file:
+        if summary_csv:
+            raise HarnessError("--summary goes with --shapes-file LOG (a hipBLASLt log)")
+        return shapes_from_options(tgt, shapes, shapes_file, shapes_format, dtype)
+    from pathlib import Path
+
+    from ..shapes import sources
+
+    fmt = shapes_format
+    if fmt == "auto" and Path(shapes_file).is_file():
+        try:
+            fmt = sources.detect(Path(shapes_file).read_text(errors="replace"))
+        except OSError:
+            pass
+    if summary_csv and fmt not in ("auto", "hipblaslt"):
+        raise HarnessError("--summary writes a hipBLASLt log's workload summary; %s reads as %s" % (shapes_file, fmt))
+    shape_list = sources.read(Path(shapes_file), shapes_format, dtype or ("fp16" if tgt.is_gpu else "fp32"),
+                              thr=thr, summary_path=summary_csv)
+    shares = [dict(s.extra).get("share") for s in shape_list]
+    if fmt == "hipblaslt" and all(isinstance(x, (int, float)) for x in shares):
+        ui.out.print("%s: %d shapes kept at --thr %g %%, %.2f %% of the workload's FLOPs x calls%s" % (
+            shapes_file, len(shape_list), thr, sum(shares), "; summary in %s" % summary_csv if summary_csv else ""))
+    return shape_list
+
+
+def add_library(kern, tgt, shape_list, summary, compile_timeout, frontend, from_ir) -> list:
+    """Add the library reference to the bundle just built (its manifest is saved again)."""
+    from ..library import add_reference, reference_description
+
+    if tgt.is_gpu:
+        ui.out.print("[yellow]--library: the GPU library (cuBLAS/hipBLASLt through torch) is measured by the GPU "
+                     "agent; no library variant is built for %s[/]" % tgt.name)
+        return []
+    added = add_reference(kern, tgt, shape_list, summary.manifest, summary.bundle, compile_timeout=compile_timeout,
+                          frontend=frontend, from_ir=from_ir)
+    summary.manifest.save(summary.bundle)
+    failed = [v.id for v in summary.manifest.variants if v.id in added and v.status != "ok"]
+    ui.out.print("library: %s, %d jobs%s" % (reference_description(kern, tgt),
+                                             sum(1 for j in summary.manifest.jobs if j.variant in added),
+                                             " (failed to build: %s)" % ", ".join(failed) if failed else ""))
+    return added

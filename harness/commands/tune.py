@@ -2,36 +2,187 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import inspect
+import re
+from typing import List, Optional
 
 import typer
 
-from .build import build
-from .common import TargetsOpt, pick_target
-from .push import push
-from .report import report
-from .run import run
+from .. import ui
+from ..errors import HarnessError
+from .common import ROOT, TargetsOpt, pick_target
+
+STRATEGY_HELP = "exhaustive (default: every config), random, halving (brief runs, the best re-run longer), " \
+                "bayes (optuna TPE), genetic"
 
 
 def tune(
     kernel: str = typer.Argument(..., help="kernel to tune, e.g. matmul"),
     target: str = typer.Option(..., "--target", "-t", help="target name from targets.yaml"),
     shapes: Optional[str] = typer.Option(None, "--shapes", help="comma-separated MxNxK[:dtype[:layout]]"),
-    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="a file of shapes"),
+    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="a file of shapes (format detected)"),
+    shapes_format: str = typer.Option("auto", "--shapes-format", help="format of --shapes-file (auto-detected)"),
+    thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of FLOPs x calls"),
     space: Optional[str] = typer.Option(None, "--space", help="file overriding the kernel's ranges"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="parallel compiles (default: all cores)"),
+    compile_timeout: float = typer.Option(120.0, "--compile-timeout", help="seconds per compile"),
     warmup: int = typer.Option(2, "--warmup"),
-    iters: int = typer.Option(10, "--iters"),
+    iters: int = typer.Option(10, "--iters", help="timed iterations (a halving rung k runs eta^k times as many)"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape"),
+    strategy: str = typer.Option("exhaustive", "--strategy", "-s", help=STRATEGY_HELP),
+    budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included"),
+    time_limit: Optional[str] = typer.Option(None, "--time-limit", help="stop searching after this long: 600, 90s, 10m, 2h"),
+    batch_size: int = typer.Option(8, "--batch-size", help="configs a strategy asks for per shape and round"),
+    seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
+    top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved (0: off)"),
+    repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...)"),
+    library: bool = typer.Option(False, "--library", help="also measure the library to beat (CPU: lib:reference) on every shape"),
+    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, triton, yaml"),
+    html: bool = typer.Option(False, "--html", help="write the HTML report too"),
     targets_file: Optional[str] = TargetsOpt,
 ):
-    """build, push, run and report in a row."""
-    build(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format="auto", dtype=None,
-          space=space, jobs=jobs, compile_timeout=120.0, seed=0, frontend="auto", from_ir=None,
-          targets_file=targets_file)
+    """Build, push, run and report. With --strategy other than exhaustive (or with --budget or
+    --time-limit) the strategy asks for a few configs per shape at a time and only those are
+    compiled, pushed and run, round by round; it resumes from the results already on disk.
+    Then the fastest --top configs per shape are re-measured interleaved, and a winner must beat
+    the next by more than the measured spread (else the tie rule decides)."""
+    from .. import kernels
+    from ..build import BuildOptions
+    from ..rounds import Session, remeasure_rows, search, shape_history
+    from ..run import RunOptions
+    from ..space import load_space_file
+    from ..strategies import STRATEGIES
+    from .build import build, read_shapes
+    from .push import push
+    from .report import report
+    from .run import run
+
+    if strategy not in STRATEGIES:
+        import difflib
+
+        close = difflib.get_close_matches(strategy, STRATEGIES, n=1)
+        raise HarnessError("unknown --strategy %r%s; choose from %s" % (
+            strategy, " (did you mean %r?)" % close[0] if close else "", ", ".join(STRATEGIES)))
+    if budget is not None and budget < 1:
+        raise HarnessError("--budget is a number of evaluations per shape, at least 1 (got %d)" % budget)
+    if batch_size < 1:
+        raise HarnessError("--batch-size must be at least 1 (got %d)" % batch_size)
+    if top < 0 or (top and repeats < 2):
+        raise HarnessError("--top must be 0 or more and --repeats at least 2 (got --top %d --repeats %d)" % (top, repeats))
+    seconds = parse_duration(time_limit) if time_limit is not None else None
     tgt = pick_target(target, targets_file, "tune")
-    if tgt.is_remote:
-        push(target=target, kernel=kernel, targets_file=targets_file)
-    run(remote=target if tgt.is_remote else None, target=target, kernel=kernel, warmup=warmup, iters=iters,
-        timeout=timeout, rerun_all=False, profiler=None, devices=None, min_time_ms=100.0, targets_file=targets_file)
-    report(target=target, kernel=kernel, no_fetch=False, targets_file=targets_file)
+    kern = kernels.get(kernel)
+    space_dict = load_space_file(space, kern.space_for(tgt)) if space else kern.space_for(tgt)
+    build_options = BuildOptions(jobs=jobs, compile_timeout=compile_timeout)
+    run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout)
+
+    if strategy == "exhaustive" and budget is None and seconds is None:
+        # every config in one round: the plain build, push, run
+        call(build, kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format,
+             thr=thr, space=space, jobs=jobs, compile_timeout=compile_timeout, library=library,
+             targets_file=targets_file)
+        if tgt.is_remote:
+            call(push, target=target, kernel=kern.name, targets_file=targets_file)
+        call(run, remote=target if tgt.is_remote else None, target=target, kernel=kern.name, warmup=warmup,
+             iters=iters, timeout=timeout, targets_file=targets_file)
+        if top:
+            from ..bundle import Manifest, bundle_dir
+            from ..shapes import make_shape
+
+            bundle = bundle_dir(ROOT, tgt.name, kern.name)
+            manifest_text = (bundle / "manifest.json").read_text()
+            shape_list = [make_shape(s.M, s.N, s.K, dtype=s.dtype, layout=s.layout, weight=s.weight)
+                          for s in Manifest.load(bundle / "manifest.json").shapes]
+            session = Session(ROOT, tgt, kern, shape_list, build_options, run_options)
+            try:
+                session.sync()
+                rows, skip = session.rows(), remeasure_rows(session.results_path)
+                histories = {s.id: shape_history(rows, s.id, space_dict, skip) for s in shape_list}
+                _remeasure(session, space_dict, histories, top, repeats)
+            finally:
+                session.close()
+                (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
+    else:
+        shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, None, thr, None)
+        session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=library)
+        try:
+            fetched = session.sync()
+            if fetched:
+                ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
+            searches = search(session, space_dict, strategy, seed=seed, batch_size=batch_size, budget=budget,
+                              time_limit=seconds, on_round=_round_line)
+            _search_table(strategy, searches, session, space_dict)
+            if top:
+                _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, top, repeats)
+        finally:
+            session.close()
+    call(report, target=target, kernel=kern.name, formats=formats, html=html, targets_file=targets_file)
+
+
+def _remeasure(session, space, histories, top, repeats) -> None:
+    from ..rounds import remeasure_winners
+
+    n = sum(min(top, len({tuple(sorted(t.config.items())) for t in h if t.ok})) for h in histories.values())
+    if not n:
+        return
+    ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds" % (top, len(histories), repeats))
+    winners = remeasure_winners(session, space, histories, top, repeats)
+    for sid, w in winners.items():
+        ui.out.print("  %s: %s, median %.4g us, spread %.4g us (%.1f %%), %s" % (
+            sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w["median_ns"] / 1e3, w["spread_ns"] / 1e3,
+            100.0 * w["rel_spread"], w["decided"]))
+
+
+def _round_line(number, fidelity, group) -> None:
+    configs = sum(len(b.configs) for _, b in group)
+    best = []
+    for s, _ in group:
+        b = s.best
+        if b is not None:
+            best.append("%s %.4g us" % (s.shape.id, b.time_ns / 1e3))
+    ui.out.print("round %d%s: %d configs on %d shapes; best so far: %s" % (
+        number, "" if fidelity == 1 else " (x%d longer)" % fidelity, configs, len(group), ", ".join(best) or "-"))
+
+
+def _search_table(strategy, searches, session, space) -> None:
+    from rich.table import Table
+
+    table = Table(title="search: %s, %d rounds" % (strategy, session.rounds))
+    for col in ("shape", "feasible", "resumed", "new", "distinct", "best", "config", "stopped"):
+        table.add_column(col, justify="left" if col in ("shape", "config", "stopped") else "right")
+    for s in searches:
+        b = s.best
+        feasible = len(s.strategy.problem(space, s.is_pruned))
+        table.add_row(s.shape.id, str(feasible), str(s.resumed), str(len(s.new)),
+                      str(len({tuple(sorted(t.config.items())) for t in s.history})),
+                      "%.4g us" % (b.time_ns / 1e3) if b else "-",
+                      " ".join("%s=%s" % kv for kv in b.config.items()) if b else "-", s.stopped or "-")
+    ui.out.print(table)
+
+
+def parse_duration(text: str) -> float:
+    """600, 600s, 10m, 1.5h -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text))
+    if not match:
+        raise HarnessError("--time-limit %r: write seconds (600), or 90s, 10m, 2h" % text)
+    value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    if value <= 0:
+        raise HarnessError("--time-limit must be more than 0")
+    return value
+
+
+def call(command, **kwargs):
+    """Call another command's function as the CLI would: options not given take their defaults."""
+    from typer.models import ParameterInfo
+
+    params = inspect.signature(command).parameters
+    args = {}
+    for name, p in params.items():
+        if name in kwargs:
+            args[name] = kwargs[name]
+            continue
+        default = p.default.default if isinstance(p.default, ParameterInfo) else p.default
+        if default is ... or default is inspect.Parameter.empty:
+            raise TypeError("%s needs %s" % (command.__name__, name))
+        args[name] = default
+    return command(**args)

@@ -1,0 +1,400 @@
+"""Rounds: build, push, run and bring home exactly the (config, shape) pairs asked for.
+
+A search strategy (``harness.strategies``) asks for a few configs per shape at a time.
+``Session.execute(pairs)`` builds only those configs (``build(only_configs=...)``), keeps in the
+manifest only the asked pairs in the asked order (plus the library reference where wanted),
+pushes what the remote lacks, runs them and returns the results rows of this round. The agent
+runs with ``--all``: the manifest holds nothing else, so a pair asked again (a halving rung, a
+winner re-measure) is measured again instead of skipped, and the rows are appended.
+
+``search`` drives one strategy per shape in lockstep (one build, push and run per round for all
+shapes); it resumes from the rows already in the results CSV. ``remeasure_winners`` measures the
+top candidates of each shape interleaved and picks noise-aware winners; they are kept in
+``results/<target>/<kernel>/winners.json``, which ``harness report`` reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED
+
+from . import state, ui
+from .errors import HarnessError
+from .library import is_library_id
+
+WINNERS_FILE = "winners.json"
+
+
+@dataclass
+class Session:
+    """Where rounds are built and run: a project root, a target and a kernel."""
+
+    root: Path
+    target: object
+    kernel: object
+    shapes: list
+    build_options: object  # harness.build.BuildOptions (only_configs is set per round)
+    run_options: object  # harness.run.RunOptions (iters scaled by fidelity, rerun_all set)
+    library: bool = False
+    quiet: bool = False
+    rounds: int = 0
+    _transport: object = None
+
+    @property
+    def results_path(self) -> Path:
+        from .run import local_results_path
+
+        return local_results_path(self.root, self.target.name, self.kernel.name)
+
+    def rows(self) -> list:
+        from .strategies import read_rows
+
+        return read_rows(self.results_path)
+
+    # ---- the remote ------------------------------------------------------------------------
+    def transport(self):
+        if self._transport is None:
+            from .transport import for_target
+
+            hosts = self.target.host_list() if hasattr(self.target, "host_list") else []
+            if len(hosts) > 1:  # a fleet: rounds and re-measures run on its first machine
+                self._transport = for_target(self.target, *hosts[0]).open()
+            else:
+                self._transport = for_target(self.target).open()
+        return self._transport
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    def _forget_pushes(self, transport) -> None:
+        """Each round replaces the remote's manifest: drop the push markers there, so a later
+        ``harness push`` of a bundle that was pushed before sends its manifest again instead of
+        finding its old marker and sending nothing."""
+        from .push import remote_bundle_dir
+
+        rel = remote_bundle_dir(self.target.name, self.kernel.name)
+        transport.run_capture(transport.shell_command(
+            ["find", rel, "-maxdepth", "1", "-name", ".pushed-*", "-delete"], cwd=transport.workdir or None))
+
+    def sync(self) -> int:
+        """Bring home rows the remote has and this machine lacks (resume). Returns new rows."""
+        if not self.target.is_remote:
+            return 0
+        _, facts = state.get(self.root, self.target.name)
+        if not (facts.get("pushed") or facts.get("results_remote")):
+            return 0  # nothing was ever sent there from this project
+        from .report.fetch import fetch_and_merge
+
+        return fetch_and_merge(self.transport(), self.target.name, self.kernel.name, self.results_path)
+
+    # ---- one round -----------------------------------------------------------------------
+    def execute(self, pairs: list, fidelity: int = 1, library_shapes=()) -> list:
+        """Build, push, run and fetch the (config, Shape) ``pairs`` (in that order) and the
+        library reference for ``library_shapes``; returns this round's results rows."""
+        from .build import build
+        from .bundle import bundle_dir
+        from .library import add_reference
+        from .strategies import key
+
+        configs, seen = [], set()
+        for cfg, _ in pairs:
+            if key(cfg) not in seen:
+                seen.add(key(cfg))
+                configs.append(dict(cfg))
+        wanted = {s.id for _, s in pairs} | {s.id for s in library_shapes}
+        shapes = [s for s in self.shapes if s.id in wanted]
+        if not configs:
+            return []
+        options = dataclasses.replace(self.build_options, only_configs=configs)
+        with _quiet(self.quiet):
+            summary = build(self.kernel, self.target, shapes, self.root, options)
+        manifest = summary.manifest
+        bundle = bundle_dir(self.root, self.target.name, self.kernel.name)
+        variants = {v.id: v for v in manifest.variants}
+        index = {(key(variants[j.variant].config), j.shape): j for j in manifest.jobs}
+        jobs, used = [], set()
+        for cfg, shape in pairs:
+            job = index.get((key(cfg), shape.id))
+            if job is None:
+                continue  # pruned by the build's own rules for this shape
+            used.add(job.variant)
+            if variants[job.variant].status == OK:  # failed compiles: the agent records their rows
+                jobs.append(job)
+        manifest.jobs, manifest.pruned = jobs, []
+        manifest.variants = [v for v in manifest.variants if v.id in used]
+        manifest.shapes = [s for s in manifest.shapes if s.id in wanted]
+        if self.library and library_shapes:
+            add_reference(self.kernel, self.target, library_shapes, manifest, bundle,
+                          compile_timeout=self.build_options.compile_timeout,
+                          frontend=self.build_options.frontend, from_ir=self.build_options.from_ir)
+        manifest.save(bundle)
+        if not manifest.jobs and not any(v.status != OK for v in manifest.variants):
+            return []
+        before = len(self.rows())
+        run_options = dataclasses.replace(self.run_options, iters=int(self.run_options.iters * fidelity),
+                                          min_time_ms=self.run_options.min_time_ms * fidelity, rerun_all=True)
+        with _quiet(self.quiet):
+            if self.target.is_remote:
+                from .push import push
+                from .report.fetch import fetch_and_merge
+                from .run import run_remote
+
+                transport = self.transport()
+                self._forget_pushes(transport)
+                push(bundle, manifest, transport)
+                run_remote(self.target, self.kernel.name, run_options, transport)
+                fetch_and_merge(transport, self.target.name, self.kernel.name, self.results_path)
+            else:
+                from .run import run_local
+
+                run_local(self.root, self.target, self.kernel.name, run_options)
+        state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
+        self.rounds += 1
+        return self.rows()[before:]
+
+
+class _quiet:
+    """Silence the per-round build and run lines (progress bars stay on stderr)."""
+
+    def __init__(self, on: bool):
+        self.on = on
+
+    def __enter__(self):
+        self.was = ui.out.quiet
+        ui.out.quiet = self.was or self.on
+
+    def __exit__(self, *exc):
+        ui.out.quiet = self.was
+
+
+# ---- history ------------------------------------------------------------------------------
+
+
+def in_space(row: dict, space: dict) -> bool:
+    """A row of a config of ``space`` (its cfg_ columns name exactly the space's parameters and
+    hold values of it); library rows and rows of another space are not."""
+    if is_library_id(row.get("variant_id")):
+        return False
+    names = {c[len(CONFIG_PREFIX):] for c, v in row.items() if c and c.startswith(CONFIG_PREFIX) and v not in ("", None)}
+    if names != set(space):
+        return False
+    return all(str(row[CONFIG_PREFIX + n]) in {str(v) for v in space[n]} for n in space)
+
+
+def shape_history(rows: list, shape_id: str, space: dict, skip: frozenset = frozenset()) -> list:
+    """The Trials of one shape a search resumes from: its rows of configs in ``space`` in file
+    order, without pruned rows, and without the rows of winner re-measures (``skip``: indices)."""
+    from .strategies import trials_from_rows
+
+    mine = [r for i, r in enumerate(rows) if i not in skip and r.get("shape_id") == shape_id
+            and r.get("status") != PRUNED and in_space(r, space)]
+    return trials_from_rows(mine, space, shape_id=shape_id)
+
+
+# ---- search -------------------------------------------------------------------------------
+
+
+@dataclass
+class ShapeSearch:
+    shape: object
+    strategy: object
+    is_pruned: Callable
+    history: list
+    resumed: int = 0  # trials found on disk
+    new: list = field(default_factory=list)
+    stopped: Optional[str] = None
+
+    @property
+    def best(self):
+        from .strategies import best_trial
+
+        return best_trial(self.history)
+
+
+def search(session: Session, space: dict, strategy_name: str, seed: int = 0, batch_size: int = 8,
+           budget: Optional[int] = None, time_limit: Optional[float] = None, on_round: Optional[Callable] = None,
+           clock: Callable[[], float] = time.monotonic, **strategy_options) -> List[ShapeSearch]:
+    """One strategy per shape, driven in lockstep rounds until each is spent (its budget of
+    evaluations, history on disk included), the time limit passes, or it has nothing left to
+    ask. Each round is one ``session.execute``; a halving rung asks for longer measurements
+    (``fidelity``), so shapes asking different fidelities run in separate executes."""
+    from .build import compiler_for
+    from .bundle import bundle_dir
+    from .strategies import StrategyError, get_strategy, normalize_results, pruning_predicate
+    from .strategies.driver import STOP_BUDGET, STOP_FINISHED, STOP_NO_RESULTS, STOP_TIME
+
+    tgt, kern = session.target, session.kernel
+    compiler = compiler_for(kern, tgt, bundle_dir(session.root, tgt.name, kern.name),
+                            session.build_options.frontend, from_ir=session.build_options.from_ir)
+    rules = kern.rules_for(tgt)
+    rows = session.rows()
+    skip = remeasure_rows(session.results_path)
+    searches = []
+    for shape in session.shapes:
+        try:
+            strategy = get_strategy(strategy_name, seed=seed, batch_size=batch_size, **strategy_options)
+        except (ValueError, TypeError) as exc:
+            raise HarnessError(str(exc))
+        history = shape_history(rows, shape.id, space, skip)
+        searches.append(ShapeSearch(shape, strategy, pruning_predicate(rules, [shape], tgt, compiler.resource_rule),
+                                    history, resumed=len(history)))
+    library_todo = [s.shape for s in searches] if session.library else []
+    have_lib = {r.get("shape_id") for r in rows if is_library_id(r.get("variant_id"))}
+    library_todo = [s for s in library_todo if s.id not in have_lib]
+    start = clock()
+    number = 0
+    while True:
+        active = [s for s in searches if s.stopped is None]
+        elapsed = clock() - start
+        if time_limit is not None and elapsed >= time_limit:
+            for s in active:
+                s.stopped = STOP_TIME
+            break
+        per_shape_cap = None
+        done_new = sum(len(s.new) for s in searches)
+        if time_limit is not None and done_new and active:
+            per_eval = elapsed / done_new
+            if per_eval > 0:
+                per_shape_cap = max(1, int((time_limit - elapsed) / per_eval) // len(active))
+        asks = []
+        for s in active:
+            limit = batch_size
+            if budget is not None:
+                left = budget - len(s.history)
+                if left <= 0:
+                    s.stopped = STOP_BUDGET
+                    continue
+                limit = min(limit, left)
+            if per_shape_cap is not None:
+                limit = min(limit, per_shape_cap)
+            try:
+                batch = s.strategy.next_batch(s.history, space, s.is_pruned, limit, budget)
+            except StrategyError as exc:
+                raise HarnessError("strategy %s: %s" % (strategy_name, exc))
+            if not batch.configs:
+                s.stopped = STOP_FINISHED
+                continue
+            asks.append((s, batch))
+        if not asks:
+            break
+        number += 1
+        for fidelity in sorted({b.fidelity for _, b in asks}):
+            group = [(s, b) for s, b in asks if b.fidelity == fidelity]
+            pairs = [(cfg, s.shape) for s, b in group for cfg in b.configs]
+            round_rows = session.execute(pairs, fidelity, library_todo)
+            library_todo = []
+            for s, b in group:
+                trials = normalize_results([r for r in round_rows if r.get("shape_id") == s.shape.id
+                                            and not is_library_id(r.get("variant_id"))], b, space)
+                s.history.extend(trials)
+                s.new.extend(trials)
+                if not trials:
+                    s.stopped = STOP_NO_RESULTS
+            if on_round is not None:
+                on_round(number, fidelity, group)
+    return searches
+
+
+# ---- noise-aware winners --------------------------------------------------------------------
+
+
+def remeasure_winners(session: Session, space: dict, histories: Dict[str, list], top: int = 3,
+                      repeats: int = 5) -> dict:
+    """Re-measure the ``top`` candidates of every shape interleaved (``repeats`` rounds, the
+    order rotating each round: A B C, B C A, C A B, ...), pick each shape's winner
+    (``strategies.winner.pick_winner``: it must beat the next by more than the spread, else the
+    tie rule decides), and save them to winners.json. Returns {shape_id: entry}."""
+    from .strategies.history import row_trial
+    from .strategies.winner import interleaved_rounds, pick_winner, top_candidates
+    from .strategies import config_id
+
+    shapes = {s.id: s for s in session.shapes}
+    cands = {sid: top_candidates(h, top) for sid, h in histories.items() if sid in shapes}
+    cands = {sid: c for sid, c in cands.items() if c}
+    if not cands:
+        return {}
+    plans = {sid: interleaved_rounds(c, repeats) for sid, c in cands.items()}
+    samples = {sid: {config_id(c): [] for c in cs} for sid, cs in cands.items()}
+    variant_of: Dict[tuple, str] = {}
+    first_row = len(session.rows())
+    for r in range(repeats):
+        pairs = [(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]]
+        for row in session.execute(pairs, 1):
+            sid = row.get("shape_id")
+            if sid not in samples or not in_space(row, space):
+                continue
+            trial = row_trial(row, space)
+            cid = config_id(trial.config)
+            if cid in samples[sid]:
+                samples[sid][cid].append(trial)
+                variant_of[(sid, cid)] = row.get("variant_id")
+    rows_added = list(range(first_row, len(session.rows())))
+    entries = {}
+    for sid, groups in samples.items():
+        by_id = {config_id(c): c for c in cands[sid]}
+        try:
+            win = pick_winner(groups)
+        except ValueError as exc:
+            ui.console.print("[yellow]%s: no winner re-measured (%s)[/]" % (sid, exc))
+            continue
+        vid = lambda cid: variant_of.get((sid, cid))  # noqa: E731
+        entries[sid] = {
+            "shape": sid, "variant_id": vid(win.id), "config": by_id[win.id],
+            "median_ns": win.median, "spread_ns": win.spread, "rel_spread": win.rel_spread,
+            "decided": win.decided, "rule": win.rule, "tied": [vid(c) for c in win.tied],
+            "runner_up": vid(win.runner_up) if win.runner_up else None,
+            "margin_ns": win.margin, "repeats": repeats,
+            "candidates": [{"variant_id": vid(c.id), "config": by_id[c.id], "median_ns": _num(c.median),
+                            "spread_ns": _num(c.spread), "repeats": c.repeats, "failed": c.failed}
+                           for c in win.table],
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+    save_winners(session.results_path, entries, rows_added)
+    return entries
+
+
+def _num(x):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+def winners_path(results_path: Path) -> Path:
+    return Path(results_path).with_name(WINNERS_FILE)
+
+
+def load_winners(results_path: Path) -> dict:
+    path = winners_path(results_path)
+    if not path.exists():
+        return {"shapes": {}, "remeasure_rows": []}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise HarnessError("malformed winners file: %s" % exc, where=str(path))
+    data.setdefault("shapes", {})
+    data.setdefault("remeasure_rows", [])
+    return data
+
+
+def remeasure_rows(results_path: Path) -> frozenset:
+    return frozenset(load_winners(results_path)["remeasure_rows"])
+
+
+def save_winners(results_path: Path, entries: dict, rows_added: list) -> Path:
+    data = load_winners(results_path)
+    data["shapes"].update(entries)
+    data["remeasure_rows"] = sorted(set(data["remeasure_rows"]) | set(rows_added))
+    path = winners_path(results_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp%d" % os.getpid())
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+    return path
