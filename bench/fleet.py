@@ -64,6 +64,7 @@ def notice_time(ws, b, iters):
 
     def read_err():
         for line in proc.stderr:
+            seen.setdefault("lines", []).append(line)
             if "dropped out" in line and "at" not in seen:
                 seen["at"] = time.perf_counter()
 
@@ -78,6 +79,8 @@ def notice_time(ws, b, iters):
     os.kill(int(pid), 9)
     proc.wait()
     reader.join()
+    if proc.returncode:
+        print("".join(seen.get("lines", [])[-5:]))
     return seen.get("at", float("nan")) - killed, proc.returncode
 
 

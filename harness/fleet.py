@@ -91,7 +91,10 @@ def run_fleet(target, kernel: str, manifest: Manifest, transports: list, options
                 opts = RunOptions(**{**options.__dict__, "select": compact(chunk)})
                 try:
                     if not transport.conn.is_connected:
-                        transport.open()
+                        try:
+                            transport.open()
+                        except HarnessError as exc:  # it died between two chunks
+                            raise ConnectionLost(str(exc))
                     run_remote(target, kernel, opts, transport, on_progress=on_progress)
                     done_here += len(chunk)
                     summary.chunks += 1

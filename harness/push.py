@@ -66,5 +66,6 @@ def push(bundle: Path, manifest: Manifest, transport, progress=None) -> PushSumm
         total = sum(Path(p).stat().st_size for p, _ in pairs)
         if progress:
             progress.start(total)
-        sent = transport.put_files(pairs, on_bytes=progress.advance if progress else None)
+        stale = ["%s/%s" % (rel, f) for f in have if f.startswith(".pushed-") and f != marker]
+        sent = transport.put_files(pairs, on_bytes=progress.advance if progress else None, remove=stale)
     return PushSummary(len(missing), len(needed) - len(missing), sent, 2)

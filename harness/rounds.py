@@ -76,16 +76,6 @@ class Session:
             self._transport.close()
             self._transport = None
 
-    def _forget_pushes(self, transport) -> None:
-        """Each round replaces the remote's manifest: drop the push markers there, so a later
-        ``harness push`` of a bundle that was pushed before sends its manifest again instead of
-        finding its old marker and sending nothing."""
-        from .push import remote_bundle_dir
-
-        rel = remote_bundle_dir(self.target.name, self.kernel.name)
-        transport.run_capture(transport.shell_command(
-            ["find", rel, "-maxdepth", "1", "-name", ".pushed-*", "-delete"], cwd=transport.workdir or None))
-
     def sync(self) -> int:
         """Bring home rows the remote has and this machine lacks (resume). Returns new rows."""
         if not self.target.is_remote:
@@ -150,7 +140,6 @@ class Session:
                 from .run import run_remote
 
                 transport = self.transport()
-                self._forget_pushes(transport)
                 push(bundle, manifest, transport)
                 run_remote(self.target, self.kernel.name, run_options, transport)
                 fetch_and_merge(transport, self.target.name, self.kernel.name, self.results_path)

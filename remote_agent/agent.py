@@ -90,6 +90,7 @@ class Agent:
         devices = runner.devices()
         skip = set() if self.options.rerun_all else writer.done
         todo = [(j, d) for i, j in enumerate(m["jobs"]) if self.selected is None or i in self.selected
+                if variants[j["variant"]]["status"] == contract.OK
                 for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]
         if self.selected is None or 0 in self.selected:  # one agent of a fleet records these
             self._record_unrunnable(writer, variants, shapes, devices[0], skip)

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pandas as pd
 
@@ -67,15 +68,37 @@ def test_agent_killed_mid_run_resumes_without_redoing_or_losing_rows(local_works
     assert '"total": %d' % (total - (first.status == "ok").sum()) in progress[0]
 
 
-def test_two_runs_at_once_the_second_refuses(local_workspace):
+def _processes_running(path_part):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open("/proc/%s/cmdline" % pid, "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if path_part in cmdline and "remote_agent" not in cmdline and "pytest\x00" not in cmdline:
+            found.append(pid)
+    return found
+
+
+def test_two_runs_at_once_the_second_refuses_and_a_killed_agent_leaves_nothing_running(local_workspace):
     ws = local_workspace
     ws.harness("build", "faulty_matmul", "--target", "local", "--shapes", "32x32x32")
     bundle = ws.path / "build/local/faulty_matmul"
     results = ws.path / "r.csv"
-    first = subprocess.Popen(_agent(bundle, results, "--timeout", "5"), cwd=REPO, stdout=subprocess.PIPE, text=True)
-    first.stdout.readline()  # it holds the lock once it prints
+    first = subprocess.Popen(_agent(bundle, results, "--timeout", "30"), cwd=REPO, stdout=subprocess.PIPE, text=True)
+    for line in first.stdout:  # it holds the lock once it prints; wait until a hanging variant runs
+        if '"status": "crash"' in line or '"status": "wrong_answer"' in line:
+            break
     second = subprocess.run(_agent(bundle, results), cwd=REPO, capture_output=True, text=True)
-    first.kill()
-    first.wait()
     assert second.returncode == 2
     assert "another run is already writing" in second.stderr
+    deadline = time.monotonic() + 20
+    while not _processes_running(str(bundle / "artifacts")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_running(str(bundle / "artifacts")), "expected a variant (the hanging one) to be running"
+    first.kill()  # SIGKILL: the agent cannot clean up; the variant must die with it
+    first.wait()
+    deadline = time.monotonic() + 5
+    while _processes_running(str(bundle / "artifacts")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes_running(str(bundle / "artifacts"))

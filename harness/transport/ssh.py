@@ -121,19 +121,21 @@ class SSHTransport:
             raise HarnessError("cannot list %s on %s: %s" % (target, self.label, err.strip()))
         return {line[2:] for line in out.decode().splitlines() if line.startswith("./")}
 
-    def put_files(self, pairs: list, on_bytes=None) -> int:
+    def put_files(self, pairs: list, on_bytes=None, remove=()) -> int:
         """Send (local path, path under workdir) pairs in one tar stream; the remote extracts
-        it with remote_agent/safetar.py. Returns bytes sent."""
+        it with remote_agent/safetar.py. ``remove``: files under workdir deleted first (in
+        the same command). Returns bytes sent."""
         from remote_agent import safetar
 
         # GNU tar where the remote has it (C speed; it refuses '..' and strips leading '/', and
         # the host sends regular files only); otherwise safetar.py, which refuses all three.
         dest = shlex.quote(self.workdir or ".")
         script = Path(safetar.__file__).read_text()  # its __main__ block extracts stdin into argv[1]
-        command = ("mkdir -p {d} && if tar --version 2>/dev/null | grep -q GNU; then "
-                   "tar -x -f - --no-same-owner --no-same-permissions -C {d}; "
-                   "else {py} -c {script} {d}; fi").format(d=dest, py=shlex.quote(self.python),
-                                                          script=shlex.quote(script))
+        rm = "".join("rm -f %s/%s && " % (dest, shlex.quote(r)) for r in remove)
+        command = rm + ("mkdir -p {d} && if tar --version 2>/dev/null | grep -q GNU; then "
+                        "tar -x -f - --no-same-owner --no-same-permissions -C {d}; "
+                        "else {py} -c {script} {d}; fi").format(d=dest, py=shlex.quote(self.python),
+                                                               script=shlex.quote(script))
         chan = self._channel(command)
         writer = _ChannelWriter(chan, on_bytes)
         try:
@@ -159,8 +161,8 @@ class SSHTransport:
         from remote_agent import safetar
 
         base = self.workdir or "."
-        command = "cd %s && if [ -e %s ]; then tar cf - %s; fi" % (
-            shlex.quote(base), shlex.quote(rel_dir), shlex.quote(rel_dir))
+        command = "if [ -e %s/%s ]; then cd %s && tar cf - %s; fi" % (
+            shlex.quote(base), shlex.quote(rel_dir), shlex.quote(base), shlex.quote(rel_dir))
         rc, out, err = self.run_capture(command)
         if rc != 0:
             raise HarnessError("cannot fetch %s from %s: %s" % (rel_dir, self.label, err.strip()))

@@ -47,7 +47,7 @@ class ElfRunner:
         os.close(fd)
         cmd = self.profiler.wrap(self.command(variant, shape, grid, warmup, iters), scratch)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, cwd=self.bundle)
+                                preexec_fn=_own_session_dies_with_agent, cwd=self.bundle)
         try:
             out, err = proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
@@ -77,6 +77,19 @@ class ElfRunner:
         else:
             row["status"] = contract.OK
         return row
+
+
+def _own_session_dies_with_agent():
+    """In the child: its own session (a timeout kills the whole group), and on Linux a SIGKILL
+    when the agent dies, so a killed agent leaves no variant running. The rendered main asks
+    the same of its own parent (perf or qemu), which closes the chain."""
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _parse_result(out):
