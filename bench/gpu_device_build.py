@@ -9,6 +9,8 @@ Two bundles (build/<target>/matmul under each root):
               share one specialization class, so one artifact per config serves all four
   tuned/      a curated space for four more shapes (bf16, the NT and TN layouts, M = 64 and 128),
               with split-K and 2-warp configs for the skinny ones
+  extra/      skinny-M configs outside GPU_SPACE (1-2 warps, BLOCK_K 256, split-K 16, 5-6 stages)
+              for the four skinny shapes
 Prints one line per bundle and a summary; ``--json`` writes the numbers.
 """
 
@@ -41,6 +43,21 @@ def tuned_configs():
     for bm, bn, bk, sk, w in itertools.product((16, 32, 64), (64, 128, 256), (64, 128), (1, 2, 4, 8), (2, 4)):
         skinny.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=w, num_stages=4))
     return large + skinny
+
+
+EXTRA_SHAPES = ["16x4096x4096:fp16:NN", "32x14336x4096:fp16:NN", "64x8192x8192:bf16:NN", "128x4096x8192:fp16:NT"]
+
+
+def extra_configs():
+    """Skinny-M configs outside GPU_SPACE: 1 and 2 warps, BLOCK_K 256, deeper pipelines, split-K 16."""
+    out = []
+    for bm, bn, bk, sk, w in itertools.product((16, 32), (64, 128), (128, 256), (2, 4, 8, 16), (1, 2, 4)):
+        if bm * bn < w * 1024:  # the kernel's too_many_warps rule would prune it anyway
+            continue
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=w, num_stages=4))
+    for bn, bk, sk, s in itertools.product((64, 128), (128, 256), (1, 2), (5, 6)):
+        out.append(dict(BLOCK_M=64, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=4, num_stages=s))
+    return out
 
 
 def build_one(name, shapes_text, root, jobs, target_name, space=None, only=None):
@@ -81,12 +98,14 @@ def main(argv=None):
     p.add_argument("--root", default=".devcarry/gpu")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--target", default="gpu-node")
-    p.add_argument("--only", choices=("fullspace", "tuned"), default=None)
+    p.add_argument("--only", choices=("fullspace", "tuned", "extra"), default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     results = {}
     if args.only in (None, "tuned"):
         results["tuned"] = build_one("tuned", TUNED_SHAPES, args.root, args.jobs, args.target, only=tuned_configs())
+    if args.only in (None, "extra"):
+        results["extra"] = build_one("extra", EXTRA_SHAPES, args.root, args.jobs, args.target, only=extra_configs())
     if args.only in (None, "fullspace"):
         space = dict(get("matmul").gpu_space)
         results["fullspace"] = build_one("fullspace", FULLSPACE_SHAPES, args.root, args.jobs, args.target,

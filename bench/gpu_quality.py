@@ -5,7 +5,7 @@
 
 1. Ceilings measured here: matrix rate (torch.matmul 8192^3 in fp16 and bf16, the faster) and
    device memory bandwidth (a 2 GiB device-to-device copy, bytes read plus written).
-2. For every shape of the bundle: the fastest ok variant in the agent's CSV (the tuned config),
+2. For every shape of the bundles: the fastest ok variant in the agents' CSVs (the tuned config),
    its cubin launched through the agent's ctypes driver, against torch.matmul on the same inputs
    (same dtype and layout, C in the input dtype), both timed with triton.testing.do_bench
    (median); the tuned kernel's answer is checked against torch's.
@@ -84,10 +84,12 @@ def main(argv=None):
         p.error("give one --results per --bundle")
     pairs = []
     rows = []
+    per_file = []
     for bundle, results in zip(args.bundle, args.results):
         manifest = load_bundle(bundle)
         these = read_results(results)
         rows += these
+        per_file.append(these)
         pairs.append((bundle, manifest, best_rows(these)))
     api = open_driver()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -98,14 +100,25 @@ def main(argv=None):
     hdr = "%-24s %-11s %9s %9s %7s %7s %7s %8s  %s" % ("shape", "variant", "triton_us", "cublas_us", "ratio",
                                                        "tri_rf", "cub_rf", "rel_err", "config")
     print(hdr)
+    # the fastest ok variant per shape over all the bundles given (a shape may be in several)
+    chosen = {}
     for bundle, manifest, best in pairs:
-        variants = {v["id"]: v for v in manifest["variants"]}
+        for sid, row in best.items():
+            if sid not in chosen or float(row["time_ns_median"]) < float(chosen[sid][2]["time_ns_median"]):
+                chosen[sid] = (bundle, manifest, row)
+    seen = []
+    for bundle, manifest, best in pairs:
         for s in manifest["shapes"]:
-            row = best.get(s["id"])
-            if row is None:
+            if s["id"] in seen:
+                continue
+            seen.append(s["id"])
+            if s["id"] not in chosen:
                 print("%-24s no ok variant" % s["id"])
                 continue
-            entry = measure_shape(api, bundle, manifest, variants[row["variant_id"]], s, row, peak, bw)
+            bundle_s, manifest_s, row = chosen[s["id"]]
+            variants = {v["id"]: v for v in manifest_s["variants"]}
+            entry = measure_shape(api, bundle_s, manifest_s, variants[row["variant_id"]], s, row, peak, bw)
+            entry["bundle"] = bundle_s
             table.append(entry)
             cfg = entry["config"]
             print("%-24s %-11s %9.1f %9.1f %7.3f %7.2f %7.2f %8.1e  %s" % (
@@ -116,9 +129,12 @@ def main(argv=None):
     worst = min(table, key=lambda t: t["ratio"]) if table else None
     ok = [r for r in rows if r["status"] == "ok"]
     measured = [r for r in rows if r["time_ns_median"]]
-    stamps = sorted(time.mktime(time.strptime(r["timestamp"][:19], "%Y-%m-%dT%H:%M:%S")) for r in measured)
-    span = (stamps[-1] - stamps[0]) if len(stamps) > 1 else None
-    tune_s = args.tune_seconds or span
+    span = 0.0  # summed per results file: the files may come from runs hours apart
+    for these in per_file:
+        stamps = sorted(time.mktime(time.strptime(r["timestamp"][:19], "%Y-%m-%dT%H:%M:%S"))
+                        for r in these if r["time_ns_median"])
+        span += (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
+    tune_s = args.tune_seconds or span or None
     summary = {"device": torch.cuda.get_device_name(), "peak_tflops": peak, "bandwidth_tbs": bw,
                "shapes": len(table), "geomean_ratio": gm,
                "worst": {"shape": worst["shape"], "ratio": worst["ratio"]} if worst else None,

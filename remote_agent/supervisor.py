@@ -3,7 +3,8 @@
 Protocol (JSON lines): a worker first writes ``{"ready": true, ...}`` (or ``{"fatal": msg}``:
 the run cannot go on, e.g. the reference disagrees with the host). Then, for each request line
 ``{"id": n, ...}`` on its stdin, it writes ``{"id": n, "result": {...}}``. A worker may exit right
-after replying (a CUDA context it cannot trust any more); it is restarted before its next job.
+after replying (a CUDA context it cannot trust any more), saying so with ``"exiting": true``; it
+gets no further job and is restarted.
 
 The supervisor sends a job to each idle worker, waits on all their pipes at once, and enforces
 a deadline per job (``job_timeout``) and per start (``start_timeout``). When a worker's pipe
@@ -214,6 +215,8 @@ class Supervisor(object):
                             key = w.job[0]
                             w.job = None
                             w.deadline = None
+                            if message.get("exiting"):  # it replied, then leaves: replace it, send it nothing
+                                w.state = "exiting"
                             result = dict(message["result"])
                             yield key, w.device, result
                 now = time.monotonic()

@@ -209,6 +209,8 @@ class StandinApi(GpuApi):
         if fault == "hang":
             while True:
                 pass
+        if fault == "sticky":  # what an illegal address does to a CUDA context
+            raise GpuError("cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (700)", code=700, sticky=True)
         M, N, K = int(v["M"]), int(v["N"]), int(v["K"])
         a = self._load(v["a_ptr"], t["a_ptr"], M * K + (M - 1) * 0)
         b = self._load(v["b_ptr"], t["b_ptr"], K * N)

@@ -161,6 +161,9 @@ def test_gfx942_hsaco_with_amd_options(tmp_path):
     assert len(kernel["params"]) == len(launch["params"])  # hidden scratch pointers included
     assert [p["size"] for p in kernel["params"]] == [8 if p["type"].startswith("*") else 4
                                                       for p in launch["params"]]
+    last = kernel["params"][-1]
+    assert kernel["kernarg_segment_size"] == last["offset"] + last["size"]  # no implicit arguments
+    assert kernel["group_segment_fixed_size"] == 0  # LDS is dynamic: launch["shared"] at launch
     assert "stride_bk" not in [p["name"] for p in launch["params"]]  # NT: B's K stride is 1
     assert compiler.describe()["support"]["fill_bf16"]["launch"]["warp_size"] == 64
 

@@ -86,12 +86,15 @@ def make_bundle(root, faults=(), reference_fault=None, shapes=None):
             vid = "%s_%s" % (name, dtype)
             launch = _matmul_launch(dtype)
             artifact, digest = "artifacts/kernel.cubin", sha
-            if name in ("crash", "hang", "wrong"):
+            if name in ("crash", "hang", "wrong", "sticky"):
                 launch["fault"] = name
             if name == "garbage":
                 artifact, digest = "artifacts/garbage.cubin", hashlib.sha256(bad.read_bytes()).hexdigest()
             if name == "tampered":
                 digest = "0" * 64
+            if name == "misfit":  # specialized for a unit K stride of A: wrong for the TN shape
+                launch["constexprs"] = {"stride_ak": 1}
+                launch["params"] = [p for p in launch["params"] if p["name"] != "stride_ak"]
             variants.append({"id": vid, "config": {"BLOCK_M": 32, "fault": name if name in faults else ""},
                              "dtype": dtype, "specialization": [dtype], "status": "ok", "artifact": artifact,
                              "sha256": digest, "message": "", "launch": launch, "compile_seconds": 1.0})
@@ -119,13 +122,15 @@ def options(**kw):
 
 
 def standin_runner(monkeypatch, devices=("cuda:0", "cuda:1"), command=None):
-    """make_gpu_runner as on a node with len(devices) GPUs, but the workers are the stand-in."""
+    """make_gpu_runner as on a node with len(devices) GPUs; the workers are the real
+    ``python -m remote_agent.runners.gpu worker`` with the stand-in API in place of libcuda."""
+    monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
+    monkeypatch.setenv("PYTHONPATH", str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
     def factory(bundle, manifest, opts, log):
         runner = gpu.GpuRunner(bundle, manifest, opts, log, [(d, str(i)) for i, d in enumerate(devices)])
-        worker_opts = runner.worker_options()
-        runner.worker_command = command or (lambda device: [
-            sys.executable, str(STANDIN), "worker", "--bundle", runner.bundle, "--options", json.dumps(worker_opts)])
+        if command:
+            runner.worker_command = command
         return runner
 
     monkeypatch.setattr(gpu, "make_gpu_runner", factory)
@@ -141,7 +146,7 @@ def run_agent(bundle, results, opts, monkeypatch, **kw):
 
 
 def test_crash_hang_wrong_and_bad_images_are_recorded_and_the_rest_finishes(tmp_path, monkeypatch):
-    bundle = make_bundle(tmp_path / "b", faults=("crash", "hang", "wrong", "garbage", "tampered"))
+    bundle = make_bundle(tmp_path / "b", faults=("crash", "hang", "wrong", "garbage", "tampered", "sticky"))
     results = tmp_path / "results.csv"
     start = time.monotonic()
     rows, logs = run_agent(bundle, results, options(timeout=3.0), monkeypatch)
@@ -159,6 +164,9 @@ def test_crash_hang_wrong_and_bad_images_are_recorded_and_the_rest_finishes(tmp_
         assert float(by[("wrong_" + dtype, shape)]["rel_err"]) > contract.REL_ERR_TOL[dtype]
         assert status("garbage_" + dtype, shape) == contract.LOAD_ERROR
         assert "INVALID_IMAGE" in by[("garbage_" + dtype, shape)]["message"]
+        # a lost context: the worker reports the job and leaves; the next job must not be blamed
+        assert status("sticky_" + dtype, shape) == contract.CRASH
+        assert "ILLEGAL_ADDRESS" in by[("sticky_" + dtype, shape)]["message"]
         assert status("tampered_" + dtype, shape) == contract.LOAD_ERROR
         assert "hash" in by[("tampered_" + dtype, shape)]["message"]
         for i in range(6):  # every healthy variant ran, checked and timed
@@ -229,3 +237,20 @@ def _gone(pid):
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def test_an_artifact_is_not_run_outside_its_specialization(tmp_path, monkeypatch):
+    bundle = make_bundle(tmp_path / "b", faults=("misfit",))
+    rows, _ = run_agent(bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",))
+    by = {(r["variant_id"], r["shape_id"]): r for r in rows}
+    assert by[("misfit_fp16", "32x48x64_fp16_NN")]["status"] == contract.OK  # NN: stride_ak is 1
+    tn = by[("misfit_bf16", "40x24x56_bf16_TN")]
+    assert tn["status"] == contract.LOAD_ERROR and "stride_ak=1" in tn["message"]
+
+
+def test_without_the_flush_small_inputs_rotate(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_GPU_FLUSH", "0")
+    bundle = make_bundle(tmp_path / "b")
+    rows, _ = run_agent(bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",))
+    assert all(r["status"] == contract.OK for r in rows)
+    assert all("inputs rotated over 8 copies" in r["message"] for r in rows)

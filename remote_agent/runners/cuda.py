@@ -54,9 +54,12 @@ _SIGNATURES = {
     "cuMemcpyHtoD_v2": [_u64, _p, _sz],
     "cuMemcpyDtoH_v2": [_p, _u64, _sz],
     "cuMemcpyDtoD_v2": [_u64, _u64, _sz],
+    "cuMemcpyDtoDAsync_v2": [_u64, _u64, _sz, _p],
     "cuMemsetD8_v2": [_u64, ctypes.c_ubyte, _sz],
     "cuMemsetD16_v2": [_u64, ctypes.c_ushort, _sz],
     "cuMemsetD32_v2": [_u64, _u, _sz],
+    "cuMemsetD8Async": [_u64, ctypes.c_ubyte, _sz, _p],
+    "cuMemsetD16Async": [_u64, ctypes.c_ushort, _sz, _p],
     "cuMemsetD32Async": [_u64, _u, _sz, _p],
     "cuModuleLoadData": [ctypes.POINTER(_p), ctypes.c_char_p],
     "cuModuleUnload": [_p],
@@ -181,17 +184,19 @@ class CudaApi(GpuApi):
         self._call("cuMemcpyDtoH_v2", buf, src, int(nbytes))
         return buf.raw
 
+    # Copies and memsets go on the worker's stream, in order with its launches: the plain
+    # cuMemset*/cuMemcpyDtoD run on the legacy stream, which a non-blocking stream does not wait for.
     def dtod(self, dst, src, nbytes):
-        self._call("cuMemcpyDtoD_v2", dst, src, int(nbytes))
+        self._call("cuMemcpyDtoDAsync_v2", dst, src, int(nbytes), self.stream)
 
     def memset8(self, ptr, value, count):
-        self._call("cuMemsetD8_v2", ptr, value, int(count))
+        self._call("cuMemsetD8Async", ptr, value, int(count), self.stream)
 
     def memset16(self, ptr, value, count):
-        self._call("cuMemsetD16_v2", ptr, value, int(count))
+        self._call("cuMemsetD16Async", ptr, value, int(count), self.stream)
 
     def memset32(self, ptr, value, count):
-        self._call("cuMemsetD32_v2", ptr, value, int(count))
+        self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)
 
     def memset32_async(self, ptr, value, count):
         self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)

@@ -34,9 +34,12 @@ _SIGNATURES = {
     "hipMemcpyHtoD": [_p, _p, _sz],
     "hipMemcpyDtoH": [_p, _p, _sz],
     "hipMemcpyDtoD": [_p, _p, _sz],
+    "hipMemcpyDtoDAsync": [_p, _p, _sz, _p],
     "hipMemsetD8": [_p, ctypes.c_ubyte, _sz],
     "hipMemsetD16": [_p, ctypes.c_ushort, _sz],
     "hipMemsetD32": [_p, _i, _sz],
+    "hipMemsetD8Async": [_p, ctypes.c_ubyte, _sz, _p],
+    "hipMemsetD16Async": [_p, ctypes.c_ushort, _sz, _p],
     "hipMemsetD32Async": [_p, _i, _sz, _p],
     "hipModuleLoadData": [ctypes.POINTER(_p), ctypes.c_char_p],
     "hipModuleUnload": [_p],
@@ -152,17 +155,18 @@ class HipApi(GpuApi):
         self._call("hipMemcpyDtoH", buf, src, int(nbytes))
         return buf.raw
 
+    # on the worker's (non-blocking) stream, in order with its launches
     def dtod(self, dst, src, nbytes):
-        self._call("hipMemcpyDtoD", dst, src, int(nbytes))
+        self._call("hipMemcpyDtoDAsync", dst, src, int(nbytes), self.stream)
 
     def memset8(self, ptr, value, count):
-        self._call("hipMemsetD8", ptr, value, int(count))
+        self._call("hipMemsetD8Async", ptr, value, int(count), self.stream)
 
     def memset16(self, ptr, value, count):
-        self._call("hipMemsetD16", ptr, value, int(count))
+        self._call("hipMemsetD16Async", ptr, value, int(count), self.stream)
 
     def memset32(self, ptr, value, count):
-        self._call("hipMemsetD32", ptr, ctypes.c_int32(value & 0xFFFFFFFF).value, int(count))
+        self._call("hipMemsetD32Async", ptr, ctypes.c_int32(value & 0xFFFFFFFF).value, int(count), self.stream)
 
     def memset32_async(self, ptr, value, count):
         self._call("hipMemsetD32Async", ptr, ctypes.c_int32(value & 0xFFFFFFFF).value, int(count), self.stream)
