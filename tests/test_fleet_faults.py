@@ -5,7 +5,6 @@ target fields that try to inject shell commands."""
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,8 +19,10 @@ from tests.sshd import make_server
 NATIVE = "  arch: native\n  profiler: wallclock\n"
 
 
-def _ssh_yaml(server, indent="    "):
-    return server.target_ssh_yaml(indent)
+def _add_box(ws, workdir=None):
+    """A native-arch target "box" reached over the loopback sshd, with its own workdir."""
+    (ws.path / "targets.yaml").write_text(ws.targets_yaml() + "box:\n" + NATIVE + "  workdir: %s\n  ssh:\n%s"
+                                          % (workdir or ws.path / "box", ws.sshd.target_ssh_yaml()))
 
 
 def _wait_for(predicate, seconds=60, what="condition"):
@@ -91,8 +92,7 @@ def test_fleet_spreads_jobs_and_moves_a_dead_hosts_jobs(workspace, second_sshd):
 
 def test_sshd_killed_mid_run_the_run_finishes_and_is_picked_up(workspace):
     ws, server = workspace, workspace.sshd
-    (ws.path / "targets.yaml").write_text(ws.targets_yaml() + "box:\n" + NATIVE + "  workdir: %s\n  ssh:\n%s"
-                                          % (ws.path / "box", _ssh_yaml(server)))
+    _add_box(ws)
     ws.harness("build", "faulty_matmul", "--target", "box", "--shapes", "32x32x32,64x32x32")
     ws.harness("push", "box")
     run = subprocess.Popen([sys.executable, "-m", "harness", "run", "--remote", "box", "--timeout", "1"],
@@ -114,9 +114,8 @@ def test_sshd_killed_mid_run_the_run_finishes_and_is_picked_up(workspace):
 
 
 def test_second_run_attaches_instead_of_starting_another(workspace):
-    ws, server = workspace, workspace.sshd
-    (ws.path / "targets.yaml").write_text(ws.targets_yaml() + "box:\n" + NATIVE + "  workdir: %s\n  ssh:\n%s"
-                                          % (ws.path / "box", _ssh_yaml(server)))
+    ws = workspace
+    _add_box(ws)
     ws.harness("build", "faulty_matmul", "--target", "box", "--shapes", "32x32x32")
     ws.harness("push", "box")
     cmd = [sys.executable, "-m", "harness", "run", "--remote", "box", "--timeout", "2"]
@@ -132,8 +131,7 @@ def test_second_run_attaches_instead_of_starting_another(workspace):
 
 def test_corrupted_artifact_is_caught_by_its_hash(workspace):
     ws = workspace
-    (ws.path / "targets.yaml").write_text(ws.targets_yaml() + "box:\n" + NATIVE + "  workdir: %s\n  ssh:\n%s"
-                                          % (ws.path / "box", _ssh_yaml(ws.sshd)))
+    _add_box(ws)
     ws.harness("build", "matmul", "--target", "box", "--shapes", "32x32x32", "--space", "space.yaml")
     ws.harness("push", "box")
     artifact = sorted((ws.path / "box/bundles/box/matmul/artifacts").glob("*.elf"))[0]
@@ -192,8 +190,7 @@ def test_hostile_target_fields_execute_nothing(workspace, tmp_path):
     ws = workspace
     canary = tmp_path / "INJECTED"
     evil_dir = ws.path / ("box dir;$(touch %s)'q\"`touch %s`" % (canary, canary))
-    (ws.path / "targets.yaml").write_text(ws.targets_yaml() + "box:\n" + NATIVE + "  workdir: '%s'\n  ssh:\n%s"
-                                          % (str(evil_dir).replace("'", "''"), _ssh_yaml(ws.sshd)))
+    _add_box(ws, "'%s'" % str(evil_dir).replace("'", "''"))
     ws.harness("build", "matmul", "--target", "box", "--shapes", "32x32x32", "--space", "space.yaml")
     ws.harness("push", "box")
     ws.harness("run", "--remote", "box", "--iters", "2")
