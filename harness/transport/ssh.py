@@ -112,14 +112,38 @@ class SSHTransport:
         return rc, out, b"".join(err_chunks).decode("utf-8", "replace")
 
     def list_files(self, rel_dir: str) -> set:
-        """Files under workdir/rel_dir (one round trip; creates the folder)."""
+        """Files under workdir/rel_dir, in one round trip. SFTP where the server offers it (no
+        login shell to start: on a slow board that is most of the cost), else `find`."""
         target = "%s/%s" % (self.workdir, rel_dir) if self.workdir else rel_dir
+        try:
+            return self._list_sftp(target)
+        except (IOError, OSError, EOFError) as exc:
+            if getattr(exc, "errno", None) == 2:  # no such folder: nothing there yet
+                return set()
+        except Exception as exc:  # paramiko.SSHException: no SFTP subsystem
+            if not type(exc).__module__.startswith("paramiko"):
+                raise
         command = "mkdir -p %s && cd %s && find . -type f ! -name '*.part' -print" % (
             shlex.quote(target), shlex.quote(target))
         rc, out, err = self.run_capture(command)
         if rc != 0:
             raise HarnessError("cannot list %s on %s: %s" % (target, self.label, err.strip()))
         return {line[2:] for line in out.decode().splitlines() if line.startswith("./")}
+
+    def _list_sftp(self, top: str) -> set:
+        import stat
+
+        sftp = self.conn.sftp()
+        found, todo = set(), [""]
+        while todo:
+            sub = todo.pop()
+            for entry in sftp.listdir_attr("%s/%s" % (top, sub) if sub else top):
+                rel = "%s/%s" % (sub, entry.filename) if sub else entry.filename
+                if stat.S_ISDIR(entry.st_mode):
+                    todo.append(rel)
+                elif stat.S_ISREG(entry.st_mode) and not rel.endswith(".part"):
+                    found.add(rel)
+        return found
 
     def put_files(self, pairs: list, on_bytes=None, remove=()) -> int:
         """Send (local path, path under workdir) pairs in one tar stream; the remote extracts
@@ -139,10 +163,10 @@ class SSHTransport:
         chan = self._channel(command)
         writer = _ChannelWriter(chan, on_bytes)
         try:
-            with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1 << 20) as tar:
-                for local, arcname in pairs:
-                    _check_arcname(arcname)
-                    tar.add(str(local), arcname=arcname, recursive=False)  # regular files only
+            for local, arcname in pairs:
+                _check_arcname(arcname)
+                _send_tar_member(writer, Path(local), arcname)
+            writer.write(b"\0" * (2 * tarfile.BLOCKSIZE))  # end of archive
             writer.flush()
             chan.shutdown_write()
         except Exception as exc:
@@ -171,8 +195,29 @@ class SSHTransport:
         return safetar.extract_stream(io.BytesIO(out), str(dest))
 
 
+def _send_tar_member(writer, local: Path, arcname: str) -> None:
+    """One regular file as a tar member: the header from tarfile, the bytes in 1 MiB reads
+    (tarfile's own copy loop moves 16 KiB at a time, which costs a push a third of its speed)."""
+    st = local.stat()
+    info = tarfile.TarInfo(arcname)
+    info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), st.st_mode & 0o755
+    writer.write(info.tobuf(format=tarfile.PAX_FORMAT))
+    with open(local, "rb") as f:
+        sent = 0
+        while True:
+            chunk = f.read(_ChannelWriter.CHUNK)
+            if not chunk:
+                break
+            writer.write(chunk)
+            sent += len(chunk)
+    if sent != info.size:
+        raise HarnessError("%s changed size while it was sent" % local)
+    if sent % tarfile.BLOCKSIZE:
+        writer.write(b"\0" * (tarfile.BLOCKSIZE - sent % tarfile.BLOCKSIZE))
+
+
 class _ChannelWriter(io.RawIOBase):
-    """Collects tarfile's small writes into 1 MiB sends: fewer, fuller SSH packets."""
+    """Collects small writes into 1 MiB sends: fewer, fuller SSH packets."""
 
     CHUNK = 1 << 20
 
@@ -186,17 +231,23 @@ class _ChannelWriter(io.RawIOBase):
         return True
 
     def write(self, data):
+        if not self.buffer and len(data) >= self.CHUNK:
+            self._send(data)  # a full chunk goes out as it is, without a copy
+            return len(data)
         self.buffer += data
         if len(self.buffer) >= self.CHUNK:
             self.flush()
         return len(data)
 
+    def _send(self, data):
+        self.chan.sendall(data)
+        self.sent += len(data)
+        if self.on_bytes:
+            self.on_bytes(len(data))
+
     def flush(self):
         if self.buffer:
-            self.chan.sendall(bytes(self.buffer))
-            self.sent += len(self.buffer)
-            if self.on_bytes:
-                self.on_bytes(len(self.buffer))
+            self._send(bytes(self.buffer))
             self.buffer.clear()
 
 
