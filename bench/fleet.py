@@ -91,7 +91,7 @@ def main():
     global SHAPES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=SHAPES)
-    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--iters", type=int, default=100)
     args = parser.parse_args()
     SHAPES = args.shapes
     with tempfile.TemporaryDirectory() as tmp:

@@ -39,7 +39,7 @@ def compact(indices) -> str:
     return ",".join(out)
 
 
-def chunks_of(indices: list, hosts: int, per_host: int = 4) -> list:
+def chunks_of(indices: list, hosts: int, per_host: int = 2) -> list:
     """Round-robin chunks, ``per_host`` per host: hosts that finish early take more, and a
     dropped host loses only the chunk it was running."""
     parts = max(1, min(len(indices), hosts * per_host))
@@ -47,7 +47,7 @@ def chunks_of(indices: list, hosts: int, per_host: int = 4) -> list:
 
 
 def run_fleet(target, kernel: str, manifest: Manifest, transports: list, options: RunOptions,
-              per_host: int = 4) -> FleetSummary:
+              per_host: int = 2) -> FleetSummary:
     """Hosts pull chunks of jobs from one queue; a host that drops out has the unfinished
     jobs of its chunk put back for the others."""
     keys = {"%s|%s" % (j.variant, j.shape): i for i, j in enumerate(manifest.jobs)}
