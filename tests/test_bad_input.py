@@ -4,7 +4,6 @@ import re
 
 import pytest
 
-from tests.conftest import Workspace
 
 
 def _one_line_error(proc, *needles):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...space import Rule
 from ..base import TEMPLATES, Kernel
 from . import rules
 
