@@ -96,10 +96,10 @@ def geomean(values):
 
 
 def best_rows(rows):
-    """The fastest ok row per shape id."""
+    """The fastest ok kernel row per shape id (library rows, ``lib:...``, are not kernels)."""
     best = {}
     for r in rows:
-        if r["status"] != "ok" or not r["time_ns_median"]:
+        if r["status"] != "ok" or not r["time_ns_median"] or r["variant_id"].startswith("lib:"):
             continue
         t = float(r["time_ns_median"])
         if r["shape_id"] not in best or t < float(best[r["shape_id"]]["time_ns_median"]):

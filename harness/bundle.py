@@ -88,9 +88,15 @@ class Manifest:
     schema_version: int = MANIFEST_SCHEMA
     harness_version: str = __version__
     created: str = ""
+    # GPU bundles: vendor library -> shape ids the GPU agent also measures it on (``lib:<name>`` rows);
+    # written only when set, so a bundle without it reads the same to any agent
+    library: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=False)
+        data = asdict(self)
+        if not data["library"]:
+            del data["library"]
+        return json.dumps(data, indent=1, sort_keys=False)
 
     @staticmethod
     def load(path: Path) -> "Manifest":

@@ -7,8 +7,10 @@ same flags. It is one more variant per dtype, ``lib:reference:<dtype>``, with an
 its rows are library rows (``harness.report.common``: ``variant_id`` starting with ``lib:``,
 empty ``cfg_`` columns): the report computes the uplift over it and tuned files leave it out.
 
-GPU nodes measure cuBLAS / hipBLASLt through torch on the node; that is the GPU agent's part
-and nothing is built here for GPU targets.
+GPU nodes measure cuBLAS / hipBLASLt through ``torch.matmul`` on the node, on the very device
+buffers the kernel's variants use and timed the same way; that is the GPU agent's part and
+nothing is built here: ``--library`` only sets the manifest's ``library`` field
+(``{"torch.matmul": [shape ids]}``), and the agent adds one ``lib:torch.matmul`` job per shape.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 LIB_REFERENCE = "lib:reference"
+GPU_LIBRARY = "torch.matmul"  # what the GPU agent times for every shape (cuBLAS / hipBLASLt)
 
 
 def reference_config(kernel, target) -> dict:
@@ -35,12 +38,15 @@ def reference_id(dtype: str) -> str:
 def add_reference(kernel, target, shapes: Iterable, manifest, bundle: Path, compiler=None,
                   compile_timeout: float = 120.0, frontend: str = "auto", from_ir=None) -> list:
     """Compile the reference build (one per dtype of ``shapes``) and add its variants and one job
-    per shape to ``manifest`` (not saved). Returns the variant ids added; none on GPU targets."""
+    per shape to ``manifest`` (not saved). Returns the variant ids added. On GPU targets nothing is
+    compiled: the manifest asks the agent for the library instead (``request_gpu_library``)."""
     from .build import compiler_for
     from .bundle import Job, Variant, sha256_file
 
     shapes = list(shapes)
-    if target.is_gpu or not shapes:
+    if target.is_gpu:
+        return request_gpu_library(manifest, shapes)
+    if not shapes:
         return []
     if compiler is None:
         compiler = compiler_for(kernel, target, Path(bundle), frontend, from_ir)
@@ -67,6 +73,17 @@ def add_reference(kernel, target, shapes: Iterable, manifest, bundle: Path, comp
             manifest.jobs += [Job(vid, s.id, list(kernel.grid(cfg, s))) for s in shapes if s.dtype == dtype]
         added.append(vid)
     return added
+
+
+def request_gpu_library(manifest, shapes: Iterable, name: str = GPU_LIBRARY) -> list:
+    """Ask the GPU agent to time ``name`` on ``shapes`` too (the manifest's ``library`` field; not
+    saved). Returns the library's variant id, ``lib:<name>``, as the agent will write it."""
+    ids = [s.id for s in shapes]
+    if not ids:
+        return []
+    have = list(manifest.library.get(name, []))
+    manifest.library = dict(manifest.library, **{name: have + [i for i in ids if i not in have]})
+    return ["lib:%s" % name]
 
 
 def reference_description(kernel, target) -> str:

@@ -92,6 +92,10 @@ class Agent:
         todo = [(j, d) for i, j in enumerate(m["jobs"]) if self.selected is None or i in self.selected
                 if variants[j["variant"]]["status"] == contract.OK
                 for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]
+        # GPU bundles built with --library: one lib:<name> job per shape, resumed like the rest
+        lib_variants, lib_jobs = runner.library_plan(self.selected) if hasattr(runner, "library_plan") else ([], [])
+        variants.update((v["id"], v) for v in lib_variants)
+        todo += [(j, d) for j in lib_jobs for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]
         if self.selected is None or 0 in self.selected:  # one agent of a fleet records these
             self._record_unrunnable(writer, variants, shapes, devices[0], skip)
         broken = self._verify_artifacts(variants)

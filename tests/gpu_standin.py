@@ -223,6 +223,30 @@ class StandinApi(GpuApi):
         out[:] = (_f32_to_bf16(C.ravel()) if t["c_ptr"] == "*bf16" else C.ravel().astype(out.dtype))
 
 
+class StandinLibraryApi(StandinApi):
+    """The stand-in with a stand-in vendor library: ``torch.matmul`` computed with numpy on the
+    stand-in memory (the real worker times torch.matmul; without this the worker looks for torch,
+    which a CI machine does not have, or has without a GPU)."""
+
+    def library_launcher(self, name):
+        if name != "torch.matmul":
+            raise GpuError("this agent times torch.matmul only, not %r" % name, load=True)
+
+        def launcher(data):
+            s = data.shape
+            types = {"a_ptr": "*" + s["dtype"], "b_ptr": "*" + s["dtype"], "c_ptr": "*" + s["dtype"]}
+
+            def launch(i, stream=None):
+                v = dict(data.values(i), M=s["M"], N=s["N"], K=s["K"])
+                self._matmul_kernel({}, v, types, (1, 1, 1))
+
+            import contextlib
+
+            return launch, contextlib.nullcontext(), "numpy %s (stand-in)" % np.__version__
+
+        return launcher
+
+
 def main(argv):
     from remote_agent.runners.gpu import worker_main
 

@@ -26,7 +26,7 @@ def build(
     from_ir: Optional[str] = typer.Option(None, "--from-ir", help="triton-cpu: import IR dumps made elsewhere (<kernel>/<kernel>_<BM>_<BN>_<BK>_<G>/ dirs)"),
     thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's FLOPs x calls"),
     summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
-    library: bool = typer.Option(False, "--library", help="also build the library to beat (CPU: the reference build lib:reference) and run it on every shape"),
+    library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: the reference build lib:reference; GPU: torch.matmul on the node, lib:torch.matmul)"),
     targets_file: Optional[str] = TargetsOpt,
 ):
     """Generate the search space, prune it per shape, compile every variant in parallel and
@@ -86,12 +86,14 @@ def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv
 
 def add_library(kern, tgt, shape_list, summary, compile_timeout, frontend, from_ir) -> list:
     """Add the library reference to the bundle just built (its manifest is saved again)."""
-    from ..library import add_reference, reference_description
+    from ..library import add_reference, reference_description, request_gpu_library
 
     if tgt.is_gpu:
-        ui.out.print("[yellow]--library: the GPU library (cuBLAS/hipBLASLt through torch) is measured by the GPU "
-                     "agent; no library variant is built for %s[/]" % tgt.name)
-        return []
+        added = request_gpu_library(summary.manifest, shape_list)
+        summary.manifest.save(summary.bundle)
+        ui.out.print("library: %s (cuBLAS/hipBLASLt through torch on the node, timed like the variants), "
+                     "%d shapes" % (", ".join(added), len(shape_list)))
+        return added
     added = add_reference(kern, tgt, shape_list, summary.manifest, summary.bundle, compile_timeout=compile_timeout,
                           frontend=frontend, from_ir=from_ir)
     summary.manifest.save(summary.bundle)

@@ -36,7 +36,7 @@ def tune(
     seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
     top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved (0: off)"),
     repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...)"),
-    library: bool = typer.Option(False, "--library", help="also measure the library to beat (CPU: lib:reference) on every shape"),
+    library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: lib:reference; GPU: lib:torch.matmul)"),
     formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, triton, yaml"),
     html: bool = typer.Option(False, "--html", help="write the HTML report too"),
     targets_file: Optional[str] = TargetsOpt,

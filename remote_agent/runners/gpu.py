@@ -14,6 +14,11 @@ A worker that crashes or hangs is replaced by the supervisor; the job in flight 
 job and exit, so the next job gets a fresh process.
 
 With several devices, each job runs once, on whichever worker is free; its row names that device.
+
+The vendor library: where the manifest's ``library`` field asks for it (``harness build --library``),
+the agent adds one job per shape, variant ``lib:torch.matmul``, and the worker times
+``torch.matmul`` (cuBLAS / hipBLASLt) on the same device buffers with the same profiler and the
+same checks as the kernel's variants (``library_plan``, ``Worker.run_library``).
 """
 
 import array
@@ -392,6 +397,7 @@ class Worker(object):
         self.flush_bytes = max(256 << 20, 2 * self.l2)
         self.flush_buf = self.api.alloc(self.flush_bytes) if self.flush_enabled else None
         self.torch = None
+        self._torch_error = None
         self.reference_mode = self._pick_reference(options.get("reference", "auto"))
         from ..profilers.events import gpu_profiler
 
@@ -480,14 +486,21 @@ class Worker(object):
         t = torch.as_tensor(_CAI(), device="cuda")
         return t.view(torch.bfloat16) if dtype == "bf16" else t
 
+    def _torch_operands(self, data, rotation=0):
+        """A (MxK) and B (KxN) of the shape as torch views of the device buffers, in its layout
+        (a T operand is the transpose of a row-major view: no copy)."""
+        s = data.shape
+        M, N, K, dtype = s["M"], s["N"], s["K"], s["dtype"]
+        a_ptr, b_ptr = data.a[rotation % len(data.a)], data.b[rotation % len(data.b)]
+        a = self._torch_view(a_ptr, K if s["layout"][0] == "T" else M, M if s["layout"][0] == "T" else K, dtype)
+        b = self._torch_view(b_ptr, N if s["layout"][1] == "T" else K, K if s["layout"][1] == "T" else N, dtype)
+        return (a.t() if s["layout"][0] == "T" else a), (b.t() if s["layout"][1] == "T" else b)
+
     def torch_reference(self, data):
         torch = self.torch
         s = data.shape
-        M, N, K, dtype = s["M"], s["N"], s["K"], s["dtype"]
-        a = self._torch_view(data.a[0], K if s["layout"][0] == "T" else M, M if s["layout"][0] == "T" else K, dtype)
-        b = self._torch_view(data.b[0], N if s["layout"][1] == "T" else K, K if s["layout"][1] == "T" else N, dtype)
-        a = a.t() if s["layout"][0] == "T" else a
-        b = b.t() if s["layout"][1] == "T" else b
+        M, N = s["M"], s["N"]
+        a, b = self._torch_operands(data)
         allow = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
@@ -577,6 +590,8 @@ class Worker(object):
 
     def run_job(self, variant, shape, grid):
         """One (variant, shape): a results dict (status, times, errors, counters, message)."""
+        if (variant.get("launch") or {}).get("library"):
+            return self.run_library(variant, shape)
         try:
             kernel = self.kernel_for(variant)
         except GpuError as exc:
@@ -601,17 +616,26 @@ class Worker(object):
             v = data.values(r)
             v.update(ws_ptr=ws, lock_ptr=locks)
             param_sets.append(kernel.params(v, grid))
+        counters = {"ctr:" + k: v for k, v in kernel.facts.items()}
+
+        def launch(i, stream=None):
+            kernel.run(grid, param_sets[i % len(param_sets)], stream)
+
+        return self._check_and_time(data, shape, launch, counters, kernel, variant, grid)
+
+    def _check_and_time(self, data, shape, launch, counters, kernel, variant, grid):
+        """Poison C, launch once and check; time with the profiler; poison, launch and check again.
+        ``launch(i)`` runs the product once on input copy ``i`` (a variant's kernel, or the library)."""
         dtype = shape["dtype"]
         n = shape["M"] * shape["N"]
         rtol, atol = self.tolerances["rtol"][dtype], self.tolerances["atol"][dtype]
         tol = self.tolerances["rel_err"][dtype]
-        counters = {"ctr:" + k: v for k, v in kernel.facts.items()}
 
         def check():
             return self.errors(data.c, data.ref, n, dtype, rtol, atol)
 
         self._poison(data)
-        kernel.run(grid, param_sets[0])
+        launch(0)
         self.api.synchronize()
         rel, maxabs, ratio = check()
         result = dict(counters, rel_err=rel, max_abs_err=maxabs, err_ratio=ratio)
@@ -620,9 +644,6 @@ class Worker(object):
                           message="relative error %.3g over tolerance %.3g (%.3g%% of elements outside)"
                           % (rel, tol, 100 * ratio))
             return result
-
-        def launch(i, stream=None):
-            kernel.run(grid, param_sets[i % len(param_sets)], stream)
 
         measured = self.profiler.measure(self, launch, kernel, variant, shape, grid)
         result.update(summarize(measured["times_ns"]))
@@ -645,6 +666,67 @@ class Worker(object):
             notes.append("ref torch (kernel ref rel %.1e)" % data.crosscheck)
         result["message"] = "; ".join(notes)
         return result
+
+    # ---- the vendor library (lib:<name> rows) ----
+    def run_library(self, variant, shape):
+        """Time the library on the shape's device buffers exactly as a variant is timed (same
+        inputs, reference, checks, profiler). Without a usable torch: ``load_error`` saying so."""
+        try:
+            launcher = self.library_launcher(variant["launch"]["library"])
+        except GpuError as exc:
+            if exc.sticky:
+                raise
+            return {"status": contract.LOAD_ERROR, "message": "%s: %s" % (variant["id"], exc)}
+        data = self.data_for(shape)
+        launch, context, note = launcher(data)
+        with context:
+            result = self._check_and_time(data, shape, launch, {}, None, variant, None)
+        result["message"] = "; ".join(m for m in (note, result.get("message")) if m)
+        return result
+
+    def library_launcher(self, name):
+        """``launcher(data) -> (launch(i), context to time it in, note for the row's message)``.
+        A stand-in API may stand in for the library too (tests/gpu_standin.py)."""
+        own = getattr(self.api, "library_launcher", None)
+        if own is not None:
+            return own(name)
+        if name != TORCH_MATMUL:
+            raise GpuError("this agent times %s only, not %r" % (TORCH_MATMUL, name), load=True)
+        self._library_torch()
+        return self._torch_matmul_launcher
+
+    def _library_torch(self):
+        if self.torch is not None:
+            return self.torch
+        if self._torch_error is None:
+            try:
+                import torch
+
+                if not torch.cuda.is_available():
+                    raise RuntimeError("torch %s sees no GPU" % torch.__version__)
+                torch.cuda.init()
+                self.torch = torch
+                return torch
+            except Exception as exc:  # ImportError, or a torch built without this GPU's runtime
+                self._torch_error = "%s: %s" % (type(exc).__name__, exc)
+        raise GpuError("torch is not usable on this node (%s); no library time" % self._torch_error, load=True)
+
+    def _torch_matmul_launcher(self, data):
+        """torch.matmul(A, B, out=C) on the worker's own stream (so the events and the L2 flush
+        bracket it as they bracket a variant), on the same buffers and layouts, torch's defaults."""
+        torch = self.torch
+        s = data.shape
+        operands = [self._torch_operands(data, r) for r in range(len(data.a))]
+        c = self._torch_view(data.c, s["M"], s["N"], s["dtype"])
+        stream = torch.cuda.ExternalStream(self.api.stream)
+
+        def launch(i, stream_=None):
+            a, b = operands[i % len(operands)]
+            torch.matmul(a, b, out=c)
+
+        runtime = ("hip %s" % torch.version.hip) if getattr(torch.version, "hip", None) else \
+            ("cuda %s" % torch.version.cuda)
+        return launch, torch.cuda.stream(stream), "torch %s (%s)" % (torch.__version__, runtime)
 
     def _poison(self, data):
         dtype = data.shape["dtype"]
@@ -783,6 +865,10 @@ def _wrapped_worker(bundle, manifest, options, infile, outfile):
                          reference=os.environ.get("HARNESS_GPU_REFERENCE", "kernel"))
 
     def handle(request):
+        library = (request["variant"].get("launch") or {}).get("library")
+        if library:  # its kernels are the library's, not an entry this profiler can pick out
+            return {"result": {"status": contract.LOAD_ERROR, "message": "%s is timed by the events profiler "
+                               "only, this run uses %s" % (request["variant"]["id"], profiler.name)}}, False
         workdir = tempfile.mkdtemp(prefix="harness-prof-")
         try:
             req_path = os.path.join(workdir, "request.json")
@@ -851,6 +937,35 @@ RESULT_PREFIX = "HARNESS_RESULT "
 
 
 # ---- the agent side -------------------------------------------------------------------------------
+TORCH_MATMUL = "torch.matmul"
+LIBRARY_PREFIX = "lib:"
+
+
+def library_plan(manifest, selected=None):
+    """The library jobs a bundle asks for: ``(variants, jobs)``, one variant ``lib:<name>`` per
+    library of the manifest's ``library`` field (``{name: [shape ids]}``, or a list of names for
+    every shape; absent in older bundles: none) and one job per shape. With ``--select`` (a fleet
+    host's share), a shape's library job goes with the shape's first job, so that exactly one
+    host measures it, beside the shape's variants (a shape with no job: with job 0)."""
+    wanted = manifest.get("library") or {}
+    shape_ids = [s["id"] for s in manifest["shapes"]]
+    if isinstance(wanted, (list, tuple)):
+        wanted = dict((name, shape_ids) for name in wanted)
+    first = {}
+    for i, job in enumerate(manifest["jobs"]):
+        first.setdefault(job["shape"], i)
+    variants, jobs = [], []
+    for name, ids in wanted.items():
+        vid, ids = LIBRARY_PREFIX + name, set(ids or ())
+        variants.append({"id": vid, "config": {}, "dtype": None, "specialization": [], "status": contract.OK,
+                         "artifact": None, "sha256": None, "message": "", "launch": {"library": name},
+                         "compile_seconds": 0.0})
+        for sid in (i for i in shape_ids if i in ids):
+            if selected is None or first.get(sid, 0) in selected:
+                jobs.append({"variant": vid, "shape": sid, "grid": None})
+    return variants, jobs
+
+
 class GpuRunner(object):
     """Spreads a bundle's jobs over one worker process per device (see the module docstring)."""
 
@@ -871,6 +986,9 @@ class GpuRunner(object):
 
     def devices(self):
         return [name for name, _ in self._devices]
+
+    def library_plan(self, selected=None):
+        return library_plan(self.manifest, selected)
 
     def worker_options(self):
         return {"profiler": self.profiler.name, "warmup": _opt(self.options, "warmup", 2),
