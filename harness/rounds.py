@@ -214,9 +214,10 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
            budget: Optional[int] = None, time_limit: Optional[float] = None, on_round: Optional[Callable] = None,
            clock: Callable[[], float] = time.monotonic, **strategy_options) -> List[ShapeSearch]:
     """One strategy per shape, driven in lockstep rounds until each is spent (its budget of
-    evaluations, history on disk included), the time limit passes, or it has nothing left to
-    ask. Each round is one ``session.execute``; a halving rung asks for longer measurements
-    (``fidelity``), so shapes asking different fidelities run in separate executes."""
+    evaluations, history on disk included), the time limit passes (the first round always
+    runs; a later one only where one evaluation is expected to fit in the time left), or it has
+    nothing left to ask. Each round is one ``session.execute``; a halving rung asks for longer
+    measurements (``fidelity``), so shapes asking different fidelities run in separate executes."""
     from .build import compiler_for
     from .bundle import bundle_dir
     from .strategies import StrategyError, get_strategy, normalize_results, pruning_predicate
@@ -245,16 +246,21 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     while True:
         active = [s for s in searches if s.stopped is None]
         elapsed = clock() - start
-        if time_limit is not None and elapsed >= time_limit:
+        # The first round always runs (nothing is known of its length yet); a later one starts
+        # only while the time left holds at least one evaluation at this call's pace so far.
+        out_of_time = time_limit is not None and number > 0 and elapsed >= time_limit
+        per_shape_cap = None
+        done_new = sum(len(s.new) for s in searches)
+        if time_limit is not None and done_new and active and not out_of_time:
+            per_eval = elapsed / done_new
+            if per_eval > 0:
+                fit = int((time_limit - elapsed) / per_eval)
+                out_of_time = fit < 1
+                per_shape_cap = max(1, fit // len(active))
+        if out_of_time:
             for s in active:
                 s.stopped = STOP_TIME
             break
-        per_shape_cap = None
-        done_new = sum(len(s.new) for s in searches)
-        if time_limit is not None and done_new and active:
-            per_eval = elapsed / done_new
-            if per_eval > 0:
-                per_shape_cap = max(1, int((time_limit - elapsed) / per_eval) // len(active))
         asks = []
         for s in active:
             limit = batch_size

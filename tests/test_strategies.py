@@ -256,6 +256,57 @@ def test_time_limit_shrinks_the_last_round(rec):
     assert result.round_sizes == [8, 2]
 
 
+def test_time_limit_starts_no_round_that_cannot_finish_an_evaluation(rec):
+    now = {"t": 0.0}
+
+    def slow(configs):  # three seconds per config: after 9 s, 1 s left holds none
+        now["t"] += 3 * len(configs)
+        return Replay(rec)(configs)
+
+    result = tune_rounds(get_strategy("random", seed=0, batch_size=3), rec.space, rec.is_pruned, slow,
+                         budget=100, time_limit=10.0, clock=lambda: now["t"])
+    assert result.stopped == STOP_TIME and result.round_sizes == [3] and now["t"] == 9
+
+
+def test_time_limit_always_runs_the_first_round(rec):
+    now = {"t": 0.0}
+
+    def ticking():  # every look at the clock is already past the limit
+        now["t"] += 1.0
+        return now["t"]
+
+    result = tune_rounds(get_strategy("random", seed=0), rec.space, rec.is_pruned, Replay(rec), budget=100,
+                         time_limit=0.5, clock=ticking)
+    assert result.stopped == STOP_TIME and result.round_sizes == [8]
+
+
+def test_search_rounds_stop_at_the_time_limit_as_the_driver_does(tmp_path):
+    from harness import kernels
+    from harness.build import BuildOptions
+    from harness.rounds import Session, search
+    from harness.run import RunOptions
+
+    now = {"t": 0.0}
+
+    class FakeSession(Session):  # a round costs three seconds per pair, on a fake clock
+        def execute(self, pairs, fidelity=1, library_shapes=()):
+            now["t"] += 3 * len(pairs)
+            self.rounds += 1
+            return [dict({contract.CONFIG_PREFIX + n: str(v) for n, v in cfg.items()}, shape_id=shape.id,
+                         variant_id="v%d" % i, status="ok", time_ns_median=str(1000.0 + i))
+                    for i, (cfg, shape) in enumerate(pairs)]
+
+    space = {"BLOCK_M": [8, 16, 32], "BLOCK_N": [8, 16, 32], "BLOCK_K": [8, 16], "GROUP_M": [1]}
+    session = FakeSession(tmp_path, Target(name="local"), kernels.get("matmul"), [parse_shape("32x32x32")],
+                          BuildOptions(), RunOptions())
+    (s,) = search(session, space, "random", batch_size=3, time_limit=10.0, clock=lambda: now["t"])
+    assert s.stopped == STOP_TIME and len(s.new) == 3 and session.rounds == 1 and now["t"] == 9
+    now["t"] = 0.0
+    (s,) = search(session, space, "random", batch_size=3, time_limit=0.5,
+                  clock=lambda: now.__setitem__("t", now["t"] + 1.0) or now["t"])
+    assert s.stopped == STOP_TIME and len(s.new) == 3 and session.rounds == 2  # the first round ran
+
+
 def test_accepts_results_rows_and_stops_when_a_round_comes_back_empty(rec, tmp_path):
     names = list(rec.space)
 

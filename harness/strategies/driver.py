@@ -79,8 +79,9 @@ def tune_rounds(strategy: Strategy, space: dict, is_pruned: Callable[[dict], boo
                    when it accepts ``fidelity`` (halving asks for f-times longer measurements).
                    Results: Trials, {"config", "status", "time_ns"} dicts, or results CSV rows.
     budget         total evaluations, those in ``history`` included (None: no limit)
-    time_limit     seconds for this call; the last round is shrunk to the time it is likely to
-                   take (from this call's seconds per evaluation so far)
+    time_limit     seconds for this call; the first round always runs, and the last round is
+                   shrunk to the time left (from this call's seconds per evaluation so far); no
+                   round starts when not even one evaluation is expected to fit
     history        Trials already measured (``load_history(results.csv, ...)``): resume point
     on_round       on_round(round_number, batch, trials) after every round
     stop           stop(history) -> True ends the run (the simulator stops at its target)
@@ -101,7 +102,7 @@ def tune_rounds(strategy: Strategy, space: dict, is_pruned: Callable[[dict], boo
                 stopped = STOP_BUDGET
                 break
             limit = min(limit, left)
-        if time_limit is not None:
+        if time_limit is not None and rounds:  # the first round always runs
             elapsed = clock() - start
             if elapsed >= time_limit:
                 stopped = STOP_TIME
@@ -109,7 +110,11 @@ def tune_rounds(strategy: Strategy, space: dict, is_pruned: Callable[[dict], boo
             if new:
                 per_eval = elapsed / len(new)
                 if per_eval > 0:
-                    limit = min(limit, max(1, int((time_limit - elapsed) / per_eval)))
+                    fit = int((time_limit - elapsed) / per_eval)
+                    if fit < 1:  # not even one evaluation is expected to finish in time
+                        stopped = STOP_TIME
+                        break
+                    limit = min(limit, fit)
         batch = strategy.next_batch(history, space, is_pruned, limit, budget)
         if not batch.configs:
             stopped = STOP_FINISHED
