@@ -23,9 +23,6 @@ from remote_agent.contract import MANIFEST_SCHEMA
 from . import __version__
 from .errors import HarnessError
 
-PUSHED_DIRS = ("artifacts", "data")
-
-
 @dataclass
 class Variant:
     id: str

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from remote_agent.contract import CONFIG_PREFIX, FIXED_COLUMNS, OK, RESULTS_SCHEMA
+from remote_agent.contract import CONFIG_PREFIX, OK, RESULTS_SCHEMA
 
 from ..errors import HarnessError
 
@@ -60,7 +60,3 @@ def best_per_shape(df: pd.DataFrame) -> pd.DataFrame:
 
 def status_counts(df: pd.DataFrame) -> dict:
     return df["status"].value_counts().to_dict()
-
-
-def fixed_columns() -> tuple:
-    return FIXED_COLUMNS
