@@ -11,6 +11,7 @@ Two bundles (build/<target>/matmul under each root):
               with split-K and 2-warp configs for the skinny ones
   extra/      skinny-M configs outside GPU_SPACE (1-2 warps, BLOCK_K 256, split-K 16, 5-6 stages)
               for the four skinny shapes
+  tma/        TMA = 1 (device-side tensor descriptors, sm90) configs for all eight shapes
 Prints one line per bundle and a summary; ``--json`` writes the numbers.
 """
 
@@ -60,6 +61,25 @@ def extra_configs():
     return out
 
 
+TMA_SHAPES = FULLSPACE_SHAPES + TUNED_SHAPES
+
+
+def tma_configs():
+    """TMA = 1: the large tiles that won with pointers, and skinny split-K tiles."""
+    out = []
+    for bm, bn, bk, w, s in ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (256, 128, 64, 8, 3),
+                             (256, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
+                             (128, 128, 64, 4, 5), (128, 256, 32, 8, 4), (64, 128, 64, 4, 4)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=1, num_warps=w, num_stages=s, TMA=1))
+    for bm, bn, bk, sk, w, s in ((16, 128, 128, 4, 2, 4), (16, 256, 64, 8, 4, 5), (16, 64, 128, 4, 1, 4),
+                                 (16, 128, 256, 4, 2, 3), (16, 128, 128, 8, 4, 4), (16, 64, 256, 2, 1, 4),
+                                 (32, 128, 128, 2, 4, 4), (32, 128, 64, 1, 4, 5), (32, 64, 128, 2, 2, 5),
+                                 (64, 64, 128, 1, 4, 5), (64, 64, 128, 1, 4, 6), (64, 128, 128, 1, 4, 4),
+                                 (64, 128, 64, 1, 4, 5)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=w, num_stages=s, TMA=1))
+    return out
+
+
 def build_one(name, shapes_text, root, jobs, target_name, space=None, only=None):
     from harness.build import BuildOptions, build
     from harness.kernels import get
@@ -98,7 +118,7 @@ def main(argv=None):
     p.add_argument("--root", default=".devcarry/gpu")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--target", default="gpu-node")
-    p.add_argument("--only", choices=("fullspace", "tuned", "extra"), default=None)
+    p.add_argument("--only", choices=("fullspace", "tuned", "extra", "tma"), default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     results = {}
@@ -106,6 +126,8 @@ def main(argv=None):
         results["tuned"] = build_one("tuned", TUNED_SHAPES, args.root, args.jobs, args.target, only=tuned_configs())
     if args.only in (None, "extra"):
         results["extra"] = build_one("extra", EXTRA_SHAPES, args.root, args.jobs, args.target, only=extra_configs())
+    if args.only in (None, "tma"):
+        results["tma"] = build_one("tma", TMA_SHAPES, args.root, args.jobs, args.target, only=tma_configs())
     if args.only in (None, "fullspace"):
         space = dict(get("matmul").gpu_space)
         results["fullspace"] = build_one("fullspace", FULLSPACE_SHAPES, args.root, args.jobs, args.target,

@@ -174,6 +174,36 @@ def test_amd_options_on_an_nvidia_target_are_refused(tmp_path):
         compiler.compile(dict(C1, waves_per_eu=2), SHAPES[0], 60)
 
 
+def test_tma_configs_get_descriptor_orientation_and_global_scratch(tmp_path):
+    # TMA = 1: device-side tensor descriptors, which live in the launch's global scratch; the
+    # orientation constexprs follow the layout (a descriptor's last stride must be the constant 1)
+    compiler = TritonGpuCompiler(get("matmul"), targets()["gpu-node"], tmp_path)
+    cfg = dict(C2, TMA=1)
+    nt = make_shape(128, 128, 128, "fp16", "NT")
+    tn = make_shape(128, 128, 128, "bf16", "TN")
+    job = compiler._job(cfg, compiler.specialization(cfg, nt))
+    assert (job["constexprs"]["TMA"], job["constexprs"]["A_T"], job["constexprs"]["B_T"]) == (1, False, True)
+    job = compiler._job(cfg, compiler.specialization(cfg, tn))
+    assert (job["constexprs"]["A_T"], job["constexprs"]["B_T"]) == (True, False)
+    plain = compiler._job(C2, compiler.specialization(C2, nt))
+    assert plain["constexprs"]["TMA"] == 0
+    result = compiler.compile(cfg, nt, 300)
+    assert result.status == "ok", result
+    assert result.launch["global_scratch_size"] > 0
+    assert compiler.compile(C2, nt, 300).launch["global_scratch_size"] == 0
+
+
+def test_tma_is_pruned_off_hopper():
+    from harness.kernels.matmul.rules import _tma_needs_hopper
+
+    t = targets()
+    cfg = dict(C2, TMA=1)
+    assert not _tma_needs_hopper(cfg, SHAPES[0], t["gpu-node"])
+    assert _tma_needs_hopper(cfg, SHAPES[0], t["mi300"])
+    assert not _tma_needs_hopper(C2, SHAPES[0], t["mi300"])
+    assert _tma_needs_hopper(cfg, SHAPES[0], dataclasses.replace(t["gpu-node"], gpu_arch="80"))
+
+
 def test_a_compile_past_its_timeout_is_killed(tmp_path):
     compiler = TritonGpuCompiler(get("matmul"), targets()["gpu-node"], tmp_path)
     start = time.monotonic()

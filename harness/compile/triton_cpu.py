@@ -513,6 +513,9 @@ def _triton_job(kernel, config: dict, spec: tuple) -> dict:
     constexprs["EVEN_K"] = classes.get("EVEN_K") == "1"
     signature["IEEE"] = "constexpr"
     constexprs["IEEE"] = dtype == "fp32"
+    for name in ("TMA", "A_T", "B_T"):  # the GPU kernel's descriptor path: off on CPUs
+        signature[name] = "constexpr"
+        constexprs[name] = 0
     return {"module": module_name, "fn": fn, "signature": signature, "constexprs": constexprs,
             "divisible": divisible, "dtype": dtype, "config": dict(config)}
 

@@ -156,7 +156,7 @@ class TritonGpuCompiler:
     # ---- compile -------------------------------------------------------------------------
     def _options(self, config: dict) -> dict:
         allowed = CUDA_OPTIONS if self.backend == "cuda" else HIP_OPTIONS
-        constexprs = set(self.module.MATMUL_CONSTEXPRS)
+        constexprs = set(self.module.MATMUL_CONSTEXPRS) | set(getattr(self.module, "MATMUL_OPTIONAL_CONSTEXPRS", {}))
         options = {}
         for key, value in config.items():
             if key in constexprs:
@@ -196,6 +196,14 @@ class TritonGpuCompiler:
         constexprs["EVEN_K"] = False if generic else classes.get("EVEN_K") == "1"
         signature["IEEE"] = "constexpr"
         constexprs["IEEE"] = dtype == "fp32" or generic
+        # optional constexprs (TMA); A_T / B_T: the specialization made the M stride of A / the K stride of B 1
+        for name, default in getattr(self.module, "MATMUL_OPTIONAL_CONSTEXPRS", {}).items():
+            signature[name] = "constexpr"
+            constexprs[name] = config.get(name, default)
+        if "TMA" in getattr(self.module, "MATMUL_OPTIONAL_CONSTEXPRS", {}):
+            for name, stride in (("A_T", "stride_am"), ("B_T", "stride_bk")):
+                signature[name] = "constexpr"
+                constexprs[name] = classes.get(stride) == "1"
         return {"module": self.module_name, "fn": self.fn_name, "signature": signature,
                 "constexprs": constexprs, "divisible": divisible, "options": self._options(config),
                 "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}

@@ -84,6 +84,14 @@ def _too_many_warps_for_tile(c, s, t):
     return c["BLOCK_M"] * c["BLOCK_N"] < c["num_warps"] * 32 * 32
 
 
+def _tma_needs_hopper(c, s, t):
+    # device-side tensor descriptors (the bulk tensor copy engine) exist on NVIDIA sm90 and newer
+    if not c.get("TMA"):
+        return False
+    arch = str(getattr(t, "gpu_arch", "") or "")
+    return getattr(t, "backend", "") != "cuda" or not arch.isdigit() or int(arch) < 90
+
+
 GPU_RULES = [
     Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _gpu_tile_m_too_big),
     Rule("tile_n_exceeds_dim", "BLOCK_N larger than the next power of two of N", _gpu_tile_n_too_big),
@@ -92,4 +100,6 @@ GPU_RULES = [
     Rule("split_k_on_full_grid", "SPLIT_K > 1 where the M x N grid alone fills the GPU", _split_k_on_big_grid),
     Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _gpu_group_m_useless),
     Rule("too_many_warps", "fewer than 32 x 32 tile elements per warp", _too_many_warps_for_tile),
+    Rule("tma_needs_sm90", "TMA = 1 (tensor descriptors) on a target that is not NVIDIA sm90 or newer",
+         _tma_needs_hopper),
 ]

@@ -12,6 +12,12 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   the counters are therefore all zeros again after every launch: allocate them zeroed once.
   With SPLIT_K == 1 neither is touched.
 * EVEN_K: K is a multiple of BLOCK_K * SPLIT_K, so the K loop needs no masks.
+* TMA (config parameter, default 0; NVIDIA sm90+): A and B tiles are loaded through device-side
+  tensor descriptors (``tl.make_tensor_descriptor``: the bulk tensor copy engine, which pads
+  out-of-bounds rows and K with zeros, so no masks). The descriptors live in the launch's global
+  scratch (``global_scratch_size`` per program in the launch facts). A_T / B_T (set by the
+  compiler from the specialization when A's M stride / B's K stride is the constant 1) pick the
+  descriptor's orientation, since a descriptor's last stride must be 1. Same grid, same split-K.
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
@@ -27,6 +33,8 @@ MATMUL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
                "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
 # The constexpr arguments a config provides (everything else in a config is a compile option).
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
+# Constexprs a config may leave out, with their defaults (the compiler passes them always).
+MATMUL_OPTIONAL_CONSTEXPRS = {"TMA": 0}
 
 
 @triton.jit
@@ -34,7 +42,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-                  IEEE: tl.constexpr):
+                  IEEE: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -49,6 +57,34 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if TMA:
+        acc = _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                            pid_m, pid_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, A_T, B_T)
+    else:
+        acc = _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                offs_m, offs_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, EVEN_K, IEEE)
+
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        # fp32 workspace reduce, finished by the split that arrives last at this tile
+        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.atomic_add(ws_ptrs, acc, mask=mask, sem="relaxed")
+        tl.debug_barrier()  # every thread's partial is issued before the counter is bumped
+        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = tl.atomic_xchg(ws_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
+                                   mask=mask, sem="acquire")
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(lock_ptr + pid, 0)
+
+
+@triton.jit
+def _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      offs_m, offs_n, pid_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
     # wrap rows and columns past the edge onto valid memory: loads need no mask on M and N
     rm = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
     rn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
@@ -71,22 +107,40 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
             acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * SPLIT_K * stride_ak
         b_ptrs += BLOCK_K * SPLIT_K * stride_bk
+    return acc
 
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    if SPLIT_K == 1:
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+@triton.jit
+def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  pid_m, pid_n, pid_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+    if A_T:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, stride_am],
+                                           block_shape=[BLOCK_K, BLOCK_M])
     else:
-        # fp32 workspace reduce, finished by the split that arrives last at this tile
-        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
-        tl.atomic_add(ws_ptrs, acc, mask=mask, sem="relaxed")
-        tl.debug_barrier()  # every thread's partial is issued before the counter is bumped
-        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            total = tl.atomic_xchg(ws_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
-                                   mask=mask, sem="acquire")
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(lock_ptr + pid, 0)
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, stride_ak],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+    if B_T:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, stride_bk],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, stride_bn],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
+        off_k = (k * SPLIT_K + pid_k) * BLOCK_K
+        if A_T:
+            a = tl.trans(a_desc.load([off_k, off_m]))
+        else:
+            a = a_desc.load([off_m, off_k])
+        if B_T:
+            b = tl.trans(b_desc.load([off_n, off_k]))
+        else:
+            b = b_desc.load([off_k, off_n])
+        acc = tl.dot(a, b, acc)
+    return acc
 
 
 @triton.jit
