@@ -35,7 +35,6 @@ def fault_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_am, stri
 
 
 def main(argv=None):
-    from harness.compile.common import CompileResult  # noqa: F401
     from harness.compile.triton_gpu import run_compile_process, TRITON_TYPES, warp_size_for
 
     p = argparse.ArgumentParser(description=__doc__)
@@ -60,7 +59,7 @@ def main(argv=None):
                "constexprs": {"MODE": mode}, "divisible": [], "options": {"num_warps": 4},
                "backend": backend, "arch": arch, "warp_size": warp_size_for(backend, arch)}
         artifact = out / "artifacts" / ("%s.%s" % (name, "cubin" if backend == "cuda" else "hsaco"))
-        res = run_compile_process(job, artifact, 300, out / "triton-cache")
+        res = run_compile_process(job, artifact, 300)
         if res.status != "ok":
             raise SystemExit("%s: %s" % (name, res.message))
         import hashlib

@@ -51,7 +51,7 @@ class AgentMethod(object):
         self.profiler = EventsProfiler(api, {"warmup": 2, "iters": 10, "min_time_ms": min_time_ms})
 
     def flush(self):
-        self.api.memset32_async(self.buf, 0, self.flush_bytes // 4)
+        self.api.memset32(self.buf, 0, self.flush_bytes // 4)
 
     def median_ms(self, launcher):
         def launch(i, stream=None):  # on the agent's own stream, where its events are recorded

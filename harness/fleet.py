@@ -23,7 +23,6 @@ class FleetSummary:
     dropped: list = field(default_factory=list)  # host labels that dropped out
     moved: int = 0  # jobs moved off dropped hosts
     chunks: int = 0
-    requeue_seconds: list = field(default_factory=list)  # connection lost -> its jobs back in the queue
 
 
 def compact(indices) -> str:
@@ -100,7 +99,6 @@ def run_fleet(target, kernel: str, manifest: Manifest, transports: list, options
                     summary.chunks += 1
                 except ConnectionLost:
                     # Its unfinished jobs, and the rows it measured that only it holds, go to the others.
-                    lost_at = time.monotonic()
                     left = [i for i in chunk if i not in done_chunk]
                     stranded = sorted(measured_here)
                     with lock:
@@ -110,7 +108,6 @@ def run_fleet(target, kernel: str, manifest: Manifest, transports: list, options
                         if left or stranded:
                             work.put(sorted(set(left) | set(stranded)))
                         busy[transport.label] = False
-                    summary.requeue_seconds.append(time.monotonic() - lost_at)
                     ui.console.print("[yellow]%s dropped out; %d unfinished jobs and %d rows measured there go "
                                      "to the other hosts[/]" % (transport.label, len(left), len(stranded)))
                     done_here = 0

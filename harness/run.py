@@ -113,10 +113,6 @@ class ProgressBar:
 
 def follow(transport, argv, cwd, env, label, on_progress: Callable[[dict], None]):
     """Run argv through the transport; progress lines go to on_progress, agent messages are shown."""
-    import os
-
-    if env is None:
-        env = dict(os.environ)
     messages = []
 
     def on_line(line: str):

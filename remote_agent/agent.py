@@ -9,7 +9,7 @@ import sys
 import time
 
 from . import contract
-from .results import ResultsWriter, ResultsWriteError
+from .results import ResultsWriter, ResultsWriteError, SchemaMismatch
 
 
 class AgentError(Exception):
@@ -83,7 +83,7 @@ class Agent:
         header = contract.results_header(m["config_names"], self._counter_names(runner))
         try:
             writer = ResultsWriter(self.results_path, header)
-        except Exception as exc:  # SchemaMismatch
+        except SchemaMismatch as exc:
             raise AgentError(str(exc))
         variants = {v["id"]: v for v in m["variants"]}
         shapes = {s["id"]: s for s in m["shapes"]}
@@ -98,7 +98,7 @@ class Agent:
         todo += [(j, d) for j in lib_jobs for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]
         if self.selected is None or 0 in self.selected:  # one agent of a fleet records these
             self._record_unrunnable(writer, variants, shapes, devices[0], skip)
-        broken = self._verify_artifacts(variants)
+        broken = self._verify_artifacts({j["variant"]: variants[j["variant"]] for j, _ in todo})
         total, done = len(todo), 0
         self._progress(done, total, None)
         for result_job, device, result in self._results(runner, todo, variants, shapes, broken):
@@ -127,7 +127,8 @@ class Agent:
         return list(getattr(runner, "counter_names", None) or self.manifest["target"]["events"])
 
     def _verify_artifacts(self, variants):
-        """A corrupted or missing artifact is caught by its hash before it runs."""
+        """A corrupted or missing artifact is caught by its hash before it runs (only those this
+        run will run: a fleet's chunk or a resumed run does not re-read the whole bundle)."""
         broken = {}
         for vid, v in variants.items():
             if not v.get("artifact"):

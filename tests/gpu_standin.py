@@ -85,9 +85,6 @@ class StandinApi(GpuApi):
             raise GpuError("stand-in: invalid device pointer 0x%x" % ptr, code=1)
         return self.mem[ptr]
 
-    def htod(self, dst, data):
-        self._buf(dst)[:len(data)] = data
-
     def dtoh(self, src, nbytes):
         return bytes(self._buf(src)[:int(nbytes)])
 
@@ -98,17 +95,11 @@ class StandinApi(GpuApi):
         arr = np.frombuffer(self._buf(ptr), dtype=fmt)
         arr[:int(count)] = value
 
-    def memset8(self, ptr, value, count):
-        self._memset(ptr, value, count, np.uint8)
-
     def memset16(self, ptr, value, count):
         self._memset(ptr, value, count, np.uint16)
 
     def memset32(self, ptr, value, count):
         self._memset(ptr, value, count, np.uint32)
-
-    def memset32_async(self, ptr, value, count):
-        self._memset(ptr, value, min(int(count), 1024), np.uint32)  # a flush costs nothing here
 
     # modules
     def load_module(self, image):

@@ -64,3 +64,30 @@ def first_error_line(stderr: str) -> str:
         if "error" in line.lower():
             return line.strip()[:300]
     return stderr.strip()[:300]
+
+
+def run_python_child(module: str, payload: dict, timeout: float, env: dict):
+    """Run ``python -m module`` with ``payload`` as JSON on stdin, in its own process group
+    (killed whole past ``timeout``), with this checkout on PYTHONPATH. Returns
+    ``(returncode, facts, stderr)`` where facts is the last JSON line the child printed (or
+    None), and None when it timed out."""
+    import json
+    import signal
+    import sys
+
+    env = dict(env)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(json.dumps(payload), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        return None
+    line = next((l for l in reversed(out.splitlines()) if l.startswith("{")), None)
+    return proc.returncode, json.loads(line) if line else None, err

@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ from ..errors import HarnessError
 from ..kernels.base import TEMPLATES
 from ..space import Rule
 from . import disasm, ir_import
-from .common import CompileResult, first_error_line, run_compiler
+from .common import CompileResult, first_error_line, run_compiler, run_python_child
 from .cpp import MATMUL_PARAMS, toolchain_for
 
 HARNESS_ARGS = [name for _, name in MATMUL_PARAMS]  # the matmul main passes these, in this order
@@ -525,25 +524,16 @@ def _run_triton_process(job: dict, out: Path, timeout: float):
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=str(out.parent)))
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp / "cache"), TRITON_DISABLE_LINE_INFO="1")
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.compile.triton_cpu"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(json.dumps(dict(job, out=str(tmp / "ir"))), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
+    done = run_python_child("harness.compile.triton_cpu", dict(job, out=str(tmp / "ir")), timeout, env)
+    if done is None:
         shutil.rmtree(tmp, ignore_errors=True)
         return CompileResult("compile_timeout", None, "Triton-CPU took over %gs; killed" % timeout,
                              seconds=time.monotonic() - start)
-    line = next((l for l in reversed(stdout.splitlines()) if l.startswith("{")), None)
-    facts = json.loads(line) if line else {"status": "compile_error",
-                                           "message": first_error_line(stderr) or "Triton-CPU exited %s" % proc.returncode}
+    returncode, facts, stderr = done
+    if facts is None:
+        facts = {"status": "compile_error",
+                 "message": first_error_line(stderr) or "Triton-CPU exited %s" % returncode}
     if facts.get("status") != "ok":
         shutil.rmtree(tmp, ignore_errors=True)
         return CompileResult("compile_error", None, facts.get("message", "compile failed")[:400],

@@ -23,8 +23,6 @@ import inspect
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,7 +31,7 @@ from pathlib import Path
 
 from ..errors import HarnessError
 from ..space import Rule
-from .common import CompileResult
+from .common import CompileResult, run_python_child
 
 # Options a config may carry that are compile options rather than constexpr arguments.
 CUDA_OPTIONS = ("num_warps", "num_stages", "maxnreg")
@@ -299,7 +297,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def run_compile_process(job: dict, artifact: Path, timeout: float, cache_dir=None) -> CompileResult:
+def run_compile_process(job: dict, artifact: Path, timeout: float) -> CompileResult:
     """Compile one job in a child process (its own process group), killed whole on timeout."""
     env = dict(os.environ)
     # a private Triton cache per compile, removed after it: the bundle's artifacts are the cache
@@ -307,32 +305,17 @@ def run_compile_process(job: dict, artifact: Path, timeout: float, cache_dir=Non
     env["TRITON_CACHE_DIR"] = private
     if env.get("HARNESS_TRITON_LINEINFO", "0") != "1":
         env["TRITON_DISABLE_LINE_INFO"] = "1"  # halves a cubin; set HARNESS_TRITON_LINEINFO=1 for ncu source views
-    payload = dict(job, out=str(artifact))
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.compile.triton_gpu"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(json.dumps(payload), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        _cleanup(artifact)
-        shutil.rmtree(private, ignore_errors=True)
-        return CompileResult("compile_timeout", None, "compile took over %gs; killed" % timeout,
-                             seconds=time.monotonic() - start)
+    done = run_python_child("harness.compile.triton_gpu", dict(job, out=str(artifact)), timeout, env)
     shutil.rmtree(private, ignore_errors=True)
     seconds = time.monotonic() - start
-    line = next((l for l in reversed(out.splitlines()) if l.startswith("{")), None)
-    if proc.returncode != 0 or line is None:
+    if done is None:
         _cleanup(artifact)
-        return CompileResult("compile_error", None, _error_text(err, proc.returncode), seconds=seconds)
-    facts = json.loads(line)
+        return CompileResult("compile_timeout", None, "compile took over %gs; killed" % timeout, seconds=seconds)
+    returncode, facts, err = done
+    if returncode != 0 or facts is None:
+        _cleanup(artifact)
+        return CompileResult("compile_error", None, _error_text(err, returncode), seconds=seconds)
     if facts.get("status") != "ok":
         _cleanup(artifact)
         return CompileResult("compile_error", None, facts.get("message", "compile failed"), seconds=seconds)

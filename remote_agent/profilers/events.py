@@ -17,7 +17,6 @@ Counter columns for events are the function's registers and local (spill) bytes,
 driver (CUDA; empty on HIP, never 0).
 """
 
-import math
 
 MAX_ITERS = 2000
 

@@ -175,10 +175,6 @@ class CudaApi(GpuApi):
         if ptr:
             self._call("cuMemFree_v2", ptr)
 
-    def htod(self, dst, data):
-        buf = ctypes.create_string_buffer(bytes(data), len(data))
-        self._call("cuMemcpyHtoD_v2", dst, buf, len(data))
-
     def dtoh(self, src, nbytes):
         buf = ctypes.create_string_buffer(int(nbytes))
         self._call("cuMemcpyDtoH_v2", buf, src, int(nbytes))
@@ -189,16 +185,10 @@ class CudaApi(GpuApi):
     def dtod(self, dst, src, nbytes):
         self._call("cuMemcpyDtoDAsync_v2", dst, src, int(nbytes), self.stream)
 
-    def memset8(self, ptr, value, count):
-        self._call("cuMemsetD8Async", ptr, value, int(count), self.stream)
-
     def memset16(self, ptr, value, count):
         self._call("cuMemsetD16Async", ptr, value, int(count), self.stream)
 
     def memset32(self, ptr, value, count):
-        self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)
-
-    def memset32_async(self, ptr, value, count):
         self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)
 
     # ---- modules and launches ------------------------------------------------------------

@@ -737,7 +737,7 @@ class Worker(object):
             self.api.memset32(data.c, NAN_BITS[dtype], n)
 
     def flush(self):
-        self.api.memset32_async(self.flush_buf, 0, self.flush_bytes // 4)
+        self.api.memset32(self.flush_buf, 0, self.flush_bytes // 4)
 
 
 def _specialization_problem(launch, values):

@@ -146,10 +146,6 @@ class HipApi(GpuApi):
         if ptr:
             self._call("hipFree", ptr)
 
-    def htod(self, dst, data):
-        buf = ctypes.create_string_buffer(bytes(data), len(data))
-        self._call("hipMemcpyHtoD", dst, buf, len(data))
-
     def dtoh(self, src, nbytes):
         buf = ctypes.create_string_buffer(int(nbytes))
         self._call("hipMemcpyDtoH", buf, src, int(nbytes))
@@ -159,16 +155,10 @@ class HipApi(GpuApi):
     def dtod(self, dst, src, nbytes):
         self._call("hipMemcpyDtoDAsync", dst, src, int(nbytes), self.stream)
 
-    def memset8(self, ptr, value, count):
-        self._call("hipMemsetD8Async", ptr, value, int(count), self.stream)
-
     def memset16(self, ptr, value, count):
         self._call("hipMemsetD16Async", ptr, value, int(count), self.stream)
 
     def memset32(self, ptr, value, count):
-        self._call("hipMemsetD32Async", ptr, ctypes.c_int32(value & 0xFFFFFFFF).value, int(count), self.stream)
-
-    def memset32_async(self, ptr, value, count):
         self._call("hipMemsetD32Async", ptr, ctypes.c_int32(value & 0xFFFFFFFF).value, int(count), self.stream)
 
     def load_module(self, image):
