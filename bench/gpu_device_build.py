@@ -4,14 +4,19 @@ throughput (configs per second per host core) and how many compiles reuse across
     python bench/gpu_device_build.py --root .devcarry/gpu --jobs 2 [--target gpu-node]
 
 Two bundles (build/<target>/matmul under each root):
-  fullspace/  the kernel's whole GPU space (harness.kernels.matmul.GPU_SPACE, pruned by its rules
-              and by the target's shared memory) for four fp16 NN shapes, skinny and large: they
+  fullspace/  the space of the first full-space run (RECORDED_SPACE below: GPU_SPACE before SWAP_AB,
+              TMA and PERSISTENT joined it), pruned by the kernel's rules
+              and by the target's shared memory, for four fp16 NN shapes, skinny and large: they
               share one specialization class, so one artifact per config serves all four
   tuned/      a curated space for four more shapes (bf16, the NT and TN layouts, M = 64 and 128),
               with split-K and 2-warp configs for the skinny ones
   extra/      skinny-M configs outside GPU_SPACE (1-2 warps, BLOCK_K 256, split-K 16, 5-6 stages)
               for the four skinny shapes
   tma/        TMA = 1 (device-side tensor descriptors, sm90) configs for all eight shapes
+  skinny2/    SWAP_AB = 1 (pointers and TMA), 2-4 warps, 4-6 stages, and the earlier winners, for
+              the four skinny shapes
+  large2/     PERSISTENT = 1 (one program per multiprocessor, flattened pipeline) over tile shapes
+              and GROUP_M, and the earlier winners, for the four large shapes
 Prints one line per bundle and a summary; ``--json`` writes the numbers.
 """
 
@@ -62,6 +67,49 @@ def extra_configs():
 
 
 TMA_SHAPES = FULLSPACE_SHAPES + TUNED_SHAPES
+SKINNY_SHAPES = EXTRA_SHAPES
+LARGE_SHAPES = ["4096x4096x4096:fp16:NN", "8192x8192x8192:fp16:NN", "4096x4096x4096:bf16:TN",
+                "2048x2048x2048:fp16:NT"]
+# the space of the first full-space run (tests/data/gpu_fullspace): GPU_SPACE before SWAP_AB, TMA,
+# PERSISTENT, 2 warps and 6 stages joined it
+RECORDED_SPACE = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [32, 64, 128],
+                  "GROUP_M": [1, 8], "SPLIT_K": [1, 2, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
+EARLIER_WINNERS = [  # the best config per shape of the first runs (docs/gpu.md)
+    dict(BLOCK_M=16, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, SPLIT_K=8, num_warps=4, num_stages=3),
+    dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=5),
+    dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=5),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=8, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=5),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1),
+]
+
+
+def skinny2_configs():
+    """SWAP_AB with pointers over narrow tiles, deep pipelines and little or no split-K; a few with
+    TMA; the plain kernel with 2 warps and 6 stages; and the earlier winners."""
+    out = []
+    for bm, bn, bk, sk, w, s in itertools.product((16, 32, 64), (32, 64, 128), (128, 256), (1, 2), (2, 4), (4, 6)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=w, num_stages=s,
+                        SWAP_AB=1))
+    for bm, bn, sk, s in itertools.product((16, 32, 64), (64, 128), (1, 2), (4, 6)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, SPLIT_K=sk, num_warps=4, num_stages=s,
+                        SWAP_AB=1, TMA=1))
+    for bm, bn, w, s in itertools.product((16, 32, 64), (64, 128), (2, 4), (4, 5, 6)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=w, num_stages=s))
+    return out + [c for c in EARLIER_WINNERS if c["BLOCK_M"] <= 64]
+
+
+def large2_configs():
+    """PERSISTENT = 1 over tile shapes, pipeline depths and GROUP_M, and the earlier winners."""
+    out = []
+    for (bm, bn, bk, w, s), gm in itertools.product(
+            ((128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 4, 5),
+             (128, 128, 64, 8, 4), (128, 128, 64, 8, 5), (128, 256, 32, 8, 4), (128, 256, 32, 8, 5),
+             (128, 128, 128, 8, 3), (256, 128, 32, 8, 4), (128, 256, 64, 4, 3)), (4, 8, 16)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, SPLIT_K=1, num_warps=w, num_stages=s,
+                        TMA=1, PERSISTENT=1))
+    return out + [c for c in EARLIER_WINNERS if c["BLOCK_M"] > 64]
 
 
 def tma_configs():
@@ -118,7 +166,7 @@ def main(argv=None):
     p.add_argument("--root", default=".devcarry/gpu")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--target", default="gpu-node")
-    p.add_argument("--only", choices=("fullspace", "tuned", "extra", "tma"), default=None)
+    p.add_argument("--only", choices=("fullspace", "tuned", "extra", "tma", "skinny2", "large2"), default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     results = {}
@@ -128,10 +176,15 @@ def main(argv=None):
         results["extra"] = build_one("extra", EXTRA_SHAPES, args.root, args.jobs, args.target, only=extra_configs())
     if args.only in (None, "tma"):
         results["tma"] = build_one("tma", TMA_SHAPES, args.root, args.jobs, args.target, only=tma_configs())
+    if args.only in (None, "skinny2"):
+        results["skinny2"] = build_one("skinny2", SKINNY_SHAPES, args.root, args.jobs, args.target,
+                                       only=skinny2_configs())
+    if args.only in (None, "large2"):
+        results["large2"] = build_one("large2", LARGE_SHAPES, args.root, args.jobs, args.target,
+                                      only=large2_configs())
     if args.only in (None, "fullspace"):
-        space = dict(get("matmul").gpu_space)
         results["fullspace"] = build_one("fullspace", FULLSPACE_SHAPES, args.root, args.jobs, args.target,
-                                         space=space)
+                                         space=RECORDED_SPACE)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -127,7 +127,7 @@ def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSum
         toolchain=compiler.describe(),
         variants=manifest_variants,
         shapes=manifest_shapes,
-        jobs=[Job(vid, shape.id, list(kernel.grid(variants[vid][0], shape))) for vid, shape in jobs
+        jobs=[Job(vid, shape.id, list(kernel.grid(variants[vid][0], shape, target))) for vid, shape in jobs
               if results[vid].status == "ok"],  # failed compiles are rows of their own, not jobs
         pruned=pruned,
         seed=options.seed,

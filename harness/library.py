@@ -70,7 +70,7 @@ def add_reference(kernel, target, shapes: Iterable, manifest, bundle: Path, comp
         manifest.variants = [v for v in manifest.variants if v.id != vid] + [variant]
         manifest.jobs = [j for j in manifest.jobs if j.variant != vid]
         if status == "ok":
-            manifest.jobs += [Job(vid, s.id, list(kernel.grid(cfg, s))) for s in shapes if s.dtype == dtype]
+            manifest.jobs += [Job(vid, s.id, list(kernel.grid(cfg, s, target))) for s in shapes if s.dtype == dtype]
         added.append(vid)
     return added
 

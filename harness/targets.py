@@ -52,6 +52,7 @@ class Target:
     gpu_arch: Optional[str] = None  # "90" for sm90, "gfx942" for hip
     shared_mem_max: Optional[int] = None  # bytes per block the device allows
     max_threads: int = 1024
+    multiprocessors: Optional[int] = None  # SMs / CUs: the grid of persistent GPU kernels
     devices: Optional[str] = None
     description: str = ""
     source: str = ""  # file:line where it was defined
@@ -105,6 +106,7 @@ _TARGET_KEYS = {
     "gpu_arch": ((str, int), False),
     "shared_mem_max": (int, False),
     "max_threads": (int, False),
+    "multiprocessors": (int, False),
     "devices": ((str, int), False),
     "description": (str, False),
 }
@@ -191,7 +193,7 @@ def _build_target(path, name, key_node, node) -> Target:
             raise HarnessError("%s.%s: %r is not one of %s%s" % (
                 name, key, values[key], ", ".join(allowed), _suggest(values[key], allowed)),
                 where=where(key))
-    for key in ("vlen", "threads", "max_threads", "shared_mem_max"):
+    for key in ("vlen", "threads", "max_threads", "shared_mem_max", "multiprocessors"):
         if key in values and values[key] <= 0:
             raise HarnessError("%s.%s must be positive, got %r" % (name, key, values[key]), where=where(key))
     if "vlen" in values and values["vlen"] & (values["vlen"] - 1):

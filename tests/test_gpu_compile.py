@@ -204,6 +204,56 @@ def test_tma_is_pruned_off_hopper():
     assert _tma_needs_hopper(cfg, SHAPES[0], dataclasses.replace(t["gpu-node"], gpu_arch="80"))
 
 
+def test_persistent_and_swap_ab_configs(tmp_path):
+    # PERSISTENT = 1: one program per multiprocessor of the target (never more than the tiles),
+    # three descriptors (A, B, C) per program in the global scratch; SWAP_AB = 1 keeps the tile grid
+    target = dataclasses.replace(targets()["gpu-node"], multiprocessors=5)
+    persistent = dict(C2, TMA=1, PERSISTENT=1)
+    swap = dict(C1, SWAP_AB=1, SPLIT_K=2)
+    shapes = [make_shape(256, 192, 64, "fp16", "NN"), make_shape(64, 64, 64, "fp16", "NN")]
+    summary = build(get("matmul"), target, shapes, tmp_path, BuildOptions(jobs=2, only_configs=[persistent, swap]))
+    m = summary.manifest
+    grids = {}
+    for job in m.jobs:
+        v = next(v for v in m.variants if v.id == job.variant)
+        assert v.status == "ok", v.message
+        grids[(v.config.get("PERSISTENT", 0), job.shape)] = tuple(job.grid)
+        if v.config.get("PERSISTENT"):
+            assert v.launch["global_scratch_size"] >= 3 * 128
+            assert (v.launch["constexprs"]["PERSISTENT"], v.launch["constexprs"]["SWAP_AB"]) == (1, 0)
+        else:
+            assert v.launch["constexprs"]["SWAP_AB"] == 1
+    assert grids[(1, "256x192x64_fp16_NN")] == (5, 1, 1)  # 12 tiles of 64 x 64 on 5 programs
+    assert grids[(1, "64x64x64_fp16_NN")] == (1, 1, 1)  # one tile: one program
+    assert grids[(0, "256x192x64_fp16_NN")] == (16 * 3, 2, 1)  # 16 x 64 tiles, two splits
+
+
+def test_persistent_swap_and_tma_alignment_rules():
+    from harness.space import first_pruning_rule
+
+    t = targets()
+    rules = get("matmul").gpu_rules
+    shape = make_shape(64, 1024, 4096, "fp16", "NN")
+    base = dict(C2, TMA=1, PERSISTENT=1)
+
+    def rule(cfg, target=t["gpu-node"], s=shape):
+        found = first_pruning_rule(rules, cfg, s, target)
+        return found.name if found else None
+
+    assert rule(base) is None
+    assert rule(dict(base, TMA=0)) == "persistent_needs_tma"
+    assert rule(dict(base, SPLIT_K=2)) == "persistent_one_split"
+    assert rule(dict(base, SWAP_AB=1)) == "persistent_one_split"
+    assert rule(base, dataclasses.replace(t["gpu-node"], multiprocessors=None)) == "persistent_needs_multiprocessors"
+    assert rule(dict(C2, SWAP_AB=1)) is None
+    assert rule(dict(C3, SWAP_AB=1), s=make_shape(256, 256, 256, "fp16", "NN")) == "swap_ab_on_tall_tile"
+    # rows of 100 fp16 elements are 200 bytes: no tensor descriptor; pointers are fine
+    assert rule(dict(C2, TMA=1), s=make_shape(100, 128, 128, "fp16", "TN")) == "tma_unaligned"
+    assert rule(C2, s=make_shape(100, 128, 128, "fp16", "TN")) is None
+    assert rule(dict(C2, TMA=1), s=make_shape(104, 128, 128, "fp16", "TN")) is None
+    assert rule(dict(C2, TMA=1, PERSISTENT=1), s=make_shape(128, 100, 128, "fp16", "TN")) == "tma_unaligned"
+
+
 def test_a_compile_past_its_timeout_is_killed(tmp_path):
     compiler = TritonGpuCompiler(get("matmul"), targets()["gpu-node"], tmp_path)
     start = time.monotonic()

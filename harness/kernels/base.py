@@ -20,7 +20,7 @@ class Kernel:
     strides: Callable  # shape -> dict of stride name -> value
     flops: Callable  # shape -> floating point operations
     bytes_moved: Callable  # shape -> fewest bytes through memory
-    grid: Callable  # (config, shape) -> (grid_x, grid_y, grid_z)
+    grid: Callable  # (config, shape, target) -> (grid_x, grid_y, grid_z)
     gpu_space: dict = field(default_factory=dict)
     gpu_space_hip: dict = field(default_factory=dict)  # extra parameters on AMD
     gpu_rules: list = field(default_factory=list)

@@ -26,8 +26,11 @@ GPU_SPACE = {
     "BLOCK_K": [32, 64, 128],
     "GROUP_M": [1, 8],
     "SPLIT_K": [1, 2, 4, 8],
-    "num_warps": [4, 8],
-    "num_stages": [2, 3, 4, 5],
+    "num_warps": [2, 4, 8],
+    "num_stages": [2, 3, 4, 5, 6],
+    "SWAP_AB": [0, 1],
+    "TMA": [0, 1],
+    "PERSISTENT": [0, 1],
 }
 GPU_SPACE_HIP = {
     "waves_per_eu": [0, 2],
@@ -90,8 +93,10 @@ def bytes_moved(shape) -> int:
     return e * (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N)
 
 
-def grid(config: dict, shape) -> tuple:
+def grid(config: dict, shape, target=None) -> tuple:
     tiles = -(-shape.M // config["BLOCK_M"]) * -(-shape.N // config["BLOCK_N"])
+    if config.get("PERSISTENT"):  # one program per multiprocessor walks the tiles (rules: the target has the count)
+        return (min(tiles, target.multiprocessors), 1, 1)
     return (tiles, config.get("SPLIT_K", 1), 1)
 
 

@@ -79,17 +79,40 @@ def _gpu_group_m_useless(c, s, t):
     return c["GROUP_M"] > 1 and _cdiv(s.M, c["BLOCK_M"]) <= 1
 
 
-def _too_many_warps_for_tile(c, s, t):
-    # below 16 x 16 elements per warp the tile cannot feed the warps' MMA instructions
-    return c["BLOCK_M"] * c["BLOCK_N"] < c["num_warps"] * 32 * 32
-
-
 def _tma_needs_hopper(c, s, t):
     # device-side tensor descriptors (the bulk tensor copy engine) exist on NVIDIA sm90 and newer
     if not c.get("TMA"):
         return False
     arch = str(getattr(t, "gpu_arch", "") or "")
     return getattr(t, "backend", "") != "cuda" or not arch.isdigit() or int(arch) < 90
+
+
+def _tma_rows_unaligned(c, s, t):
+    # a tensor descriptor's row pitch must be a multiple of 16 bytes: rows of A, B (and C when persistent)
+    if not c.get("TMA"):
+        return False
+    e = ELEM_BITS[s.dtype] // 8
+    a_row = s.M if s.layout[0] == "T" else s.K
+    b_row = s.K if s.layout[1] == "T" else s.N
+    rows = (a_row, b_row, s.N) if c.get("PERSISTENT") else (a_row, b_row)
+    return any(r * e % 16 for r in rows)
+
+
+def _persistent_without_tma(c, s, t):
+    return bool(c.get("PERSISTENT")) and not c.get("TMA")
+
+
+def _persistent_with_split_or_swap(c, s, t):
+    return bool(c.get("PERSISTENT")) and (c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
+
+
+def _persistent_without_multiprocessors(c, s, t):
+    return bool(c.get("PERSISTENT")) and not getattr(t, "multiprocessors", None)
+
+
+def _swap_ab_on_tall_tile(c, s, t):
+    # the swap puts BLOCK_M on the MMA's narrow side: it serves skinny tiles only
+    return bool(c.get("SWAP_AB")) and c["BLOCK_M"] > 64
 
 
 GPU_RULES = [
@@ -99,7 +122,14 @@ GPU_RULES = [
     Rule("split_k_too_deep", "each split of K is shorter than BLOCK_K", _split_k_too_deep),
     Rule("split_k_on_full_grid", "SPLIT_K > 1 where the M x N grid alone fills the GPU", _split_k_on_big_grid),
     Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _gpu_group_m_useless),
-    Rule("too_many_warps", "fewer than 32 x 32 tile elements per warp", _too_many_warps_for_tile),
     Rule("tma_needs_sm90", "TMA = 1 (tensor descriptors) on a target that is not NVIDIA sm90 or newer",
          _tma_needs_hopper),
+    Rule("tma_unaligned", "TMA = 1 where a row of A, B or C is not a multiple of 16 bytes", _tma_rows_unaligned),
+    Rule("persistent_needs_tma", "PERSISTENT = 1 loads through tensor descriptors: TMA = 0 repeats TMA = 1",
+         _persistent_without_tma),
+    Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
+    Rule("persistent_needs_multiprocessors", "PERSISTENT = 1 on a target without `multiprocessors`",
+         _persistent_without_multiprocessors),
+    Rule("swap_ab_on_tall_tile", "SWAP_AB = 1 with BLOCK_M over 64 (the swap is for skinny tiles)",
+         _swap_ab_on_tall_tile),
 ]

@@ -18,6 +18,15 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   scratch (``global_scratch_size`` per program in the launch facts). A_T / B_T (set by the
   compiler from the specialization when A's M stride / B's K stride is the constant 1) pick the
   descriptor's orientation, since a descriptor's last stride must be 1. Same grid, same split-K.
+* SWAP_AB (config parameter, default 0): computes the tile of C transposed, C^T = B^T A^T, so a
+  skinny product's wide N side feeds the M side of the MMA instruction (on sm90 a warpgroup MMA
+  is at least 64 rows tall; BLOCK_M = 16 rows of A become its narrow N side) and the tile is
+  stored transposed. Pointers or TMA, with or without split-K.
+* PERSISTENT (config parameter, default 0; NVIDIA sm90+, with TMA = 1 and SPLIT_K = 1): the grid
+  is one program per multiprocessor (``multiprocessors`` of the target), each walks the tiles
+  in GROUP_M order; the tile loop and the K loop are flattened into one software pipeline so
+  the next tile's loads overlap this tile's epilogue, and C is stored through a descriptor in
+  two halves.
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
@@ -34,7 +43,7 @@ MATMUL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
 # The constexpr arguments a config provides (everything else in a config is a compile option).
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
 # Constexprs a config may leave out, with their defaults (the compiler passes them always).
-MATMUL_OPTIONAL_CONSTEXPRS = {"TMA": 0}
+MATMUL_OPTIONAL_CONSTEXPRS = {"TMA": 0, "SWAP_AB": 0, "PERSISTENT": 0}
 
 
 @triton.jit
@@ -42,41 +51,66 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-                  IEEE: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
+                  IEEE: tl.constexpr, TMA: tl.constexpr, SWAP_AB: tl.constexpr, PERSISTENT: tl.constexpr,
+                  A_T: tl.constexpr, B_T: tl.constexpr):
+    if PERSISTENT:
+        _persistent_tma(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
+    else:
+        _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, IEEE, TMA, SWAP_AB, A_T, B_T)
+
+
+@triton.jit
+def _tile_of(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """GROUP_M swizzle: consecutive tiles walk down GROUP_M rows of tiles, then move right."""
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
-    # GROUP_M swizzle: consecutive programs walk down GROUP_M rows of tiles, then move right
     width = GROUP_M * grid_n
-    group_id = pid // width
-    first_m = group_id * GROUP_M
+    first_m = (tile // width) * GROUP_M
     group_size = min(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size)
-    pid_n = (pid % width) // group_size
+    return first_m + (tile % group_size), (tile % width) // group_size
 
+
+@triton.jit
+def _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
+              stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+              TMA: tl.constexpr, SWAP_AB: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     if TMA:
         acc = _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                            pid_m, pid_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, A_T, B_T)
+                            pid_m, pid_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, SWAP_AB, A_T, B_T)
     else:
         acc = _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                offs_m, offs_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, EVEN_K, IEEE)
+                                offs_m, offs_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, EVEN_K, IEEE, SWAP_AB)
 
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    # with SWAP_AB the accumulator holds the tile of C transposed (BLOCK_N x BLOCK_M)
+    if SWAP_AB:
+        rows = offs_n[:, None]
+        cols = offs_m[None, :]
+        mask = (rows < N) & (cols < M)
+        c_ptrs = c_ptr + rows * stride_cn + cols * stride_cm
+        ws_ptrs = ws_ptr + cols * N + rows
+    else:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
     if SPLIT_K == 1:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
     else:
         # fp32 workspace reduce, finished by the split that arrives last at this tile
-        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
         tl.atomic_add(ws_ptrs, acc, mask=mask, sem="relaxed")
         tl.debug_barrier()  # every thread's partial is issued before the counter is bumped
         arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
-            total = tl.atomic_xchg(ws_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32),
-                                   mask=mask, sem="acquire")
+            total = tl.atomic_xchg(ws_ptrs, tl.zeros_like(acc), mask=mask, sem="acquire")
             tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
             tl.atomic_xchg(lock_ptr + pid, 0)
 
@@ -84,36 +118,54 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
 @triton.jit
 def _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                       offs_m, offs_n, pid_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+                      BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+                      SWAP_AB: tl.constexpr):
     # wrap rows and columns past the edge onto valid memory: loads need no mask on M and N
     rm = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
     rn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
     rk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP_AB:  # C^T = B^T A^T: the wide N side of a skinny product feeds the MMA's M side
+        a_ptrs = a_ptr + rk[:, None] * stride_ak + rm[None, :] * stride_am
+        b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :] * stride_bk
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+        b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
             k_left = K - k * BLOCK_K * SPLIT_K
-            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-        if IEEE:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
+            if SWAP_AB:
+                a = tl.load(a_ptrs, mask=rk[:, None] < k_left, other=0.0)
+                b = tl.load(b_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            else:
+                a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+                b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        if SWAP_AB:
+            acc = _dot(b, a, acc, IEEE)
         else:
-            acc = tl.dot(a, b, acc)
+            acc = _dot(a, b, acc, IEEE)
         a_ptrs += BLOCK_K * SPLIT_K * stride_ak
         b_ptrs += BLOCK_K * SPLIT_K * stride_bk
     return acc
 
 
 @triton.jit
-def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  pid_m, pid_n, pid_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+def _dot(x, y, acc, IEEE: tl.constexpr):
+    if IEEE:
+        return tl.dot(x, y, acc, input_precision="ieee")
+    else:
+        return tl.dot(x, y, acc)
+
+
+@triton.jit
+def _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_T: tl.constexpr,
+                 B_T: tl.constexpr):
+    """Tensor descriptors of A and B; a descriptor's last stride must be 1, so A_T / B_T turn them."""
     if A_T:
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, stride_am],
                                            block_shape=[BLOCK_K, BLOCK_M])
@@ -126,21 +178,70 @@ def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride
     else:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, stride_bn],
                                            block_shape=[BLOCK_K, BLOCK_N])
+    return a_desc, b_desc
+
+
+@triton.jit
+def _load_tiles(a_desc, b_desc, off_m, off_n, off_k, A_T: tl.constexpr, B_T: tl.constexpr):
+    """The A tile (BLOCK_M x BLOCK_K) and the B tile (BLOCK_K x BLOCK_N) at (off_m, off_n, off_k)."""
+    if A_T:
+        a = tl.trans(a_desc.load([off_k, off_m]))
+    else:
+        a = a_desc.load([off_m, off_k])
+    if B_T:
+        b = tl.trans(b_desc.load([off_n, off_k]))
+    else:
+        b = b_desc.load([off_k, off_n])
+    return a, b
+
+
+@triton.jit
+def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  pid_m, pid_n, pid_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
+                  A_T: tl.constexpr, B_T: tl.constexpr):
+    a_desc, b_desc = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
-        off_k = (k * SPLIT_K + pid_k) * BLOCK_K
-        if A_T:
-            a = tl.trans(a_desc.load([off_k, off_m]))
+        a, b = _load_tiles(a_desc, b_desc, off_m, off_n, (k * SPLIT_K + pid_k) * BLOCK_K, A_T, B_T)
+        if SWAP_AB:
+            acc = tl.dot(tl.trans(b), tl.trans(a), acc)
         else:
-            a = a_desc.load([off_m, off_k])
-        if B_T:
-            b = tl.trans(b_desc.load([off_n, off_k]))
-        else:
-            b = b_desc.load([off_k, off_n])
-        acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc)
     return acc
+
+
+@triton.jit
+def _persistent_tma(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                    A_T: tl.constexpr, B_T: tl.constexpr):
+    """A fixed grid (one program per multiprocessor) walks the tiles; the tile loop and the K loop
+    are flattened into one software pipeline, so the next tile's loads overlap this tile's
+    epilogue. C leaves through a descriptor too, in two halves (smaller staging buffer)."""
+    a_desc, b_desc = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N // 2])
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            a, b = _load_tiles(a_desc, b_desc, off_m, off_n, k * BLOCK_K, A_T, B_T)
+            acc = tl.dot(a, b, acc)
+        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        left, right = tl.split(halves)
+        c_desc.store([off_m, off_n], left.to(c_ptr.dtype.element_ty))
+        c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
 
 
 @triton.jit
