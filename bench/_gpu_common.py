@@ -95,16 +95,16 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def best_rows(rows):
-    """The fastest ok kernel row per shape id (library rows, ``lib:...``, are not kernels)."""
-    best = {}
+def ranked_rows(rows):
+    """Ok kernel rows per shape id, fastest median first (library rows, ``lib:...``, are not kernels)."""
+    out = {}
     for r in rows:
         if r["status"] != "ok" or not r["time_ns_median"] or r["variant_id"].startswith("lib:"):
             continue
-        t = float(r["time_ns_median"])
-        if r["shape_id"] not in best or t < float(best[r["shape_id"]]["time_ns_median"]):
-            best[r["shape_id"]] = r
-    return best
+        out.setdefault(r["shape_id"], []).append(r)
+    for ranked in out.values():
+        ranked.sort(key=lambda r: float(r["time_ns_median"]))
+    return out
 
 
 def job_grid(manifest, variant_id, shape_id):
@@ -115,4 +115,4 @@ def job_grid(manifest, variant_id, shape_id):
 
 
 __all__ = ["load_bundle", "read_results", "open_driver", "make_inputs", "Launcher", "do_bench_median_ms",
-           "rel_err", "geomean", "best_rows", "job_grid", "cdiv"]
+           "rel_err", "geomean", "ranked_rows", "job_grid", "cdiv"]

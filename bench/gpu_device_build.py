@@ -17,6 +17,12 @@ Two bundles (build/<target>/matmul under each root):
               the four skinny shapes
   large2/     PERSISTENT = 1 (one program per multiprocessor, flattened pipeline) over tile shapes
               and GROUP_M, and the earlier winners, for the four large shapes
+  skinny3/    for M = 64 and 128 (64x8192x8192, 128x4096x8192): split-K over wider tiles, and
+              deeper 64-row tiles, with pointers and TMA
+  nt4/        the two NT shapes (2048^3, 128x4096x8192): 128-row tiles 32 to 128 wide with and
+              without split-K 2, 64 x 256 tiles, 128 x 128 tiles (two programs per multiprocessor)
+  large3/     the large shapes again: split-K 2 and BLOCK_K 128 on 128 x 256 tiles, GROUP_M 1 to 32,
+              256 x 128 tiles, with and without PERSISTENT
 Prints one line per bundle and a summary; ``--json`` writes the numbers.
 """
 
@@ -112,6 +118,54 @@ def large2_configs():
     return out + [c for c in EARLIER_WINNERS if c["BLOCK_M"] > 64]
 
 
+SKINNY3_SHAPES = ["64x8192x8192:bf16:NN", "128x4096x8192:fp16:NT"]
+
+
+def skinny3_configs():
+    out = []
+    for (bm, bn), bk, sk, s, tma in itertools.product(((64, 128), (64, 256), (128, 64), (128, 128), (128, 256)),
+                                                      (64, 128), (2, 4, 8), (3, 4, 5), (0, 1)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk,
+                        num_warps=4 if bm * bn <= 8192 else 8, num_stages=s, TMA=tma))
+    for (bn, bk, s), w, tma in itertools.product(((64, 256, 3), (64, 256, 4), (32, 128, 6), (32, 256, 4)), (2, 4),
+                                                 (0, 1)):
+        out.append(dict(BLOCK_M=64, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=1, num_warps=w, num_stages=s, TMA=tma))
+    return out
+
+
+NT4_SHAPES = ["2048x2048x2048:fp16:NT", "128x4096x8192:fp16:NT"]
+
+
+def nt4_configs():
+    out = []
+    for bk, w, s, tma in itertools.product((128, 256), (2, 4), (4, 5, 6), (0, 1)):
+        out.append(dict(BLOCK_M=128, BLOCK_N=32, BLOCK_K=bk, GROUP_M=1, SPLIT_K=1, num_warps=w, num_stages=s, TMA=tma))
+    for bk, sk, s, tma in itertools.product((64, 128), (1, 2), (3, 4, 5, 6), (0, 1)):
+        out.append(dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=4, num_stages=s, TMA=tma))
+    for w, s, tma, gm in itertools.product((4, 8), (3, 4), (0, 1), (1, 8)):
+        out.append(dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=gm, SPLIT_K=1, num_warps=w, num_stages=s, TMA=tma))
+    for w, s, tma in itertools.product((4, 8), (3, 4), (0, 1)):
+        out.append(dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=w, num_stages=s, TMA=tma))
+    return out
+
+
+def large3_configs():
+    out = []
+    for sk, s, tma in itertools.product((1, 2), (3, 4), (0, 1)):
+        out.append(dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=sk, num_warps=8, num_stages=s, TMA=tma))
+    for gm, s in itertools.product((1, 4, 16, 32), (3, 4)):
+        out.append(dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=gm, SPLIT_K=1, num_warps=8, num_stages=s, TMA=1))
+    for gm in (1, 2, 32):
+        out.append(dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=gm, SPLIT_K=1, num_warps=8, num_stages=3,
+                        TMA=1, PERSISTENT=1))
+    for persistent, gm in itertools.product((0, 1), (8, 16)):
+        out.append(dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=gm, SPLIT_K=1, num_warps=8, num_stages=2,
+                        TMA=1, PERSISTENT=persistent))
+        out.append(dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, GROUP_M=gm, SPLIT_K=1, num_warps=8, num_stages=4,
+                        TMA=1, PERSISTENT=persistent))
+    return out
+
+
 def tma_configs():
     """TMA = 1: the large tiles that won with pointers, and skinny split-K tiles."""
     out = []
@@ -160,13 +214,13 @@ def build_one(name, shapes_text, root, jobs, target_name, space=None, only=None)
 
 
 def main(argv=None):
-    from harness.kernels import get
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--root", default=".devcarry/gpu")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--target", default="gpu-node")
-    p.add_argument("--only", choices=("fullspace", "tuned", "extra", "tma", "skinny2", "large2"), default=None)
+    p.add_argument("--only", choices=("fullspace", "tuned", "extra", "tma", "skinny2", "large2", "skinny3",
+                                                "large3", "nt4"), default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     results = {}
@@ -182,6 +236,14 @@ def main(argv=None):
     if args.only in (None, "large2"):
         results["large2"] = build_one("large2", LARGE_SHAPES, args.root, args.jobs, args.target,
                                       only=large2_configs())
+    if args.only in (None, "skinny3"):
+        results["skinny3"] = build_one("skinny3", SKINNY3_SHAPES, args.root, args.jobs, args.target,
+                                       only=skinny3_configs())
+    if args.only in (None, "large3"):
+        results["large3"] = build_one("large3", LARGE_SHAPES, args.root, args.jobs, args.target,
+                                      only=large3_configs())
+    if args.only in (None, "nt4"):
+        results["nt4"] = build_one("nt4", NT4_SHAPES, args.root, args.jobs, args.target, only=nt4_configs())
     if args.only in (None, "fullspace"):
         results["fullspace"] = build_one("fullspace", FULLSPACE_SHAPES, args.root, args.jobs, args.target,
                                          space=RECORDED_SPACE)
