@@ -21,6 +21,9 @@ Two bundles (build/<target>/matmul under each root):
               deeper 64-row tiles, with pointers and TMA
   nt4/        the two NT shapes (2048^3, 128x4096x8192): 128-row tiles 32 to 128 wide with and
               without split-K 2, 64 x 256 tiles, 128 x 128 tiles (two programs per multiprocessor)
+  edges/      shapes whose M and N are not multiples of the tiles (1000x1000x1024, 3000x3000x512,
+              200x3000x512 TN, 24x1000x4096 NT) under PERSISTENT, SWAP_AB (with split-K), TMA and plain configs:
+              the agent's answer checks cover the clipped edge tiles
   large3/     the large shapes again: split-K 2 and BLOCK_K 128 on 128 x 256 tiles, GROUP_M 1 to 32,
               256 x 128 tiles, with and without PERSISTENT
 Prints one line per bundle and a summary; ``--json`` writes the numbers.
@@ -149,6 +152,23 @@ def nt4_configs():
     return out
 
 
+EDGE_SHAPES = ["1000x1000x1024:fp16:NN", "3000x3000x512:fp16:NN", "200x3000x512:bf16:TN",
+               "24x1000x4096:fp16:NT"]
+
+
+def edges_configs():
+    return [dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1,
+                 PERSISTENT=1),
+            dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=4, TMA=1,
+                 PERSISTENT=1),
+            dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=4, TMA=1),
+            dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=4, SWAP_AB=1),
+            dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=2, num_warps=4, num_stages=4, SWAP_AB=1),
+            dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=2, num_warps=4, num_stages=4, SWAP_AB=1,
+                 TMA=1),
+            dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=3)]
+
+
 def large3_configs():
     out = []
     for sk, s, tma in itertools.product((1, 2), (3, 4), (0, 1)):
@@ -220,7 +240,7 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--target", default="gpu-node")
     p.add_argument("--only", choices=("fullspace", "tuned", "extra", "tma", "skinny2", "large2", "skinny3",
-                                                "large3", "nt4"), default=None)
+                                                "large3", "nt4", "edges"), default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     results = {}
@@ -244,6 +264,8 @@ def main(argv=None):
                                       only=large3_configs())
     if args.only in (None, "nt4"):
         results["nt4"] = build_one("nt4", NT4_SHAPES, args.root, args.jobs, args.target, only=nt4_configs())
+    if args.only in (None, "edges"):
+        results["edges"] = build_one("edges", EDGE_SHAPES, args.root, args.jobs, args.target, only=edges_configs())
     if args.only in (None, "fullspace"):
         results["fullspace"] = build_one("fullspace", FULLSPACE_SHAPES, args.root, args.jobs, args.target,
                                          space=RECORDED_SPACE)
