@@ -210,7 +210,8 @@ def test_persistent_and_swap_ab_configs(tmp_path):
     target = dataclasses.replace(targets()["gpu-node"], multiprocessors=5)
     persistent = dict(C2, TMA=1, PERSISTENT=1)
     swap = dict(C1, SWAP_AB=1, SPLIT_K=2)
-    shapes = [make_shape(256, 192, 64, "fp16", "NN"), make_shape(64, 64, 64, "fp16", "NN")]
+    shapes = [make_shape(256, 192, 64, "fp16", "NN"), make_shape(64, 64, 64, "fp16", "NN"),
+              make_shape(32, 192, 64, "fp16", "NN")]
     summary = build(get("matmul"), target, shapes, tmp_path, BuildOptions(jobs=2, only_configs=[persistent, swap]))
     m = summary.manifest
     grids = {}
@@ -225,7 +226,8 @@ def test_persistent_and_swap_ab_configs(tmp_path):
             assert v.launch["constexprs"]["SWAP_AB"] == 1
     assert grids[(1, "256x192x64_fp16_NN")] == (5, 1, 1)  # 12 tiles of 64 x 64 on 5 programs
     assert grids[(1, "64x64x64_fp16_NN")] == (1, 1, 1)  # one tile: one program
-    assert grids[(0, "256x192x64_fp16_NN")] == (16 * 3, 2, 1)  # 16 x 64 tiles, two splits
+    assert grids[(0, "32x192x64_fp16_NN")] == (2 * 3, 2, 1)  # 16 x 64 tiles, two splits
+    assert (0, "256x192x64_fp16_NN") not in grids  # SWAP_AB is for skinny products (swap_ab_off_skinny)
 
 
 def test_persistent_swap_and_tma_alignment_rules():
@@ -246,7 +248,11 @@ def test_persistent_swap_and_tma_alignment_rules():
     assert rule(dict(base, SWAP_AB=1)) == "persistent_one_split"
     assert rule(base, dataclasses.replace(t["gpu-node"], multiprocessors=None)) == "persistent_needs_multiprocessors"
     assert rule(dict(C2, SWAP_AB=1)) is None
-    assert rule(dict(C3, SWAP_AB=1), s=make_shape(256, 256, 256, "fp16", "NN")) == "swap_ab_on_tall_tile"
+    assert rule(dict(C3, SWAP_AB=1), s=make_shape(256, 256, 256, "fp16", "NN")) == "swap_ab_off_skinny"
+    assert rule(dict(C2, SWAP_AB=1), s=make_shape(256, 256, 256, "fp16", "NN")) == "swap_ab_off_skinny"
+    big = make_shape(1024, 1024, 1024, "fp16", "NN")
+    assert rule(dict(C3, num_warps=4), s=big) is None  # 128 x 128 on 128 threads: 128 accumulator registers each
+    assert rule(dict(C3, num_warps=2), s=big) == "accumulator_spills"
     # rows of 100 fp16 elements are 200 bytes: no tensor descriptor; pointers are fine
     assert rule(dict(C2, TMA=1), s=make_shape(100, 128, 128, "fp16", "TN")) == "tma_unaligned"
     assert rule(C2, s=make_shape(100, 128, 128, "fp16", "TN")) is None

@@ -22,6 +22,7 @@ class Kernel:
     bytes_moved: Callable  # shape -> fewest bytes through memory
     grid: Callable  # (config, shape, target) -> (grid_x, grid_y, grid_z)
     gpu_space: dict = field(default_factory=dict)
+    gpu_space_cuda: dict = field(default_factory=dict)  # extra parameters on NVIDIA
     gpu_space_hip: dict = field(default_factory=dict)  # extra parameters on AMD
     gpu_rules: list = field(default_factory=list)
     triton_module: Optional[str] = None  # "package.module:function" of the Triton kernel
@@ -29,8 +30,7 @@ class Kernel:
     def space_for(self, target) -> dict:
         if target.is_gpu:
             space = dict(self.gpu_space)
-            if target.backend == "hip":
-                space.update(self.gpu_space_hip)
+            space.update(self.gpu_space_hip if target.backend == "hip" else self.gpu_space_cuda)
             return space
         return dict(self.cpu_space)
 

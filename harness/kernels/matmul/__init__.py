@@ -23,11 +23,13 @@ CPU_SPACE = {
 GPU_SPACE = {
     "BLOCK_M": [16, 32, 64, 128, 256],
     "BLOCK_N": [32, 64, 128, 256],
-    "BLOCK_K": [32, 64, 128],
+    "BLOCK_K": [32, 64, 128, 256],
     "GROUP_M": [1, 8],
     "SPLIT_K": [1, 2, 4, 8],
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4, 5, 6],
+}
+GPU_SPACE_CUDA = {  # NVIDIA: the tile transposed for skinny products, tensor descriptors, a persistent grid
     "SWAP_AB": [0, 1],
     "TMA": [0, 1],
     "PERSISTENT": [0, 1],
@@ -112,6 +114,7 @@ KERNEL = Kernel(
     bytes_moved=bytes_moved,
     grid=grid,
     gpu_space=GPU_SPACE,
+    gpu_space_cuda=GPU_SPACE_CUDA,
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
     triton_module="harness.kernels.matmul.triton_kernel:matmul_kernel",

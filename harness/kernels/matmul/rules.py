@@ -110,9 +110,16 @@ def _persistent_without_multiprocessors(c, s, t):
     return bool(c.get("PERSISTENT")) and not getattr(t, "multiprocessors", None)
 
 
-def _swap_ab_on_tall_tile(c, s, t):
-    # the swap puts BLOCK_M on the MMA's narrow side: it serves skinny tiles only
-    return bool(c.get("SWAP_AB")) and c["BLOCK_M"] > 64
+def _swap_ab_off_skinny(c, s, t):
+    # the swap puts BLOCK_M on the MMA's narrow side: it serves skinny tiles of skinny products
+    return bool(c.get("SWAP_AB")) and (c["BLOCK_M"] > 64 or s.M > 128)
+
+
+def _accumulator_spills(c, s, t):
+    # the fp32 accumulator alone takes BLOCK_M x BLOCK_N / threads registers of each thread; past
+    # 128 (the 128 x 256 tile on 8 warps) the next step is 256, more than a thread can hold
+    warp = 64 if getattr(t, "backend", "") == "hip" else 32
+    return c["BLOCK_M"] * c["BLOCK_N"] > 128 * c["num_warps"] * warp
 
 
 GPU_RULES = [
@@ -130,6 +137,8 @@ GPU_RULES = [
     Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
     Rule("persistent_needs_multiprocessors", "PERSISTENT = 1 on a target without `multiprocessors`",
          _persistent_without_multiprocessors),
-    Rule("swap_ab_on_tall_tile", "SWAP_AB = 1 with BLOCK_M over 64 (the swap is for skinny tiles)",
-         _swap_ab_on_tall_tile),
+    Rule("swap_ab_off_skinny", "SWAP_AB = 1 with BLOCK_M over 64 or M over 128 (the swap is for skinny products)",
+         _swap_ab_off_skinny),
+    Rule("accumulator_spills", "the fp32 accumulator needs more than 128 registers per thread",
+         _accumulator_spills),
 ]
