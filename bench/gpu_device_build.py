@@ -233,42 +233,30 @@ def build_one(name, shapes_text, root, jobs, target_name, space=None, only=None)
     return out
 
 
-def main(argv=None):
+# bundle name -> (shapes, configs or None for RECORDED_SPACE), in build order
+BUNDLES = {
+    "tuned": (TUNED_SHAPES, tuned_configs), "extra": (EXTRA_SHAPES, extra_configs), "tma": (TMA_SHAPES, tma_configs),
+    "skinny2": (SKINNY_SHAPES, skinny2_configs), "large2": (LARGE_SHAPES, large2_configs),
+    "skinny3": (SKINNY3_SHAPES, skinny3_configs), "large3": (LARGE_SHAPES, large3_configs),
+    "nt4": (NT4_SHAPES, nt4_configs), "edges": (EDGE_SHAPES, edges_configs), "fullspace": (FULLSPACE_SHAPES, None),
+}
 
+
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--root", default=".devcarry/gpu")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--target", default="gpu-node")
-    p.add_argument("--only", choices=("fullspace", "tuned", "extra", "tma", "skinny2", "large2", "skinny3",
-                                                "large3", "nt4", "edges"), default=None)
+    p.add_argument("--only", choices=tuple(BUNDLES), default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     results = {}
-    if args.only in (None, "tuned"):
-        results["tuned"] = build_one("tuned", TUNED_SHAPES, args.root, args.jobs, args.target, only=tuned_configs())
-    if args.only in (None, "extra"):
-        results["extra"] = build_one("extra", EXTRA_SHAPES, args.root, args.jobs, args.target, only=extra_configs())
-    if args.only in (None, "tma"):
-        results["tma"] = build_one("tma", TMA_SHAPES, args.root, args.jobs, args.target, only=tma_configs())
-    if args.only in (None, "skinny2"):
-        results["skinny2"] = build_one("skinny2", SKINNY_SHAPES, args.root, args.jobs, args.target,
-                                       only=skinny2_configs())
-    if args.only in (None, "large2"):
-        results["large2"] = build_one("large2", LARGE_SHAPES, args.root, args.jobs, args.target,
-                                      only=large2_configs())
-    if args.only in (None, "skinny3"):
-        results["skinny3"] = build_one("skinny3", SKINNY3_SHAPES, args.root, args.jobs, args.target,
-                                       only=skinny3_configs())
-    if args.only in (None, "large3"):
-        results["large3"] = build_one("large3", LARGE_SHAPES, args.root, args.jobs, args.target,
-                                      only=large3_configs())
-    if args.only in (None, "nt4"):
-        results["nt4"] = build_one("nt4", NT4_SHAPES, args.root, args.jobs, args.target, only=nt4_configs())
-    if args.only in (None, "edges"):
-        results["edges"] = build_one("edges", EDGE_SHAPES, args.root, args.jobs, args.target, only=edges_configs())
-    if args.only in (None, "fullspace"):
-        results["fullspace"] = build_one("fullspace", FULLSPACE_SHAPES, args.root, args.jobs, args.target,
-                                         space=RECORDED_SPACE)
+    for name, (shapes, configs) in BUNDLES.items():
+        if args.only in (None, name):
+            if configs is None:
+                results[name] = build_one(name, shapes, args.root, args.jobs, args.target, space=RECORDED_SPACE)
+            else:
+                results[name] = build_one(name, shapes, args.root, args.jobs, args.target, only=configs())
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
