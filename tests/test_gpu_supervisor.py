@@ -254,3 +254,30 @@ def test_without_the_flush_small_inputs_rotate(tmp_path, monkeypatch):
     rows, _ = run_agent(bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",))
     assert all(r["status"] == contract.OK for r in rows)
     assert all("inputs rotated over 8 copies" in r["message"] for r in rows)
+
+
+def test_driver_calls_reach_each_vendors_functions():
+    # DriverApi's shared methods call the vendor's functions by the names in CALLS, each declared
+    # with a signature (a missing or misspelt name would only show on that vendor's hardware)
+    import ctypes
+
+    from remote_agent.runners.cuda import CudaApi
+    from remote_agent.runners.hip import HipApi
+
+    class Lib(object):
+        def __init__(self):
+            self.called = []
+
+        def __getattr__(self, name):
+            return lambda *args: self.called.append(name) or 0
+
+    for cls in (CudaApi, HipApi):
+        api = cls.__new__(cls)
+        api.lib, api.stream = Lib(), None
+        api.device_count(), api.device_name(0), api.mem_info(), api.alloc(16), api.free(1), api.dtoh(0, 4)
+        api.dtod(1, 2, 4), api.memset16(1, 0, 4), api.unload_module(api.load_module(b""))
+        api.get_function(1, "f"), api.synchronize(), api.record(1), api.elapsed_ms(1, 2), api.destroy_event(1)
+        api.launch(1, (1, 1, 1), (32, 1, 1), 0, (ctypes.c_void_p * 1)())
+        assert sorted(set(api.lib.called)) == sorted(cls.CALLS.values()), cls
+        assert set(cls.CALLS.values()) <= set(cls.SIGNATURES), cls
+    assert set(CudaApi.CALLS) == set(HipApi.CALLS)

@@ -7,7 +7,8 @@ are marked ``sticky``: the worker reports the job and exits so that a fresh proc
 
 import ctypes
 
-from .gpu import GpuApi, GpuError
+from .driver import DriverApi
+from .gpu import GpuError
 
 CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
@@ -44,21 +45,14 @@ _SIGNATURES = {
     "cuDeviceGet": [ctypes.POINTER(_i), _i],
     "cuDeviceGetName": [ctypes.c_char_p, _i, _i],
     "cuDeviceGetAttribute": [ctypes.POINTER(_i), _i, _i],
-    "cuDeviceTotalMem_v2": [ctypes.POINTER(_sz), _i],
     "cuDevicePrimaryCtxRetain": [ctypes.POINTER(_p), _i],
     "cuCtxSetCurrent": [_p],
     "cuCtxSynchronize": [],
     "cuMemAlloc_v2": [ctypes.POINTER(_u64), _sz],
     "cuMemFree_v2": [_u64],
     "cuMemGetInfo_v2": [ctypes.POINTER(_sz), ctypes.POINTER(_sz)],
-    "cuMemcpyHtoD_v2": [_u64, _p, _sz],
     "cuMemcpyDtoH_v2": [_p, _u64, _sz],
-    "cuMemcpyDtoD_v2": [_u64, _u64, _sz],
     "cuMemcpyDtoDAsync_v2": [_u64, _u64, _sz, _p],
-    "cuMemsetD8_v2": [_u64, ctypes.c_ubyte, _sz],
-    "cuMemsetD16_v2": [_u64, ctypes.c_ushort, _sz],
-    "cuMemsetD32_v2": [_u64, _u, _sz],
-    "cuMemsetD8Async": [_u64, ctypes.c_ubyte, _sz, _p],
     "cuMemsetD16Async": [_u64, ctypes.c_ushort, _sz, _p],
     "cuMemsetD32Async": [_u64, _u, _sz, _p],
     "cuModuleLoadData": [ctypes.POINTER(_p), ctypes.c_char_p],
@@ -68,7 +62,6 @@ _SIGNATURES = {
     "cuFuncGetAttribute": [ctypes.POINTER(_i), _i, _p],
     "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, ctypes.POINTER(_p), ctypes.POINTER(_p)],
     "cuStreamCreate": [ctypes.POINTER(_p), _u],
-    "cuStreamSynchronize": [_p],
     "cuEventCreate": [ctypes.POINTER(_p), _u],
     "cuEventRecord": [_p, _p],
     "cuEventSynchronize": [_p],
@@ -79,21 +72,29 @@ _SIGNATURES = {
 }
 
 
-class CudaApi(GpuApi):
+CALLS = {
+    "device_count": "cuDeviceGetCount", "device_name": "cuDeviceGetName", "mem_info": "cuMemGetInfo_v2",
+    "alloc": "cuMemAlloc_v2", "free": "cuMemFree_v2", "dtoh": "cuMemcpyDtoH_v2", "dtod": "cuMemcpyDtoDAsync_v2",
+    "memset16": "cuMemsetD16Async", "load_module": "cuModuleLoadData", "unload_module": "cuModuleUnload",
+    "get_function": "cuModuleGetFunction", "launch": "cuLaunchKernel", "synchronize": "cuCtxSynchronize",
+    "record": "cuEventRecord", "event_synchronize": "cuEventSynchronize", "elapsed": "cuEventElapsedTime",
+    "destroy_event": "cuEventDestroy_v2",
+}
+
+
+class CudaApi(DriverApi):
     backend = "cuda"
     visible_env = "CUDA_VISIBLE_DEVICES"
+    CALLS = CALLS
+    SIGNATURES = _SIGNATURES
+    device_pointer = _u64
 
     def __init__(self, library="libcuda.so.1"):
         try:
             self.lib = ctypes.CDLL(library)
         except OSError as exc:
             raise GpuError("cannot load %s (%s): no NVIDIA driver here" % (library, exc), code=-1)
-        for name, argtypes in _SIGNATURES.items():
-            fn = getattr(self.lib, name, None)
-            if fn is None:
-                continue
-            fn.argtypes = argtypes
-            fn.restype = _i
+        self._bind()
         self.lib.cuGetErrorName.argtypes = [_i, ctypes.POINTER(ctypes.c_char_p)]
         self.lib.cuGetErrorName.restype = _i
         self.stream = None
@@ -112,22 +113,9 @@ class CudaApi(GpuApi):
         raise GpuError("%s: %s (%d)" % (what, text, rc), code=rc, sticky=rc in STICKY,
                        load=rc in LOAD_ERRORS)
 
-    def _call(self, name, *args):
-        self.check(getattr(self.lib, name)(*args), name)
-
     # ---- devices -----------------------------------------------------------------------
     def init(self):
         self._call("cuInit", 0)
-
-    def device_count(self):
-        n = _i()
-        self._call("cuDeviceGetCount", ctypes.byref(n))
-        return n.value
-
-    def device_name(self, index):
-        buf = ctypes.create_string_buffer(256)
-        self._call("cuDeviceGetName", buf, 256, index)
-        return buf.value.decode(errors="replace")
 
     def attribute(self, attr, index=None):
         v = _i()
@@ -160,50 +148,9 @@ class CudaApi(GpuApi):
                 "max_threads": self.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
                 "memory_bytes": total, "driver": version.value}
 
-    def mem_info(self):
-        free, total = _sz(), _sz()
-        self._call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
-        return free.value, total.value
-
-    # ---- memory ------------------------------------------------------------------------
-    def alloc(self, nbytes):
-        ptr = _u64()
-        self._call("cuMemAlloc_v2", ctypes.byref(ptr), max(1, int(nbytes)))
-        return ptr.value
-
-    def free(self, ptr):
-        if ptr:
-            self._call("cuMemFree_v2", ptr)
-
-    def dtoh(self, src, nbytes):
-        buf = ctypes.create_string_buffer(int(nbytes))
-        self._call("cuMemcpyDtoH_v2", buf, src, int(nbytes))
-        return buf.raw
-
-    # Copies and memsets go on the worker's stream, in order with its launches: the plain
-    # cuMemset*/cuMemcpyDtoD run on the legacy stream, which a non-blocking stream does not wait for.
-    def dtod(self, dst, src, nbytes):
-        self._call("cuMemcpyDtoDAsync_v2", dst, src, int(nbytes), self.stream)
-
-    def memset16(self, ptr, value, count):
-        self._call("cuMemsetD16Async", ptr, value, int(count), self.stream)
-
+    # on the worker's stream, as DriverApi.dtod says
     def memset32(self, ptr, value, count):
         self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)
-
-    # ---- modules and launches ------------------------------------------------------------
-    def load_module(self, image):
-        mod = _p()
-        self._call("cuModuleLoadData", ctypes.byref(mod), image)
-        return mod.value
-
-    def unload_module(self, module):
-        self._call("cuModuleUnload", module)
-
-    def get_function(self, module, name):
-        fn = _p()
-        self._call("cuModuleGetFunction", ctypes.byref(fn), module, name.encode())
-        return fn.value
 
     def set_dynamic_shared(self, fn, nbytes):
         self._call("cuFuncSetAttribute", fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
@@ -214,31 +161,11 @@ class CudaApi(GpuApi):
         self._call("cuFuncGetAttribute", ctypes.byref(local), CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn)
         return {"regs": regs.value, "local_bytes": local.value}
 
-    def launch(self, fn, grid, block, shared, params, stream=None):
-        """params: a ctypes array of void* pointing at each argument's value."""
-        self._call("cuLaunchKernel", fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                   int(shared), self.stream if stream is None else stream, params, None)
-
-    def synchronize(self):
-        self._call("cuCtxSynchronize")
-
     # ---- events ------------------------------------------------------------------------
     def event(self):
         ev = _p()
         self._call("cuEventCreate", ctypes.byref(ev), CU_EVENT_DEFAULT)
         return ev.value
-
-    def record(self, ev, stream=None):
-        self._call("cuEventRecord", ev, self.stream if stream is None else stream)
-
-    def elapsed_ms(self, start, end):
-        ms = ctypes.c_float()
-        self._call("cuEventSynchronize", end)
-        self._call("cuEventElapsedTime", ctypes.byref(ms), start, end)
-        return ms.value
-
-    def destroy_event(self, ev):
-        self._call("cuEventDestroy_v2", ev)
 
     def profiler_start(self):
         self._call("cuProfilerStart")
