@@ -171,27 +171,32 @@ class CppCompiler:
 
     def _support_objects(self, dtype: str, timeout: float):
         """launcher.o and main.o for this dtype, compiled once and reused."""
-        support = self.render_support(dtype)
-        objs = []
-        for name, text in support.items():
-            h = hashlib.sha256((text + _header_text() + repr(self.tc.describe())).encode()).hexdigest()[:20]
-            obj_dir = self.out_dir / "objs"
-            obj_dir.mkdir(parents=True, exist_ok=True)
-            obj = obj_dir / ("%s-%s.o" % (Path(name).stem, h))
-            if not obj.exists():
-                src = obj_dir / ("%s-%s.cpp" % (Path(name).stem, h))
-                src.write_text(text)
-                tmp = obj.with_suffix(".o.%d.tmp" % os.getpid())
-                cmd = self.tc.cxx + self.tc.flags + ["-I", str(TEMPLATES / "cpu"), "-c", str(src), "-o", str(tmp)]
-                try:
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    return CompileResult("compile_timeout", None, "compiling %s took over %ss" % (name, timeout))
-                if proc.returncode != 0:
-                    return CompileResult("compile_error", None, first_error_line(proc.stderr))
-                os.replace(tmp, obj)
-            objs.append(str(obj))
-        return objs
+        return compile_objects(self.tc, self.render_support(dtype), self.out_dir / "objs", timeout)
+
+
+def compile_objects(tc: Toolchain, texts: dict, obj_dir: Path, timeout: float):
+    """Rendered C++ sources (name -> text) -> objects in obj_dir, each compiled once per content
+    (its text, the dtype header, the toolchain). Returns their paths, or the CompileResult of the
+    first that fails."""
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    objs = []
+    for name, text in texts.items():
+        h = hashlib.sha256((text + _header_text() + repr(tc.describe())).encode()).hexdigest()[:20]
+        obj = obj_dir / ("%s-%s.o" % (Path(name).stem, h))
+        if not obj.exists():
+            src = obj_dir / ("%s-%s.cpp" % (Path(name).stem, h))
+            src.write_text(text)
+            tmp = obj.with_suffix(".o.%d.tmp" % os.getpid())
+            cmd = tc.cxx + tc.flags + ["-I", str(TEMPLATES / "cpu"), "-c", str(src), "-o", str(tmp)]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return CompileResult("compile_timeout", None, "compiling %s took over %gs" % (name, timeout))
+            if proc.returncode != 0:
+                return CompileResult("compile_error", None, first_error_line(proc.stderr))
+            os.replace(tmp, obj)
+        objs.append(str(obj))
+    return objs
 
 
 def _header_text() -> str:

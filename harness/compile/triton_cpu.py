@@ -47,7 +47,7 @@ from ..kernels.base import TEMPLATES
 from ..space import Rule
 from . import disasm, ir_import
 from .common import CompileResult, first_error_line, run_compiler, run_python_child
-from .cpp import MATMUL_PARAMS, toolchain_for
+from .cpp import MATMUL_PARAMS, compile_objects, toolchain_for
 
 HARNESS_ARGS = [name for _, name in MATMUL_PARAMS]  # the matmul main passes these, in this order
 ALIASES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "c"}
@@ -186,28 +186,8 @@ class IrElfBuilder:
 
     def support_objects(self, texts: dict, timeout: float):
         """Rendered C++ sources -> objects in objs/, compiled once per content."""
-        objs = []
-        obj_dir = self.out_dir / "objs"
-        obj_dir.mkdir(parents=True, exist_ok=True)
-        header = (TEMPLATES / "cpu" / "harness_dtypes.h").read_text()
-        for name, text in texts.items():
-            h = hashlib.sha256((text + header + repr(self.tc.describe())).encode()).hexdigest()[:20]
-            obj = obj_dir / ("%s-%s.o" % (Path(name).stem, h))
-            with self._lock:
-                if not obj.exists():
-                    src = obj_dir / ("%s-%s.cpp" % (Path(name).stem, h))
-                    src.write_text(text)
-                    tmp = obj.with_name(obj.name + ".%d.tmp" % os.getpid())
-                    cmd = self.tc.cxx + self.tc.flags + ["-I", str(TEMPLATES / "cpu"), "-c", str(src), "-o", str(tmp)]
-                    try:
-                        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-                    except subprocess.TimeoutExpired:
-                        return CompileResult("compile_timeout", None, "compiling %s took over %gs" % (name, timeout))
-                    if proc.returncode != 0:
-                        return CompileResult("compile_error", None, first_error_line(proc.stderr))
-                    os.replace(tmp, obj)
-            objs.append(str(obj))
-        return objs
+        with self._lock:
+            return compile_objects(self.tc, texts, self.out_dir / "objs", timeout)
 
     def link(self, objects: list, artifact: Path, timeout: float) -> CompileResult:
         artifact.parent.mkdir(parents=True, exist_ok=True)
