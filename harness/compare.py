@@ -25,7 +25,7 @@ from typing import Optional
 
 import pandas as pd
 
-from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED
+from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED, finite_float
 
 from .errors import HarnessError
 from .library import is_library_id
@@ -80,7 +80,7 @@ def _from_csv(path: Path, kernel) -> list:
 
     frame = read_tuned_csv(path)
     pairs = read_tuned_configs(path, kernel.name)
-    return [Entry(shape, config, _float(us), "%s:%d" % (path, i + 2))
+    return [Entry(shape, config, finite_float(us), "%s:%d" % (path, i + 2))
             for i, ((shape, config), us) in enumerate(zip(pairs, frame["us"]))]
 
 
@@ -94,7 +94,7 @@ def _from_yaml(path: Path) -> list:
     for _, row in frame.iterrows():
         item = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
         where = "%s:%d" % (path, int(item.pop("_line")))
-        us = _float(item.pop("us", None))
+        us = finite_float(item.pop("us", None))
         missing = [k for k in DIM_KEYS if k not in item]
         if missing:
             raise HarnessError("entry lacks %s" % ", ".join(missing), where=where)
@@ -174,17 +174,17 @@ def compare(path, kernel, target, root: Path, build_options, run_options, librar
         row = measured.get((tuple(sorted((k, str(v)) for k, v in e.config.items())), e.shape.id))
         lib = library_rows.get(e.shape.id)
         status = row.get("status") if row else "not_run"
-        t = _float(row.get("time_ns_median")) if row and status == OK else None
-        lib_t = _float(lib.get("time_ns_median")) if lib and lib.get("status") == OK else None
-        p20, p80 = (_float(row.get("time_ns_p20")), _float(row.get("time_ns_p80"))) if row else (None, None)
+        t = finite_float(row.get("time_ns_median")) if row and status == OK else None
+        lib_t = finite_float(lib.get("time_ns_median")) if lib and lib.get("status") == OK else None
+        p20, p80 = (finite_float(row.get("time_ns_p20")), finite_float(row.get("time_ns_p80"))) if row else (None, None)
         out.append({
             "line": e.where, "shape_id": e.shape.id, "M": e.shape.M, "N": e.shape.N, "K": e.shape.K,
             "dtype": e.shape.dtype, "layout": e.shape.layout, "config": _spell(e.config), "status": status,
             "claimed_us": e.claimed_us, "measured_us": t / 1e3 if t else None,
             "measured_over_claimed": (t / 1e3 / e.claimed_us) if (t and e.claimed_us) else None,
             "spread_us": (p80 - p20) / 1e3 if (t and p20 is not None and p80 is not None) else None,
-            "rel_err": _float(row.get("rel_err")) if row else None,
-            "err_ratio": _float(row.get("err_ratio")) if row else None,
+            "rel_err": finite_float(row.get("rel_err")) if row else None,
+            "err_ratio": finite_float(row.get("err_ratio")) if row else None,
             "library": lib.get("variant_id") if lib else None, "library_us": lib_t / 1e3 if lib_t else None,
             "speedup_vs_library": (lib_t / t) if (t and lib_t) else None,
             "variant_id": row.get("variant_id") if row else None,
@@ -227,14 +227,6 @@ def _not_run(kernel, target, entry) -> str:
 
 def _spell(config: dict) -> str:
     return " ".join("%s=%s" % kv for kv in config.items())
-
-
-def _float(value) -> Optional[float]:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _int(value):

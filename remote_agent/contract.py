@@ -4,6 +4,8 @@ The host imports this module; the remote agent imports it too. It is standard li
 only. docs/contracts.md describes every field in words.
 """
 
+import math
+
 MANIFEST_SCHEMA = 1
 RESULTS_SCHEMA = 1
 AGENT_VERSION = "0.1.0"
@@ -83,3 +85,12 @@ def sanitize_counter(name):
     for ch in name:
         out.append(ch if (ch.isalnum() or ch in "_.") else "_")
     return "".join(out)
+
+
+def finite_float(value):
+    """A results field (or any value) as a float; None when empty, unparsable, NaN or infinite."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Iterable, Optional
 
-from remote_agent.contract import CONFIG_PREFIX, PRUNED
+from remote_agent.contract import CONFIG_PREFIX, PRUNED, finite_float
 
 from .base import OK, Trial, key
 
@@ -49,18 +49,10 @@ def row_config(row: dict, space: Optional[dict] = None) -> dict:
     return cfg
 
 
-def _float(text) -> Optional[float]:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
 def row_trial(row: dict, space: Optional[dict] = None) -> Trial:
     status = row.get("status") or "crash"
-    t = _float(row.get("time_ns_median"))
-    p20, p80 = _float(row.get("time_ns_p20")), _float(row.get("time_ns_p80"))
+    t = finite_float(row.get("time_ns_median"))
+    p20, p80 = finite_float(row.get("time_ns_p20")), finite_float(row.get("time_ns_p80"))
     spread = (p80 - p20) if (p20 is not None and p80 is not None) else None
     ok = status == OK and t is not None
     return Trial(row_config(row, space), status if (ok or status != OK) else "crash",
