@@ -7,8 +7,9 @@ pushes what the remote lacks, runs them and returns the results rows of this rou
 runs with ``--all``: the manifest holds nothing else, so a pair asked again (a halving rung, a
 winner re-measure) is measured again instead of skipped, and the rows are appended.
 
-``search`` drives one strategy per shape in lockstep (one build, push and run per round for all
-shapes); it resumes from the rows already in the results CSV. ``remeasure_winners`` measures the
+``search`` sets up one strategy per shape, resumed from the rows already in the results CSV, and
+hands them to the one search loop, ``strategies.driver.drive``, with ``Session.execute`` as its
+evaluator (one build, push and run per round for all shapes). ``remeasure_winners`` measures the
 top candidates of each shape interleaved and picks noise-aware winners; they are kept in
 ``results/<target>/<kernel>/winners.json``, which ``harness report`` reads.
 """
@@ -20,9 +21,9 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED
 
@@ -193,35 +194,17 @@ def shape_history(rows: list, shape_id: str, space: dict, skip: frozenset = froz
 # ---- search -------------------------------------------------------------------------------
 
 
-@dataclass
-class ShapeSearch:
-    shape: object
-    strategy: object
-    is_pruned: Callable
-    history: list
-    resumed: int = 0  # trials found on disk
-    new: list = field(default_factory=list)
-    stopped: Optional[str] = None
-
-    @property
-    def best(self):
-        from .strategies import best_trial
-
-        return best_trial(self.history)
-
-
 def search(session: Session, space: dict, strategy_name: str, seed: int = 0, batch_size: int = 8,
            budget: Optional[int] = None, time_limit: Optional[float] = None, on_round: Optional[Callable] = None,
-           clock: Callable[[], float] = time.monotonic, **strategy_options) -> List[ShapeSearch]:
-    """One strategy per shape, driven in lockstep rounds until each is spent (its budget of
-    evaluations, history on disk included), the time limit passes (the first round always
-    runs; a later one only where one evaluation is expected to fit in the time left), or it has
-    nothing left to ask. Each round is one ``session.execute``; a halving rung asks for longer
-    measurements (``fidelity``), so shapes asking different fidelities run in separate executes."""
+           clock: Callable[[], float] = time.monotonic, **strategy_options) -> list:
+    """One strategy per shape, resumed from the rows already in the results CSV and driven by
+    ``strategies.driver.drive`` (budget, time limit, stop reasons); each round is one
+    ``session.execute`` per fidelity asked, the library reference joining the first. Returns
+    the ``ShapeSearch`` of every shape."""
     from .build import compiler_for
     from .bundle import bundle_dir
-    from .strategies import StrategyError, get_strategy, normalize_results, pruning_predicate
-    from .strategies.driver import STOP_BUDGET, STOP_FINISHED, STOP_NO_RESULTS, STOP_TIME
+    from .strategies import StrategyError, get_strategy, pruning_predicate
+    from .strategies.driver import ShapeSearch, drive
 
     tgt, kern = session.target, session.kernel
     compiler = compiler_for(kern, tgt, bundle_dir(session.root, tgt.name, kern.name),
@@ -236,67 +219,22 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
         except (ValueError, TypeError) as exc:
             raise HarnessError(str(exc))
         history = shape_history(rows, shape.id, space, skip)
-        searches.append(ShapeSearch(shape, strategy, pruning_predicate(rules, [shape], tgt, compiler.resource_rule),
-                                    history, resumed=len(history)))
-    library_todo = [s.shape for s in searches] if session.library else []
+        searches.append(ShapeSearch(strategy, pruning_predicate(rules, [shape], tgt, compiler.resource_rule),
+                                    history, shape=shape, resumed=len(history)))
     have_lib = {r.get("shape_id") for r in rows if is_library_id(r.get("variant_id"))}
-    library_todo = [s for s in library_todo if s.id not in have_lib]
-    start = clock()
-    number = 0
-    while True:
-        active = [s for s in searches if s.stopped is None]
-        elapsed = clock() - start
-        # The first round always runs (nothing is known of its length yet); a later one starts
-        # only while the time left holds at least one evaluation at this call's pace so far.
-        out_of_time = time_limit is not None and number > 0 and elapsed >= time_limit
-        per_shape_cap = None
-        done_new = sum(len(s.new) for s in searches)
-        if time_limit is not None and done_new and active and not out_of_time:
-            per_eval = elapsed / done_new
-            if per_eval > 0:
-                fit = int((time_limit - elapsed) / per_eval)
-                out_of_time = fit < 1
-                per_shape_cap = max(1, fit // len(active))
-        if out_of_time:
-            for s in active:
-                s.stopped = STOP_TIME
-            break
-        asks = []
-        for s in active:
-            limit = batch_size
-            if budget is not None:
-                left = budget - len(s.history)
-                if left <= 0:
-                    s.stopped = STOP_BUDGET
-                    continue
-                limit = min(limit, left)
-            if per_shape_cap is not None:
-                limit = min(limit, per_shape_cap)
-            try:
-                batch = s.strategy.next_batch(s.history, space, s.is_pruned, limit, budget)
-            except StrategyError as exc:
-                raise HarnessError("strategy %s: %s" % (strategy_name, exc))
-            if not batch.configs:
-                s.stopped = STOP_FINISHED
-                continue
-            asks.append((s, batch))
-        if not asks:
-            break
-        number += 1
-        for fidelity in sorted({b.fidelity for _, b in asks}):
-            group = [(s, b) for s, b in asks if b.fidelity == fidelity]
-            pairs = [(cfg, s.shape) for s, b in group for cfg in b.configs]
-            round_rows = session.execute(pairs, fidelity, library_todo)
-            library_todo = []
-            for s, b in group:
-                trials = normalize_results([r for r in round_rows if r.get("shape_id") == s.shape.id
-                                            and not is_library_id(r.get("variant_id"))], b, space)
-                s.history.extend(trials)
-                s.new.extend(trials)
-                if not trials:
-                    s.stopped = STOP_NO_RESULTS
-            if on_round is not None:
-                on_round(number, fidelity, group)
+    library_todo = [s.shape for s in searches if s.shape.id not in have_lib] if session.library else []
+
+    def evaluate(asks, fidelity):
+        nonlocal library_todo
+        round_rows = session.execute([(cfg, s.shape) for s, b in asks for cfg in b.configs], fidelity, library_todo)
+        library_todo = []
+        return [[r for r in round_rows if r.get("shape_id") == s.shape.id and not is_library_id(r.get("variant_id"))]
+                for s, _ in asks]
+
+    try:
+        drive(searches, space, evaluate, budget, time_limit, on_round=on_round, clock=clock)
+    except StrategyError as exc:
+        raise HarnessError("strategy %s: %s" % (strategy_name, exc))
     return searches
 
 

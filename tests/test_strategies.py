@@ -307,6 +307,26 @@ def test_search_rounds_stop_at_the_time_limit_as_the_driver_does(tmp_path):
     assert s.stopped == STOP_TIME and len(s.new) == 3 and session.rounds == 2  # the first round ran
 
 
+def test_drive_runs_shapes_in_lockstep_and_shares_the_time_left(recordings):
+    from harness.strategies.driver import ShapeSearch, drive
+
+    now = {"t": 0.0}
+    recs = [recordings["256x256x256_fp32_NN"], recordings[PRUNED_SHAPE]]
+    searches = [ShapeSearch(get_strategy("random", seed=0, batch_size=4), r.is_pruned, shape=r) for r in recs]
+    rounds = []
+
+    def evaluate(asks, fidelity):  # one second per config, all shapes of a round evaluated at once
+        rounds.append([len(b.configs) for _, b in asks])
+        now["t"] += sum(len(b.configs) for _, b in asks)
+        return [Replay(s.shape)(b.configs) for s, b in asks]
+
+    number = drive(searches, CPU_SPACE, evaluate, budget=20, time_limit=10.5, clock=lambda: now["t"])
+    # round 1: 4 + 4 in 8 s; the 2.5 s left hold 2 evaluations: 1 per shape; then 0.5 s hold none
+    assert number == 2 and rounds == [[4, 4], [1, 1]]
+    assert [s.stopped for s in searches] == [STOP_TIME, STOP_TIME]
+    assert [len(s.history) for s in searches] == [5, 5] and all(s.best is not None for s in searches)
+
+
 def test_accepts_results_rows_and_stops_when_a_round_comes_back_empty(rec, tmp_path):
     names = list(rec.space)
 

@@ -303,7 +303,7 @@ def _compare(path, tgt, kernel, library, iters, warmup, timeout, jobs, out) -> N
 
     from .. import kernels
     from ..build import BuildOptions
-    from ..compare import compare
+    from ..report.compare import compare
     from ..report.table import _time
     from ..run import RunOptions
 

@@ -1,4 +1,9 @@
-"""Drive a strategy in rounds: ask a batch, build and run only that batch, record, repeat."""
+"""The one search loop: ask each strategy for a batch, evaluate only those configs, record, repeat.
+
+``drive`` runs any number of searches (one per shape) in lockstep rounds; ``harness.rounds``
+evaluates a round by building, pushing and running it on a target, the simulator by replaying a
+recording, ``tune_rounds`` wraps one search with a plain ``evaluate_batch(configs)``.
+"""
 
 from __future__ import annotations
 
@@ -66,12 +71,111 @@ def normalize_results(results, batch: Batch, space: dict) -> List[Trial]:
     return out
 
 
+@dataclass
+class ShapeSearch:
+    """One strategy searching one shape: what it has measured (``history``: the rows on disk it
+    resumed from, then this call's trials, ``new``) and why it stopped (None while it runs)."""
+
+    strategy: Strategy
+    is_pruned: Callable[[dict], bool]
+    history: List[Trial] = field(default_factory=list)
+    shape: object = None  # a harness.shapes.Shape, where the search has one
+    resumed: int = 0  # trials found on disk
+    new: List[Trial] = field(default_factory=list)
+    stopped: Optional[str] = None
+    round_sizes: List[int] = field(default_factory=list)
+
+    @property
+    def best(self) -> Optional[Trial]:
+        return best_trial(self.history)
+
+
+def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budget: Optional[int] = None,
+          time_limit: Optional[float] = None, *, on_round: Optional[Callable] = None,
+          stop: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic) -> int:
+    """The search loop: drive every search in lockstep rounds until each is spent. Returns the
+    number of rounds.
+
+    A search stops when ``stop(history)`` says so, when its ``budget`` of evaluations (its
+    history included) is used, when its strategy has nothing left to ask, or when a round brings
+    nothing back for it. All stop at ``time_limit`` seconds: the first round always runs (nothing
+    is known of its length yet); a later one starts only where at least one evaluation is
+    expected to fit in the time left at this call's pace, and it is shrunk to what fits.
+
+    evaluate(asks, fidelity) -> one result list per ask, where ``asks`` is [(ShapeSearch, Batch)]
+    of one fidelity (halving asks for f-times longer measurements, so a round of mixed fidelities
+    is evaluated once per fidelity). Results: Trials, {"config", "status", "time_ns"} dicts, or
+    results CSV rows. on_round(round_number, fidelity, asks) after each evaluation.
+    """
+    start = clock()
+    number = 0
+    while True:
+        limits = []
+        for s in searches:
+            if s.stopped is not None:
+                continue
+            if stop is not None and stop(s.history):
+                s.stopped = STOP_REQUESTED
+                continue
+            limit = s.strategy.batch_size
+            if budget is not None:
+                left = budget - len(s.history)
+                if left <= 0:
+                    s.stopped = STOP_BUDGET
+                    continue
+                limit = min(limit, left)
+            limits.append((s, limit))
+        if not limits:
+            break
+        if time_limit is not None and number:  # the first round always runs
+            fit = _evaluations_that_fit(clock() - start, time_limit, sum(len(s.new) for s in searches))
+            if fit is not None and fit < 1:
+                for s, _ in limits:
+                    s.stopped = STOP_TIME
+                break
+            if fit is not None:
+                limits = [(s, min(limit, max(1, fit // len(limits)))) for s, limit in limits]
+        asks = []
+        for s, limit in limits:
+            batch = s.strategy.next_batch(s.history, space, s.is_pruned, limit, budget)
+            if not batch.configs:
+                s.stopped = STOP_FINISHED
+                continue
+            if len(batch.configs) > limit:
+                raise StrategyError("%s overran its limit" % s.strategy.name)
+            asks.append((s, batch))
+        if not asks:
+            break
+        number += 1
+        for fidelity in sorted({b.fidelity for _, b in asks}):
+            group = [(s, b) for s, b in asks if b.fidelity == fidelity]
+            for (s, b), results in zip(group, evaluate(group, fidelity)):
+                trials = normalize_results(results, b, space)
+                s.history.extend(trials)
+                s.new.extend(trials)
+                s.round_sizes.append(len(trials))
+                if not trials:
+                    s.stopped = STOP_NO_RESULTS
+            if on_round is not None:
+                on_round(number, fidelity, group)
+    return number
+
+
+def _evaluations_that_fit(elapsed: float, time_limit: float, done: int) -> Optional[int]:
+    """How many more evaluations fit in the time left at the pace so far (None: unknown)."""
+    if elapsed >= time_limit:
+        return 0
+    if not done or elapsed <= 0:
+        return None
+    return int((time_limit - elapsed) / (elapsed / done))
+
+
 def tune_rounds(strategy: Strategy, space: dict, is_pruned: Callable[[dict], bool],
                 evaluate_batch: Callable, budget: Optional[int] = None, time_limit: Optional[float] = None,
                 history: Optional[Sequence[Trial]] = None, *,
                 on_round: Optional[Callable] = None, stop: Optional[Callable] = None,
                 clock: Callable[[], float] = time.monotonic) -> TuneResult:
-    """Run ``strategy`` until its budget, the time limit, or the space is spent.
+    """``drive`` one strategy on one problem until its budget, the time limit, or the space is spent.
 
     strategy       a Strategy (see ``get_strategy``)
     space          {parameter: [values]}; is_pruned(config) -> bool for this shape and target
@@ -79,63 +183,28 @@ def tune_rounds(strategy: Strategy, space: dict, is_pruned: Callable[[dict], boo
                    when it accepts ``fidelity`` (halving asks for f-times longer measurements).
                    Results: Trials, {"config", "status", "time_ns"} dicts, or results CSV rows.
     budget         total evaluations, those in ``history`` included (None: no limit)
-    time_limit     seconds for this call; the first round always runs, and the last round is
-                   shrunk to the time left (from this call's seconds per evaluation so far); no
-                   round starts when not even one evaluation is expected to fit
+    time_limit     seconds for this call (see ``drive``)
     history        Trials already measured (``load_history(results.csv, ...)``): resume point
     on_round       on_round(round_number, batch, trials) after every round
     stop           stop(history) -> True ends the run (the simulator stops at its target)
     """
-    start = clock()
-    history = list(history or [])
-    new: List[Trial] = []
     with_fidelity = _accepts_fidelity(evaluate_batch)
-    rounds, sizes, stopped = 0, [], STOP_FINISHED
-    while True:
-        if stop is not None and stop(history):
-            stopped = STOP_REQUESTED
-            break
-        limit = strategy.batch_size
-        if budget is not None:
-            left = budget - len(history)
-            if left <= 0:
-                stopped = STOP_BUDGET
-                break
-            limit = min(limit, left)
-        if time_limit is not None and rounds:  # the first round always runs
-            elapsed = clock() - start
-            if elapsed >= time_limit:
-                stopped = STOP_TIME
-                break
-            if new:
-                per_eval = elapsed / len(new)
-                if per_eval > 0:
-                    fit = int((time_limit - elapsed) / per_eval)
-                    if fit < 1:  # not even one evaluation is expected to finish in time
-                        stopped = STOP_TIME
-                        break
-                    limit = min(limit, fit)
-        batch = strategy.next_batch(history, space, is_pruned, limit, budget)
-        if not batch.configs:
-            stopped = STOP_FINISHED
-            break
-        if len(batch.configs) > limit:
-            raise StrategyError("%s overran its limit" % strategy.name)
-        if with_fidelity:
-            results = evaluate_batch(list(batch.configs), fidelity=batch.fidelity)
-        else:
-            results = evaluate_batch(list(batch.configs))
-        trials = normalize_results(results, batch, space)
-        rounds += 1
-        sizes.append(len(trials))
-        history.extend(trials)
-        new.extend(trials)
-        if on_round is not None:
-            on_round(rounds, batch, trials)
-        if not trials:
-            stopped = STOP_NO_RESULTS
-            break
-    return TuneResult(history, new, best_trial(history), rounds, stopped, clock() - start, sizes)
+    search = ShapeSearch(strategy, is_pruned, list(history or []))
+
+    def evaluate(asks, fidelity):
+        ((_, batch),) = asks
+        configs = list(batch.configs)
+        return [evaluate_batch(configs, fidelity=fidelity) if with_fidelity else evaluate_batch(configs)]
+
+    def each_round(number, fidelity, asks):
+        ((s, batch),) = asks
+        on_round(number, batch, s.new[len(s.new) - s.round_sizes[-1]:])
+
+    begin = clock()
+    rounds = drive([search], space, evaluate, budget, time_limit, on_round=each_round if on_round else None,
+                   stop=stop, clock=clock)
+    return TuneResult(search.history, search.new, search.best, rounds, search.stopped or STOP_FINISHED,
+                      clock() - begin, search.round_sizes)
 
 
 def pruning_predicate(rules, shapes, target, resource_rule: Optional[Callable] = None) -> Callable[[dict], bool]:

@@ -27,8 +27,8 @@ import pandas as pd
 
 from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED, finite_float
 
-from .errors import HarnessError
-from .library import is_library_id
+from ..errors import HarnessError
+from ..library import is_library_id
 
 SUFFIX = "--compare"
 COLUMNS = ["line", "shape_id", "M", "N", "K", "dtype", "layout", "config", "status", "claimed_us",
@@ -76,7 +76,7 @@ def read_entries(path, kernel, target) -> list:
 
 
 def _from_csv(path: Path, kernel) -> list:
-    from .report.aiter_csv import read_tuned_configs, read_tuned_csv
+    from .aiter_csv import read_tuned_configs, read_tuned_csv
 
     frame = read_tuned_csv(path)
     pairs = read_tuned_configs(path, kernel.name)
@@ -85,9 +85,9 @@ def _from_csv(path: Path, kernel) -> list:
 
 
 def _from_yaml(path: Path) -> list:
-    from .report.tune_gemm_yaml import read_tuned_yaml
-    from .shapes import make_shape
-    from .shapes.tune_gemm_yaml import CONFIG_NAMES, DIM_KEYS, DTYPE_ALIASES, DTYPE_KEYS, MAJOR_KEYS, major_letter
+    from .tune_gemm_yaml import read_tuned_yaml
+    from ..shapes import make_shape
+    from ..shapes.tune_gemm_yaml import CONFIG_NAMES, DIM_KEYS, DTYPE_ALIASES, DTYPE_KEYS, MAJOR_KEYS, major_letter
 
     frame, _ = read_tuned_yaml(path)
     out = []
@@ -116,7 +116,7 @@ def _from_yaml(path: Path) -> list:
 
 
 def _from_json(path: Path) -> list:
-    from .shapes import make_shape
+    from ..shapes import make_shape
 
     try:
         data = json.loads(path.read_text())
@@ -141,8 +141,8 @@ def _from_json(path: Path) -> list:
 def compare(path, kernel, target, root: Path, build_options, run_options, library: bool = False,
             quiet: bool = True) -> pd.DataFrame:
     """Build and run every entry of the tuned file; one row per entry (COLUMNS)."""
-    from .rounds import Session
-    from .strategies import key
+    from ..rounds import Session
+    from ..strategies import key
 
     entries = read_entries(path, kernel, target)
     side_root = Path(root) / ".harness" / "compare" / Path(path).name
@@ -201,7 +201,7 @@ def _reuse_artifacts(root, target, side_root, side_target, kernel) -> None:
     import os
     import shutil
 
-    from .bundle import bundle_dir
+    from ..bundle import bundle_dir
 
     src = bundle_dir(root, target.name, kernel.name) / "artifacts"
     dest = bundle_dir(side_root, side_target.name, kernel.name) / "artifacts"
@@ -217,7 +217,7 @@ def _reuse_artifacts(root, target, side_root, side_target, kernel) -> None:
 
 
 def _not_run(kernel, target, entry) -> str:
-    from .space import first_pruning_rule
+    from ..space import first_pruning_rule
 
     rule = first_pruning_rule(kernel.rules_for(target), entry.config, entry.shape, target)
     if rule is not None:
