@@ -11,7 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from remote_agent.runners.cuda import CudaApi  # noqa: E402
-from remote_agent.runners.gpu import Kernel, cdiv, strides  # noqa: E402
+from remote_agent.runners.gpu_launch import Kernel, cdiv  # noqa: E402
+from remote_agent.runners.gpu_memory import strides  # noqa: E402
 
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 

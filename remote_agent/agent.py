@@ -9,11 +9,8 @@ import sys
 import time
 
 from . import contract
+from .errors import AgentError
 from .results import ResultsWriter, ResultsWriteError, SchemaMismatch
-
-
-class AgentError(Exception):
-    """Something the user must fix; the agent prints it on one line and exits 2."""
 
 
 def load_manifest(bundle):

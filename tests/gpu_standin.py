@@ -7,7 +7,7 @@ launch of a variant whose config carries ``fault: crash`` really crashes the pro
 and ``fault: hang`` really hangs it (a busy loop), as a bad kernel would take a GPU worker down.
 
 Run as a worker: ``python tests/gpu_standin.py worker --bundle B ...`` (same arguments as
-``python -m remote_agent.runners.gpu worker``).
+``python -m remote_agent.runners.gpu_worker worker``).
 """
 
 import ctypes
@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from remote_agent.runners.gpu import GpuApi, GpuError  # noqa: E402
+from remote_agent.runners.gpu_api import GpuApi, GpuError  # noqa: E402
 
 NP = {"*fp16": np.float16, "*fp32": np.float32, "*i32": np.int32, "*bf16": np.uint16, "*i8": np.int8}
 
@@ -239,7 +239,7 @@ class StandinLibraryApi(StandinApi):
 
 
 def main(argv):
-    from remote_agent.runners.gpu import worker_main
+    from remote_agent.runners.gpu_worker import worker_main
 
     if argv and argv[0] == "worker":
         return worker_main(argv[1:], api=StandinApi())

@@ -20,7 +20,7 @@ from harness.errors import HarnessError  # noqa: E402
 from harness.kernels import get  # noqa: E402
 from harness.shapes import make_shape  # noqa: E402
 from harness.targets import load_targets  # noqa: E402
-from remote_agent.runners.gpu import elf_facts  # noqa: E402
+from remote_agent.runners.gpu_artifact import elf_facts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_LIMIT = 40000  # bytes: between the lower bound and the compiled size of C2 below

@@ -14,7 +14,7 @@ from harness.shapes import make_shape
 from harness.targets import load_targets
 from remote_agent import contract
 from remote_agent.agent import Agent
-from remote_agent.runners.gpu import library_plan
+from remote_agent.runners.gpu_library import library_plan
 
 from .test_gpu_supervisor import make_bundle, options, standin_runner
 

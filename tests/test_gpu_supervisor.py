@@ -1,6 +1,6 @@
 """The GPU agent's supervisor and runner with CPU stand-in workers that really crash and really hang.
 
-The workers are the real GPU worker (remote_agent.runners.gpu) driving tests/gpu_standin.py's
+The workers are the real GPU worker (remote_agent.runners.gpu_worker) driving tests/gpu_standin.py's
 StandinApi: host memory, launches interpreted with numpy from the launch facts. A variant marked
 ``fault: crash`` kills its worker with SIGSEGV mid-job, ``fault: hang`` spins forever, ``wrong``
 computes a wrong C; the supervisor must record crash / timeout / wrong_answer, replace the
@@ -123,7 +123,7 @@ def options(**kw):
 
 def standin_runner(monkeypatch, devices=("cuda:0", "cuda:1"), command=None):
     """make_gpu_runner as on a node with len(devices) GPUs; the workers are the real
-    ``python -m remote_agent.runners.gpu worker`` with the stand-in API in place of libcuda."""
+    ``python -m remote_agent.runners.gpu_worker worker`` with the stand-in API in place of libcuda."""
     monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
     monkeypatch.setenv("PYTHONPATH", str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 

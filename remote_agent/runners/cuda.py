@@ -8,7 +8,7 @@ are marked ``sticky``: the worker reports the job and exits so that a fresh proc
 import ctypes
 
 from .driver import DriverApi
-from .gpu import GpuError
+from .gpu_api import GpuError
 
 CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16

@@ -5,7 +5,7 @@ the subclass's ``check``, which knows the vendor's error names."""
 
 import ctypes
 
-from .gpu import GpuApi
+from .gpu_api import GpuApi
 
 _i = ctypes.c_int
 _sz = ctypes.c_size_t

@@ -9,7 +9,7 @@ import ctypes
 import os
 
 from .driver import DriverApi
-from .gpu import GpuError
+from .gpu_api import GpuError
 
 # hipError_t values after which the process must go
 STICKY = {

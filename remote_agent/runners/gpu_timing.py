@@ -1,0 +1,78 @@
+"""How a GPU worker times a job: the L2 flush buffer, and the check around the measurement
+(poison C, launch once and check; time with the profiler; poison, launch and check again).
+The sample loop itself (warm-up, launch count, event pairs) is the profiler's:
+remote_agent/profilers/events.py. Standard library only."""
+
+import os
+
+from .. import contract
+from ..stats import summarize
+from .gpu_launch import cdiv
+
+
+class L2Flush(object):
+    """A buffer larger than L2, written before each timed launch so that every launch reads its
+    inputs from device memory. HARNESS_GPU_FLUSH=0 turns it off; the worker then rotates copies of
+    inputs that fit in L2 instead (``input_sets``)."""
+
+    def __init__(self, api, l2_bytes):
+        self.api = api
+        self.l2 = int(l2_bytes or (64 << 20))
+        self.enabled = os.environ.get("HARNESS_GPU_FLUSH", "1") != "0"
+        self.bytes = max(256 << 20, 2 * self.l2)
+        self.buf = api.alloc(self.bytes) if self.enabled else None
+
+    def __call__(self):
+        self.api.memset32(self.buf, 0, self.bytes // 4)
+
+    def input_sets(self, input_bytes):
+        """How many copies of a shape's inputs the launches rotate over."""
+        if input_bytes <= self.l2 and not self.enabled:  # with the flush, every launch reads DRAM anyway
+            return int(min(8, max(2, cdiv(3 * self.l2, max(1, input_bytes)))))
+        return 1
+
+
+def check_and_time(worker, data, shape, launch, counters, kernel, variant, grid):
+    """Poison C, launch once and check; time with the profiler; poison, launch and check again.
+    ``launch(i)`` runs the product once on input copy ``i`` (a variant's kernel, or the library)."""
+    dtype = shape["dtype"]
+    n = shape["M"] * shape["N"]
+    tolerances = worker.tolerances
+    rtol, atol = tolerances["rtol"][dtype], tolerances["atol"][dtype]
+    tol = tolerances["rel_err"][dtype]
+
+    def check():
+        return worker.errors(data.c, data.ref, n, dtype, rtol, atol)
+
+    data.poison()
+    launch(0)
+    worker.api.synchronize()
+    rel, maxabs, ratio = check()
+    result = dict(counters, rel_err=rel, max_abs_err=maxabs, err_ratio=ratio)
+    if not rel <= tol:
+        result.update(status=contract.WRONG_ANSWER,
+                      message="relative error %.3g over tolerance %.3g (%.3g%% of elements outside)"
+                      % (rel, tol, 100 * ratio))
+        return result
+
+    measured = worker.profiler.measure(worker, launch, kernel, variant, shape, grid)
+    result.update(summarize(measured["times_ns"]))
+    for k, v in measured.get("counters", {}).items():
+        result["ctr:" + k] = v
+    # the last timed launch's C must still be right (split-K races, stale workspace)
+    data.poison()
+    launch(0)
+    worker.api.synchronize()
+    rel2, maxabs2, ratio2 = check()
+    if not rel2 <= tol:
+        result.update(status=contract.WRONG_ANSWER, rel_err=rel2, max_abs_err=maxabs2, err_ratio=ratio2,
+                      message="right once, wrong after timing: relative error %.3g (a race?)" % rel2)
+        return result
+    result["status"] = contract.OK
+    notes = []
+    if len(data.a) > 1:
+        notes.append("inputs rotated over %d copies" % len(data.a))
+    if data.crosscheck is not None:
+        notes.append("ref torch (kernel ref rel %.1e)" % data.crosscheck)
+    result["message"] = "; ".join(notes)
+    return result

@@ -1,0 +1,342 @@
+"""The GPU worker: one process per device (``python -m remote_agent.runners.gpu_worker worker``),
+started and replaced by the supervisor (remote_agent/supervisor.py) for GpuRunner (gpu.py).
+
+It opens its device through ctypes (cuda.py on libcuda.so.1, hip.py on libamdhip64.so), generates
+the shape's inputs on the device from the bundle's seed with the bundle's fill kernel, computes
+the reference (gpu_reference.py), and for each variant: poisons C with NaN, launches once,
+reduces the error figures on the device, then times it with the selected profiler and checks the
+answer again (gpu_timing.py). Library rows (``lib:torch.matmul``) are timed the same way
+(gpu_library.py). Errors that leave a CUDA context unusable make the worker report the job and
+exit, so the next job gets a fresh process.
+
+Under ncu or rocprof the worker opens no device: each job runs in a child process
+(``python -m remote_agent.runners.gpu_worker one``) under the profiler.
+"""
+
+import array
+import json
+import math
+import os
+import sys
+import time
+
+from .. import contract
+from ..stats import summarize
+from .gpu_api import GpuError, api_for
+from .gpu_launch import Kernel, cdiv, specialization_problem
+from .gpu_library import run_library
+from .gpu_memory import ELEM_BYTES, ShapeData, data_seed
+from .gpu_reference import check_reference_kernel, compute_reference, pick_reference
+from .gpu_timing import L2Flush, check_and_time
+
+
+class Worker(object):
+    def __init__(self, bundle, manifest, device_index, options, api=None):
+        self.bundle = bundle
+        self.manifest = manifest
+        self.options = options
+        self.tolerances = manifest["tolerances"]
+        self.api = api or api_for(manifest["target"]["backend"])
+        self.api.init()
+        self.api.open(device_index)
+        self.device = self.api.facts()
+        self.kernels = {}
+        self.shapes = {}
+        self.support = {}
+        self.l2_flush = L2Flush(self.api, self.device.get("l2_bytes"))
+        self.torch = None
+        self.torch_error = None
+        self.reference_mode = pick_reference(self, options.get("reference", "auto"))
+        from ..profilers.events import gpu_profiler
+
+        self.profiler = gpu_profiler(options.get("profiler") or "events", self.api, options)
+        self.self_check = check_reference_kernel(self)
+
+    # ---- what the profilers call ----
+    @property
+    def flush_enabled(self):
+        return self.l2_flush.enabled
+
+    def flush(self):
+        self.l2_flush()
+
+    # ---- support kernels ----
+    def support_kernel(self, role, dtype):
+        key = "%s_%s" % (role, dtype)
+        if key not in self.support:
+            facts = self.manifest["toolchain"].get("support", {}).get(key)
+            if facts is None:
+                raise GpuError("the bundle has no %s kernel for %s; rebuild it" % (role, dtype), load=True)
+            self.support[key] = Kernel(self.api, self._read(facts["artifact"]), facts["launch"],
+                                       self.device.get("shared_max"))
+        return self.support[key]
+
+    def _read(self, rel):
+        with open(os.path.join(self.bundle, rel), "rb") as f:
+            return f.read()
+
+    def fill(self, ptr, n, dtype, seed):
+        k = self.support_kernel("fill", dtype)
+        block = int(self.manifest["toolchain"].get("support_block", 1024))
+        grid = (cdiv(n, block), 1, 1)
+        k.run(grid, k.params({"out_ptr": ptr, "n": n, "seed": seed}, grid))
+
+    def errors(self, c_ptr, ref_ptr, n, dtype, rtol, atol):
+        """(rel_err, max_abs_err, err_ratio) of c against ref, reduced on the device."""
+        k = self.support_kernel("error", dtype)
+        block = int(self.manifest["toolchain"].get("support_block", 1024))
+        programs = cdiv(n, block)
+        out = self.api.alloc(programs * 16)
+        try:
+            grid = (programs, 1, 1)
+            k.run(grid, k.params({"c_ptr": c_ptr, "ref_ptr": ref_ptr, "out_ptr": out, "n": n,
+                                  "rtol": rtol, "atol": atol}, grid))
+            self.api.synchronize()
+            raw = array.array("f")
+            raw.frombytes(self.api.dtoh(out, programs * 16))
+        finally:
+            self.api.free(out)
+        d2 = math.fsum(raw[0::4])
+        r2 = math.fsum(raw[1::4])
+        maxabs = max(raw[2::4]) if programs else 0.0
+        bad = math.fsum(raw[3::4])
+        if r2 > 0:
+            rel = math.sqrt(d2 / r2) if d2 == d2 else float("nan")
+        else:
+            rel = 0.0 if d2 == 0 else float("inf")
+        return rel, maxabs, bad / n
+
+    # ---- shapes and variants ----
+    def data_for(self, shape):
+        data = self.shapes.get(shape["id"])
+        if data is not None:
+            return data
+        for old in list(self.shapes):  # keep one shape's buffers at a time
+            self.shapes.pop(old).release()
+        M, N, K, dtype = shape["M"], shape["N"], shape["K"], shape["dtype"]
+        sets = self.l2_flush.input_sets((M * K + K * N) * ELEM_BYTES[dtype])
+        data = ShapeData(self.api, shape, sets)
+        seed = int(self.manifest.get("seed", 0))
+        self.fill(data.a[0], M * K, dtype, data_seed(seed, shape, "a"))
+        self.fill(data.b[0], K * N, dtype, data_seed(seed, shape, "b"))
+        for i in range(1, sets):
+            self.api.dtod(data.a[i], data.a[0], data.a_bytes)
+            self.api.dtod(data.b[i], data.b[0], data.b_bytes)
+        compute_reference(self, data)
+        self.api.synchronize()
+        self.shapes[shape["id"]] = data
+        return data
+
+    def kernel_for(self, variant):
+        k = self.kernels.get(variant["id"])
+        if k is None:
+            image = self._read(variant["artifact"])
+            k = Kernel(self.api, image, variant["launch"], self.device.get("shared_max"))
+            self.kernels[variant["id"]] = k
+        return k
+
+    def run_job(self, variant, shape, grid):
+        """One (variant, shape): a results dict (status, times, errors, counters, message)."""
+        if (variant.get("launch") or {}).get("library"):
+            return run_library(self, variant, shape)
+        try:
+            kernel = self.kernel_for(variant)
+        except GpuError as exc:
+            if exc.sticky:
+                raise
+            return {"status": contract.LOAD_ERROR, "message": str(exc)}
+        except OSError as exc:
+            return {"status": contract.LOAD_ERROR, "message": "cannot read artifact: %s" % exc}
+        data = self.data_for(shape)
+        values = data.values(0)
+        problem = specialization_problem(kernel.launch, values)
+        if problem:
+            return {"status": contract.LOAD_ERROR, "message": problem}
+        cfg = variant.get("config", {})
+        grid = tuple(int(g) for g in grid)
+        if cfg.get("SPLIT_K", 1) > 1:
+            ws, locks = data.workspace(grid[0])
+        else:
+            ws, locks = 0, 0
+        param_sets = []
+        for r in range(len(data.a)):
+            v = data.values(r)
+            v.update(ws_ptr=ws, lock_ptr=locks)
+            param_sets.append(kernel.params(v, grid))
+        counters = {"ctr:" + k: v for k, v in kernel.facts.items()}
+
+        def launch(i, stream=None):
+            kernel.run(grid, param_sets[i % len(param_sets)], stream)
+
+        return check_and_time(self, data, shape, launch, counters, kernel, variant, grid)
+
+
+def serve(handler, infile=None, outfile=None):
+    """The worker side of the supervisor protocol: one JSON request per line in, one JSON reply per
+    line out. ``handler(request) -> reply dict``; raising ``SystemExit`` after replying ends it."""
+    from ..supervisor import protocol_streams
+
+    infile, outfile = protocol_streams(infile, outfile)
+    for line in infile:
+        line = line.strip()
+        if not line:
+            continue
+        request = json.loads(line)
+        if request.get("op") == "exit":
+            break
+        reply, leave = handler(request)
+        reply["id"] = request.get("id")
+        if leave:
+            reply["exiting"] = True  # the supervisor sends this worker nothing more
+        outfile.write(json.dumps(reply) + "\n")
+        outfile.flush()
+        if leave:
+            sys.stderr.flush()
+            os._exit(3)
+
+
+def worker_main(argv, api=None):
+    import argparse
+
+    from ..supervisor import protocol_streams, send
+
+    parser = argparse.ArgumentParser(prog="remote_agent.runners.gpu_worker worker")
+    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--device-index", type=int, default=0)
+    parser.add_argument("--options", default="{}")
+    args = parser.parse_args(argv)
+    infile, outfile = protocol_streams()
+    with open(os.path.join(args.bundle, "manifest.json")) as f:
+        manifest = json.load(f)
+    options = json.loads(args.options)
+    from ..profilers.events import gpu_profiler_class
+
+    if getattr(gpu_profiler_class(options.get("profiler") or "events"), "wraps_process", False):
+        return _wrapped_worker(args.bundle, manifest, options, infile, outfile)
+    try:
+        worker = Worker(args.bundle, manifest, args.device_index, options, api=api)
+    except GpuError as exc:
+        if getattr(exc, "fatal", False):  # e.g. the reference is wrong: no result can be trusted
+            send(outfile, {"fatal": str(exc)})
+        else:  # the supervisor retries, then gives the device up
+            print("worker: cannot start: %s" % exc, file=sys.stderr)
+        return 2
+    send(outfile, {"ready": True, "device": worker.device, "reference": worker.reference_mode,
+                   "self_check": worker.self_check, "profiler": worker.profiler.name})
+
+    def handle(request):
+        start = time.monotonic()
+        try:
+            result = worker.run_job(request["variant"], request["shape"], request["grid"])
+            return {"result": result, "seconds": time.monotonic() - start}, False
+        except GpuError as exc:
+            status = contract.CRASH if exc.sticky or not exc.load else contract.LOAD_ERROR
+            return {"result": {"status": status, "message": str(exc)[:300]}}, exc.sticky
+
+    serve(handle, infile, outfile)
+    return 0
+
+
+def _wrapped_worker(bundle, manifest, options, infile, outfile):
+    """A worker for ncu / rocprof: each job runs in a child process under the profiler; this
+    process never opens the device itself."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from ..profilers.events import gpu_profiler
+    from ..supervisor import send
+
+    profiler = gpu_profiler(options["profiler"], None, options)
+    tool = profiler.command(["true"], "/tmp")[0]
+    if not shutil.which(tool):
+        send(outfile, {"fatal": "profiler %s needs %s, which is not on PATH here" % (profiler.name, tool)})
+        return 2
+    send(outfile, {"ready": True, "device": {}, "reference": "kernel", "profiler": profiler.name})
+    child_options = dict(options, profile_launches=profiler.launches(),
+                         reference=os.environ.get("HARNESS_GPU_REFERENCE", "kernel"))
+
+    def handle(request):
+        library = (request["variant"].get("launch") or {}).get("library")
+        if library:  # its kernels are the library's, not an entry this profiler can pick out
+            return {"result": {"status": contract.LOAD_ERROR, "message": "%s is timed by the events profiler "
+                               "only, this run uses %s" % (request["variant"]["id"], profiler.name)}}, False
+        workdir = tempfile.mkdtemp(prefix="harness-prof-")
+        try:
+            req_path = os.path.join(workdir, "request.json")
+            with open(req_path, "w") as f:
+                json.dump(request, f)
+            child = [sys.executable, "-m", "remote_agent.runners.gpu_worker", "one", "--bundle", bundle,
+                     "--request", req_path, "--options", json.dumps(child_options)]
+            proc = subprocess.run(profiler.command(child, workdir), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, universal_newlines=True)
+            result = None
+            for line in proc.stdout.splitlines():
+                if line.startswith(RESULT_PREFIX):
+                    result = json.loads(line[len(RESULT_PREFIX):])
+            if result is None:
+                tail = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()][-3:]
+                return {"result": {"status": contract.CRASH, "message": ("%s exited %s: %s" % (
+                    profiler.name, proc.returncode, " | ".join(tail)))[:300]}}, False
+            if result.get("status") == contract.OK:
+                times, counters = profiler.collect(workdir, request["variant"]["launch"]["entry"],
+                                                   profiler.launches())
+                if not times:
+                    result.update(status=contract.CRASH, message="%s recorded no launch of %s" % (
+                        profiler.name, request["variant"]["launch"]["entry"]))
+                result.update(summarize(times))
+                for k, v in counters.items():
+                    result["ctr:" + k] = v
+            if os.environ.get("HARNESS_KEEP_PROFILES"):
+                keep = os.path.join(os.environ["HARNESS_KEEP_PROFILES"], request["variant"]["id"] + "-" +
+                                    request["shape"]["id"])
+                shutil.copytree(workdir, keep, dirs_exist_ok=True)
+            return {"result": result}, False
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    serve(handle, infile, outfile)
+    return 0
+
+
+def one_main(argv):
+    """Run one job in this process and print its result (the child that ncu or rocprof wraps)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="remote_agent.runners.gpu_worker one")
+    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--request", required=True, help="JSON file with variant, shape, grid")
+    parser.add_argument("--options", default="{}")
+    args = parser.parse_args(argv)
+    with open(os.path.join(args.bundle, "manifest.json")) as f:
+        manifest = json.load(f)
+    with open(args.request) as f:
+        request = json.load(f)
+    options = json.loads(args.options)
+    options["profiler"] = "bracket"
+    try:
+        worker = Worker(args.bundle, manifest, 0, options)
+        result = worker.run_job(request["variant"], request["shape"], request["grid"])
+    except GpuError as exc:
+        result = {"status": contract.CRASH if exc.sticky or not exc.load else contract.LOAD_ERROR,
+                  "message": str(exc)[:300]}
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+RESULT_PREFIX = "HARNESS_RESULT "
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("worker", "one"):
+        print("usage: python -m remote_agent.runners.gpu_worker {worker|one} ...", file=sys.stderr)
+        return 2
+    if argv[0] == "worker":
+        return worker_main(argv[1:])
+    return one_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
