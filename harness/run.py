@@ -72,7 +72,10 @@ def run_local(root: Path, target, kernel: str, options: RunOptions) -> Path:
 
 def run_remote(target, kernel: str, options: RunOptions, transport, on_progress=None) -> str:
     """One SSH command starts the agent detached in the remote workdir (or attaches to the run
-    in progress) and streams its log; progress lines drive ``on_progress``."""
+    in progress) and streams its log; progress lines drive ``on_progress``. A transport with
+    a scheduler of its own (Slurm) runs the jobs its way."""
+    if hasattr(transport, "run_jobs"):
+        return transport.run_jobs(target, kernel, options, on_progress)
     results = "%s/results.csv" % remote_results_dir(target.name, kernel)
     argv = [transport.python, "-u", "-m", "remote_agent", "start", "--results", results, "--"] + \
         agent_args(remote_bundle_dir(target.name, kernel), results, options)

@@ -33,6 +33,21 @@ class SSH:
 
 
 @dataclass
+class Slurm:
+    """A Slurm cluster behind the target's login node (``ssh:``): how its jobs are submitted."""
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    gres: Optional[str] = None  # e.g. gpu:1 (one GPU per array task)
+    time: Optional[str] = None  # a task's time limit, in sbatch --time's formats
+    options: list = field(default_factory=list)  # more sbatch arguments, e.g. [--qos=high]
+    tasks: int = 4  # array tasks: the jobs are split in this many chunks
+    max_running: Optional[int] = None  # array tasks running at once (--array=...%N)
+    shared_dir: Optional[str] = None  # a folder the login and compute nodes share; default: workdir
+    poll: float = 10.0  # seconds between two looks at the queue
+    retries: int = 3  # times a chunk whose task died is submitted again
+
+
+@dataclass
 class Target:
     name: str
     arch: str = "native"
@@ -46,6 +61,7 @@ class Target:
     events: list = field(default_factory=list)
     run_under: Optional[str] = None
     ssh: Optional[SSH] = None
+    slurm: Optional[Slurm] = None
     hosts: list = field(default_factory=list)
     workdir: str = "~/.harness-remote"
     python: str = "python3"
@@ -100,6 +116,7 @@ _TARGET_KEYS = {
     "events": (list, False),
     "run_under": (str, False),
     "ssh": (dict, False),
+    "slurm": (dict, False),
     "hosts": (list, False),
     "workdir": (str, False),
     "python": (str, False),
@@ -118,6 +135,25 @@ _SSH_KEYS = {
     "known_hosts": (str, False),
     "accept_new_host_keys": (bool, False),
 }
+_SLURM_KEYS = {
+    "partition": (str, False),
+    "account": (str, False),
+    "gres": (str, False),
+    "time": ((str, int), False),
+    "options": (list, False),
+    "tasks": (int, False),
+    "max_running": (int, False),
+    "shared_dir": (str, False),
+    "poll": ((int, float), False),
+    "retries": (int, False),
+}
+# what sbatch's --time takes: minutes, [days-]hours:minutes[:seconds], days-hours, UNLIMITED
+_SLURM_TIME_RE = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+|unlimited|infinite)$",
+                            re.IGNORECASE)
+_GRES_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*)*$")
+# sbatch options the harness sets itself for every array
+_SLURM_OWN_OPTIONS = ("--array", "-a", "--output", "-o", "--error", "-e", "--parsable", "--wrap",
+                      "--chdir", "-D", "--job-name", "-J")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -188,6 +224,12 @@ def _build_target(path, name, key_node, node) -> Target:
         ssh_node = dict((_scalar(k), v) for k, v in node.value)["ssh"]
         values["ssh"] = SSH(**_check_mapping(path, ssh_node, _SSH_KEYS, "%s.ssh" % name))
     where = lambda key: _where(path, dict((_scalar(k), v) for k, v in node.value).get(key, node))
+    if "slurm" in values:
+        values["slurm"] = _build_slurm(path, name, dict((_scalar(k), v) for k, v in node.value)["slurm"])
+        if "ssh" not in values:
+            raise HarnessError("%s: slurm needs an ssh section (the cluster's login node)" % name, where=where("slurm"))
+        if values.get("hosts"):
+            raise HarnessError("%s: a slurm target has no hosts (Slurm picks the nodes)" % name, where=where("hosts"))
     for key, allowed in (("arch", ARCHES), ("backend", BACKENDS), ("profiler", PROFILERS)):
         if key in values and values[key] not in allowed:
             raise HarnessError("%s.%s: %r is not one of %s%s" % (
@@ -227,6 +269,43 @@ def _build_target(path, name, key_node, node) -> Target:
     if backend != "cpu" and "profiler" not in values:
         values["profiler"] = "events"
     return Target(name=name, source=_where(path, key_node), **values)
+
+
+def _build_slurm(path, name, node) -> Slurm:
+    what = "%s.slurm" % name
+    values = _check_mapping(path, node, _SLURM_KEYS, what)
+    nodes = dict((_scalar(k), v) for k, v in node.value)
+    where = lambda key: _where(path, nodes[key])  # noqa: E731
+    if "time" in values:
+        # the text as written: YAML 1.1 would read 1:30:00 as a base-60 integer
+        raw = nodes["time"].value if isinstance(nodes["time"], yaml.ScalarNode) else values["time"]
+        values["time"] = _expand_env(path, nodes["time"], str(raw)).strip()
+        if not _SLURM_TIME_RE.match(values["time"]):
+            raise HarnessError("%s.time: %r is not a Slurm time limit (minutes, HH:MM:SS, D-HH:MM:SS)"
+                               % (what, values["time"]), where=where("time"))
+    if "gres" in values and not _GRES_RE.match(values["gres"]):
+        raise HarnessError("%s.gres: %r is not NAME[:TYPE]:COUNT (e.g. gpu:1)" % (what, values["gres"]),
+                           where=where("gres"))
+    for key in ("partition", "account", "shared_dir"):
+        if key in values and not values[key].strip():
+            raise HarnessError("%s.%s is empty" % (what, key), where=where(key))
+    for key in ("tasks", "max_running", "poll"):
+        if key in values and values[key] <= 0:
+            raise HarnessError("%s.%s must be positive, got %r" % (what, key, values[key]), where=where(key))
+    if "retries" in values and values["retries"] < 0:
+        raise HarnessError("%s.retries must be 0 or more, got %r" % (what, values["retries"]), where=where("retries"))
+    options = values.get("options", [])
+    if not all(isinstance(o, (str, int, float)) and not isinstance(o, bool) for o in options):
+        raise HarnessError("%s.options must be a list of sbatch arguments" % what, where=where("options"))
+    values["options"] = [str(o) for o in options]
+    if options and not values["options"][0].startswith("-"):
+        raise HarnessError("%s.options: %r is not an sbatch option (they start with -)" % (what, options[0]),
+                           where=where("options"))
+    for option in values["options"]:
+        if option.split("=", 1)[0] in _SLURM_OWN_OPTIONS:
+            raise HarnessError("%s.options: %s is set by the harness for every array" % (what, option.split("=", 1)[0]),
+                               where=where("options"))
+    return Slurm(**values)
 
 
 def _check_mapping(path, node, schema, what) -> dict:
@@ -291,7 +370,8 @@ def _suggest(word, choices) -> str:
 
 
 def _type_name(types) -> str:
-    names = {str: "a string", int: "an integer", list: "a list", dict: "a mapping", bool: "true or false"}
+    names = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a mapping",
+             bool: "true or false"}
     if isinstance(types, tuple):
         return " or ".join(names[t] for t in types)
     return names[types]

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install what harness needs on a fresh Debian machine: compilers and cross toolchains, qemu
-# (emulated boards), perf, sshd (tests), Chromium (HTML report test), then the Python package.
+# (emulated boards), perf, sshd (tests), Slurm and munge (cluster tests), Chromium (HTML report test),
+# then the Python package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES="python3 python3-pip openssh-server openssh-client clang lld llvm g++ binutils \
-  g++-riscv64-linux-gnu g++-aarch64-linux-gnu qemu-user linux-perf libomp-dev chromium"
+  g++-riscv64-linux-gnu g++-aarch64-linux-gnu qemu-user linux-perf libomp-dev chromium slurm-wlm munge"
 missing=""
 for p in $PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -30,6 +30,10 @@ def status(
     for transport in for_hosts(tgt):
         try:
             transport.open()
+            if hasattr(transport, "status_lines"):  # Slurm: the run's array tasks and their logs
+                for line in transport.status_lines(tgt, kern):
+                    ui.out.print(line, markup=False, highlight=False)
+                continue
             info = remote_status(tgt, kern, transport)
         except HarnessError as exc:
             ui.out.print("%s: unreachable (%s)" % (transport.label, exc))

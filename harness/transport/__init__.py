@@ -1,6 +1,7 @@
 """Transports: how the host reaches a target's machine.
 
-``local`` runs here with no copying; ``ssh`` uses Fabric. Both offer the same calls:
+``local`` runs here with no copying; ``ssh`` uses Fabric; ``slurm`` is SSH to a cluster's login
+node whose runs go to the scheduler as job arrays (``run_jobs``). Both offer the same calls:
 ``run(command, on_line)``, ``list_files(rel_dir)``, ``put_files(pairs)`` (one tar stream) and
 ``fetch_tree(rel_dir, dest)`` (one tar stream), with the remote work folder as ``workdir``.
 """
@@ -9,6 +10,10 @@ from __future__ import annotations
 
 
 def for_target(target, host=None, port=None, workdir=None):
+    if getattr(target, "slurm", None):
+        from .slurm import SlurmTransport
+
+        return SlurmTransport(target, host, port, workdir)
     if target.is_remote:
         from .ssh import SSHTransport
 
