@@ -47,7 +47,11 @@ class Session:
     library: bool = False
     quiet: bool = False
     rounds: int = 0
+    long_lived: bool = False  # rounds go to agents kept up across rounds (harness.agent_session)
+    build_seconds: float = 0.0  # compiling rounds
+    run_seconds: float = 0.0  # without long_lived: running rounds (agent start, push, run, fetch)
     _transport: object = None
+    _agents: object = None
 
     @property
     def results_path(self) -> Path:
@@ -73,6 +77,9 @@ class Session:
         return self._transport
 
     def close(self) -> None:
+        if self._agents is not None:
+            self._agents.close()
+            self._agents = None
         if self._transport is not None:
             self._transport.close()
             self._transport = None
@@ -89,9 +96,75 @@ class Session:
         return fetch_and_merge(self.transport(), self.target.name, self.kernel.name, self.results_path)
 
     # ---- one round -----------------------------------------------------------------------
-    def execute(self, pairs: list, fidelity: int = 1, library_shapes=()) -> list:
+    def execute(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False) -> list:
         """Build, push, run and fetch the (config, Shape) ``pairs`` (in that order) and the
-        library reference for ``library_shapes``; returns this round's results rows."""
+        library reference for ``library_shapes``; returns this round's results rows. ``pin``:
+        on one device of one machine (a winners' re-measure)."""
+        return self.collect(self.submit(pairs, fidelity, library_shapes, pin))
+
+    def submit(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False):
+        """Build the round and hand it to the long-lived agents (``long_lived``: returns at
+        once, ``collect`` brings its rows); otherwise run it to the end here."""
+        began = time.monotonic()
+        prepared = self._prepare(pairs, library_shapes)
+        self.build_seconds += time.monotonic() - began
+        if prepared is None:
+            return []
+        bundle, manifest = prepared
+        run_options = dataclasses.replace(self.run_options, iters=int(self.run_options.iters * fidelity),
+                                          min_time_ms=self.run_options.min_time_ms * fidelity, rerun_all=True)
+        if run_options.devices is None:
+            run_options.devices = getattr(self.target, "devices", None)
+        self.rounds += 1
+        if self.long_lived:
+            return self.agents().submit(bundle, manifest, dataclasses.asdict(run_options), pin)
+        if pin and run_options.devices:
+            run_options.devices = str(run_options.devices).split(",")[0]
+        began = time.monotonic()
+        try:
+            return self._run_round(bundle, manifest, run_options)
+        finally:
+            self.run_seconds += time.monotonic() - began
+
+    def collect(self, handle) -> list:
+        """The rows of a submitted round."""
+        if isinstance(handle, list):
+            return handle
+        rows = self.agents().collect(handle, self.results_path)
+        state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
+        return rows
+
+    def timing(self) -> dict:
+        """Where the time went so far (``ui.throughput_line``)."""
+        out = {"build": self.build_seconds, "waited": self.run_seconds}
+        if self._agents is not None:
+            st = self._agents.stats
+            out.update(waited=st.wait_seconds, measure=st.measure_seconds, machines=len(self._agents.lanes),
+                       busy=dict(st.busy_seconds), agent_starts=st.agent_starts, start=st.start_seconds,
+                       push=st.push_seconds, restarts=st.restarts)
+        else:
+            out.update(measure=self.run_seconds)
+        return out
+
+    def agents(self):
+        """The long-lived agents of this tune: one per machine (every host of a fleet)."""
+        if self._agents is None:
+            from .agent_session import AgentSession
+            from .transport import for_hosts
+
+            if self.target.is_remote:
+                transports = [t.open() for t in for_hosts(self.target)]
+            else:
+                from .transport.local import LocalTransport
+
+                transports = [LocalTransport(self.target)]
+            self._agents = AgentSession(self.root, self.target, self.kernel.name, transports)
+        return self._agents
+
+    def _prepare(self, pairs: list, library_shapes=()):
+        """Build the round's configs; the bundle's manifest then holds only the asked pairs in
+        the asked order (and the library reference where wanted). (bundle, manifest) or None
+        when nothing is left to run."""
         from .build import build
         from .bundle import bundle_dir
         from .library import add_reference
@@ -105,7 +178,7 @@ class Session:
         wanted = {s.id for _, s in pairs} | {s.id for s in library_shapes}
         shapes = [s for s in self.shapes if s.id in wanted]
         if not configs:
-            return []
+            return None
         options = dataclasses.replace(self.build_options, only_configs=configs)
         with _quiet(self.quiet):
             summary = build(self.kernel, self.target, shapes, self.root, options)
@@ -130,10 +203,12 @@ class Session:
                           frontend=self.build_options.frontend, from_ir=self.build_options.from_ir)
         manifest.save(bundle)
         if not manifest.jobs and not any(v.status != OK for v in manifest.variants):
-            return []
+            return None
+        return bundle, manifest
+
+    def _run_round(self, bundle, manifest, run_options) -> list:
+        """The round with an agent started for it (without ``long_lived``)."""
         before = len(self.rows())
-        run_options = dataclasses.replace(self.run_options, iters=int(self.run_options.iters * fidelity),
-                                          min_time_ms=self.run_options.min_time_ms * fidelity, rerun_all=True)
         with _quiet(self.quiet):
             if self.target.is_remote:
                 from .push import push
@@ -149,7 +224,6 @@ class Session:
 
                 run_local(self.root, self.target, self.kernel.name, run_options)
         state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
-        self.rounds += 1
         return self.rows()[before:]
 
 
@@ -204,7 +278,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     from .build import compiler_for
     from .bundle import bundle_dir
     from .strategies import StrategyError, get_strategy, pruning_predicate
-    from .strategies.driver import ShapeSearch, drive
+    from .strategies.driver import AskAhead, ShapeSearch, drive
 
     tgt, kern = session.target, session.kernel
     compiler = compiler_for(kern, tgt, bundle_dir(session.root, tgt.name, kern.name),
@@ -224,13 +298,22 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     have_lib = {r.get("shape_id") for r in rows if is_library_id(r.get("variant_id"))}
     library_todo = [s.shape for s in searches if s.shape.id not in have_lib] if session.library else []
 
-    def evaluate(asks, fidelity):
+    def submit(asks, fidelity, run=False):
         nonlocal library_todo
-        round_rows = session.execute([(cfg, s.shape) for s, b in asks for cfg in b.configs], fidelity, library_todo)
+        pairs = [(cfg, s.shape) for s, b in asks for cfg in b.configs]
+        handle = session.execute(pairs, fidelity, library_todo) if run else \
+            session.submit(pairs, fidelity, library_todo)
         library_todo = []
+        return handle, asks
+
+    def per_shape(round_rows, asks):
         return [[r for r in round_rows if r.get("shape_id") == s.shape.id and not is_library_id(r.get("variant_id"))]
                 for s, _ in asks]
 
+    if session.long_lived:  # the next round is built while this one is measured
+        evaluate = AskAhead(submit, lambda submitted: per_shape(session.collect(submitted[0]), submitted[1]))
+    else:
+        evaluate = lambda asks, fidelity: per_shape(*submit(asks, fidelity, run=True))  # noqa: E731
     try:
         drive(searches, space, evaluate, budget, time_limit, on_round=on_round, clock=clock)
     except StrategyError as exc:
@@ -260,9 +343,12 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     samples = {sid: {config_id(c): [] for c in cs} for sid, cs in cands.items()}
     variant_of: Dict[tuple, str] = {}
     first_row = len(session.rows())
-    for r in range(repeats):
-        pairs = [(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]]
-        for row in session.execute(pairs, 1):
+    # on one device of one machine, so that the candidates' times compare; long-lived agents
+    # take all the rounds at once and run them back to back
+    handles = [session.submit([(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]], 1, pin=True)
+               for r in range(repeats)]
+    for handle in handles:
+        for row in session.collect(handle):
             sid = row.get("shape_id")
             if sid not in samples or not in_space(row, space):
                 continue

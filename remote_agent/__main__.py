@@ -1,4 +1,4 @@
-"""python3 -m remote_agent {run,check} ... (standard library only)."""
+"""python3 -m remote_agent {run,start,follow,status,serve,wait,check} ... (standard library only)."""
 
 import argparse
 import json
@@ -27,6 +27,9 @@ def main(argv=None):
     start.add_argument("run_args", nargs=argparse.REMAINDER, help="arguments for run (after --)")
     for name in ("follow", "status"):
         sub.add_parser(name, help="%s a detached run" % name).add_argument("--results", required=True)
+    from . import serve
+
+    serve.add_arguments(sub)
     check = sub.add_parser("check", help="print what this machine has, as JSON")
     check.add_argument("--events", default="", help="perf events to test, comma-separated")
     args = parser.parse_args(argv)
@@ -36,6 +39,8 @@ def main(argv=None):
 
             print(json.dumps(facts([e for e in args.events.split(",") if e]), indent=1))
             return 0
+        if args.command in ("serve", "wait"):
+            return serve.main(args)
         if args.command in ("start", "follow", "status"):
             from . import detach
 

@@ -74,9 +74,11 @@ class Agent:
         lock.flush()
         return lock
 
-    def _run(self):
+    def _run(self, runner=None, skip=None):
+        """Run the jobs; ``runner``: one kept from an earlier round (remote_agent.serve);
+        ``skip``: job keys already measured (default: every row of the file, or none with --all)."""
         m = self.manifest
-        runner = make_runner(self.bundle, m, self.options, self.log)
+        runner = runner or make_runner(self.bundle, m, self.options, self.log)
         header = contract.results_header(m["config_names"], self._counter_names(runner))
         try:
             writer = ResultsWriter(self.results_path, header)
@@ -85,7 +87,8 @@ class Agent:
         variants = {v["id"]: v for v in m["variants"]}
         shapes = {s["id"]: s for s in m["shapes"]}
         devices = runner.devices()
-        skip = set() if self.options.rerun_all else writer.done
+        if skip is None:
+            skip = set() if self.options.rerun_all else writer.done
         todo = [(j, d) for i, j in enumerate(m["jobs"]) if self.selected is None or i in self.selected
                 if variants[j["variant"]]["status"] == contract.OK
                 for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]

@@ -85,6 +85,7 @@ class _Worker(object):
         self.job = None  # (key, request) in flight
         self.started = time.monotonic()
         self.deadline = None
+        self.sent = None  # when the job in flight was sent
         self.facts = None
 
     def fileno(self):
@@ -162,25 +163,38 @@ class Supervisor(object):
         self.log = log or (lambda msg: print("supervisor: " + msg, file=sys.stderr))
         self.ready_facts = {}
         self.restarts = collections.Counter()
+        self.busy = collections.Counter()  # device -> seconds a job was in flight there
         self._announced = set()
+        self._kept = None  # workers kept alive between run() calls (run(keep=True))
 
     def _start(self, device):
         return _Worker(device, self.command_for(device), self.env_for(device))
 
-    def run(self, jobs):
-        """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish."""
+    def run(self, jobs, keep=False, only=None):
+        """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish.
+        ``keep``: the workers stay up after the last job (with their contexts, modules and
+        data) for the next call, until ``close()``. ``only``: devices that may take these jobs
+        (the others stay idle)."""
         pending = collections.deque(jobs)
-        workers = {d: self._start(d) for d in self.devices}
+        workers, self._kept = self._kept, None
+        if workers is None:
+            workers = {d: self._start(d) for d in self.devices}
         start_failures = collections.Counter()
         next_id = 0
+        finished = False
         try:
             while workers and (pending or any(w.job for w in workers.values())):
+                if only is not None and not any(d in workers for d in only):
+                    break  # every device these jobs may use was dropped
                 for w in workers.values():  # hand out work
+                    if only is not None and w.device not in only:
+                        continue
                     if w.state == "idle" and w.job is None and pending:
                         key, request = pending.popleft()
                         next_id += 1
                         w.job = (key, request)
-                        w.deadline = time.monotonic() + self.job_timeout
+                        w.sent = time.monotonic()
+                        w.deadline = w.sent + self.job_timeout
                         try:
                             w.send(dict(request, id=next_id))
                         except (BrokenPipeError, OSError):
@@ -215,6 +229,7 @@ class Supervisor(object):
                             key = w.job[0]
                             w.job = None
                             w.deadline = None
+                            self.busy[w.device] += time.monotonic() - w.sent
                             if message.get("exiting"):  # it replied, then leaves: replace it, send it nothing
                                 w.state = "exiting"
                             result = dict(message["result"])
@@ -229,9 +244,19 @@ class Supervisor(object):
                             yield item
             if pending:
                 raise SupervisorError("no worker could start on any device; %d jobs not run" % len(pending))
+            finished = True
         finally:
-            for w in workers.values():
-                self._stop(w)
+            if keep and finished:
+                self._kept = workers
+            else:
+                for w in workers.values():
+                    self._stop(w)
+
+    def close(self):
+        """Stop the workers kept by ``run(keep=True)``."""
+        workers, self._kept = self._kept, None
+        for w in (workers or {}).values():
+            self._stop(w)
 
     def _lost(self, w, workers, start_failures, why):
         """A worker died (``crash``) or ran past its deadline (``timeout``): record its job,

@@ -36,6 +36,11 @@ def tune(
     seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
     top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved (0: off)"),
     repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...)"),
+    agent: str = typer.Option("long-lived", "--agent", help="long-lived: one agent per machine stays up across "
+                              "rounds (GPU contexts, modules and test data kept) and the next round is built while "
+                              "one is measured; per-round: a new agent for every round"),
+    min_time_ms: float = typer.Option(100.0, "--min-time-ms", help="GPU: time each config at least this long "
+                                      "(a halving rung k, eta^k times as long)"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: lib:reference; GPU: lib:torch.matmul)"),
     formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, triton, yaml"),
     html: bool = typer.Option(False, "--html", help="write the HTML report too"),
@@ -74,7 +79,10 @@ def tune(
     kern = kernels.get(kernel)
     space_dict = load_space_file(space, kern.space_for(tgt)) if space else kern.space_for(tgt)
     build_options = BuildOptions(jobs=jobs, compile_timeout=compile_timeout)
-    run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout)
+    run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout, min_time_ms=min_time_ms)
+    if agent not in ("long-lived", "per-round"):
+        raise HarnessError("--agent %s: choose long-lived or per-round" % agent)
+    long_lived = agent == "long-lived"
 
     if strategy == "exhaustive" and budget is None and seconds is None:
         # every config in one round: the plain build, push, run
@@ -84,7 +92,7 @@ def tune(
         if tgt.is_remote:
             call(push, target=target, kernel=kern.name, targets_file=targets_file)
         call(run, remote=target if tgt.is_remote else None, target=target, kernel=kern.name, warmup=warmup,
-             iters=iters, timeout=timeout, targets_file=targets_file)
+             iters=iters, timeout=timeout, min_time_ms=min_time_ms, targets_file=targets_file)
         if top:
             from ..bundle import Manifest, bundle_dir
             from ..shapes import make_shape
@@ -93,7 +101,7 @@ def tune(
             manifest_text = (bundle / "manifest.json").read_text()
             shape_list = [make_shape(s.M, s.N, s.K, dtype=s.dtype, layout=s.layout, weight=s.weight)
                           for s in Manifest.load(bundle / "manifest.json").shapes]
-            session = Session(ROOT, tgt, kern, shape_list, build_options, run_options)
+            session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, long_lived=long_lived)
             try:
                 session.sync()
                 rows, skip = session.rows(), remeasure_rows(session.results_path)
@@ -104,13 +112,14 @@ def tune(
                 (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
     else:
         shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, None, thr, None)
-        session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=library)
+        session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=library,
+                          long_lived=long_lived)
         try:
             fetched = session.sync()
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
             searches = search(session, space_dict, strategy, seed=seed, batch_size=batch_size, budget=budget,
-                              time_limit=seconds, on_round=_round_line)
+                              time_limit=seconds, on_round=_round_printer(session))
             _search_table(strategy, searches, session, space_dict)
             if top:
                 _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, top, repeats)
@@ -131,6 +140,20 @@ def _remeasure(session, space, histories, top, repeats) -> None:
         ui.out.print("  %s: %s, median %.4g us, spread %.4g us (%.1f %%), %s" % (
             sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w["median_ns"] / 1e3, w["spread_ns"] / 1e3,
             100.0 * w["rel_spread"], w["decided"]))
+
+
+def _round_printer(session):
+    """on_round for search: the round's line, then configs/s, device busy and waits so far."""
+    import time
+
+    began, done = time.monotonic(), [0]
+
+    def on_round(number, fidelity, group):
+        done[0] += sum(len(s.new[len(s.new) - s.round_sizes[-1]:]) for s, _ in group if s.round_sizes)
+        _round_line(number, fidelity, group)
+        ui.out.print("  " + ui.throughput_line(done[0], time.monotonic() - began, session.timing()))
+
+    return on_round
 
 
 def _round_line(number, fidelity, group) -> None:

@@ -36,6 +36,7 @@ def _optuna():
 
 class Bayes(Strategy):
     name = "bayes"
+    asks_ahead = True  # pending configs are skipped (see strategies.driver.drive)
 
     def __init__(self, seed: int = 0, batch_size: int = 8, n_startup: int = 5, n_ei_candidates: int = 128,
                  multivariate: bool = True, **sampler_options):

@@ -20,6 +20,7 @@ STOP_TIME = "time_limit"  # time_limit seconds have passed
 STOP_FINISHED = "finished"  # the strategy has nothing left to ask
 STOP_NO_RESULTS = "no_results"  # a round came back empty (interrupted evaluator)
 STOP_REQUESTED = "stopped"  # the caller's stop(history) said so
+PENDING = "pending"  # a Trial's status while it is being measured (asking ahead)
 
 
 @dataclass
@@ -84,10 +85,20 @@ class ShapeSearch:
     new: List[Trial] = field(default_factory=list)
     stopped: Optional[str] = None
     round_sizes: List[int] = field(default_factory=list)
+    pending: List[dict] = field(default_factory=list)  # configs submitted and not yet told (drive ahead)
 
     @property
     def best(self) -> Optional[Trial]:
         return best_trial(self.history)
+
+
+@dataclass
+class AskAhead:
+    """An evaluator ``drive`` asks ahead of: ``submit(asks, fidelity) -> handle`` starts a round,
+    ``collect(handle)`` returns one result list per ask."""
+
+    submit: Callable
+    collect: Callable
 
 
 def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budget: Optional[int] = None,
@@ -106,59 +117,93 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
     of one fidelity (halving asks for f-times longer measurements, so a round of mixed fidelities
     is evaluated once per fidelity). Results: Trials, {"config", "status", "time_ns"} dicts, or
     results CSV rows. on_round(round_number, fidelity, asks) after each evaluation.
+
+    Asking ahead: when ``evaluate`` has ``submit(asks, fidelity) -> handle`` and
+    ``collect(handle) -> results per ask``, round k+1 is asked and submitted before round k is
+    collected, so it is built while round k is measured. A strategy with ``asks_ahead`` is asked
+    with the configs in flight as ``pending`` trials (never proposed again, told like the liar
+    values of a batch); any other waits for its last batch to be told.
     """
     start = clock()
     number = 0
+    ahead = hasattr(evaluate, "submit")
+    in_flight = []  # ahead: [(round number, fidelity, asks, handle)] submitted, results not yet told
     while True:
+        waiting = {id(s) for _, _, group, _ in in_flight for s, _ in group}
         limits = []
         for s in searches:
             if s.stopped is not None:
                 continue
+            if id(s) in waiting and not getattr(s.strategy, "asks_ahead", False):
+                continue  # it asks again once its last batch is told
             if stop is not None and stop(s.history):
                 s.stopped = STOP_REQUESTED
                 continue
             limit = s.strategy.batch_size
             if budget is not None:
-                left = budget - len(s.history)
+                left = budget - len(s.history) - len(s.pending)
                 if left <= 0:
-                    s.stopped = STOP_BUDGET
+                    if not s.pending:
+                        s.stopped = STOP_BUDGET
                     continue
                 limit = min(limit, left)
             limits.append((s, limit))
-        if not limits:
-            break
-        if time_limit is not None and number:  # the first round always runs
+        if limits and time_limit is not None and number:  # the first round always runs
             fit = _evaluations_that_fit(clock() - start, time_limit, sum(len(s.new) for s in searches))
+            if fit is not None:
+                fit -= sum(len(s.pending) for s in searches)
             if fit is not None and fit < 1:
                 for s, _ in limits:
                     s.stopped = STOP_TIME
-                break
+                limits = []
             if fit is not None:
                 limits = [(s, min(limit, max(1, fit // len(limits)))) for s, limit in limits]
         asks = []
         for s, limit in limits:
-            batch = s.strategy.next_batch(s.history, space, s.is_pruned, limit, budget)
+            batch = s.strategy.next_batch(s.history + [Trial(c, PENDING) for c in s.pending], space, s.is_pruned,
+                                          limit, budget)
             if not batch.configs:
-                s.stopped = STOP_FINISHED
+                if not s.pending:
+                    s.stopped = STOP_FINISHED
                 continue
             if len(batch.configs) > limit:
                 raise StrategyError("%s overran its limit" % s.strategy.name)
             asks.append((s, batch))
-        if not asks:
-            break
-        number += 1
+        if asks:
+            number += 1
         for fidelity in sorted({b.fidelity for _, b in asks}):
             group = [(s, b) for s, b in asks if b.fidelity == fidelity]
-            for (s, b), results in zip(group, evaluate(group, fidelity)):
-                trials = normalize_results(results, b, space)
-                s.history.extend(trials)
-                s.new.extend(trials)
-                s.round_sizes.append(len(trials))
-                if not trials:
-                    s.stopped = STOP_NO_RESULTS
+            if not ahead:
+                _tell(group, evaluate(group, fidelity), space)
+                if on_round is not None:
+                    on_round(number, fidelity, group)
+                continue
+            for s, b in group:
+                s.pending += [dict(c) for c in b.configs]
+            in_flight.append((number, fidelity, group, evaluate.submit(group, fidelity)))
+        if not in_flight:
+            if not asks:
+                break
+            continue
+        # ahead: one round stays in flight while the one before it is told (and the next is asked)
+        while in_flight and (len(in_flight) > 1 or not asks):
+            n, fidelity, group, handle = in_flight.pop(0)
+            for s, b in group:
+                del s.pending[:len(b.configs)]
+            _tell(group, evaluate.collect(handle), space)
             if on_round is not None:
-                on_round(number, fidelity, group)
+                on_round(n, fidelity, group)
     return number
+
+
+def _tell(group, results_per_ask, space) -> None:
+    for (s, b), results in zip(group, results_per_ask):
+        trials = normalize_results(results, b, space)
+        s.history.extend(trials)
+        s.new.extend(trials)
+        s.round_sizes.append(len(trials))
+        if not trials:
+            s.stopped = STOP_NO_RESULTS
 
 
 def _evaluations_that_fit(elapsed: float, time_limit: float, done: int) -> Optional[int]:

@@ -45,6 +45,9 @@ class GpuRunner(object):
         self.worker_command = worker_command or self._worker_command
         self.worker_env = worker_env or self._worker_env
         self.worker_facts = {}
+        self.keep_workers = False  # remote_agent.serve: the workers outlive run_all, for the next round
+        self.only = None  # devices the next run_all may use (a winners' re-measure pins one)
+        self._supervisor = None
 
     def devices(self):
         return [name for name, _ in self._devices]
@@ -93,17 +96,24 @@ class GpuRunner(object):
             requests.append((job, {"variant": _slim_variant(variant), "shape": shapes[sid], "grid": job["grid"]}))
         # one shape after another, so each worker generates a shape's data once
         requests.sort(key=lambda r: (r[1]["shape"]["id"], r[1]["variant"]["id"]))
-        sup = Supervisor(devices, self.worker_command, self.worker_env, job_timeout=_opt(options, "timeout", 60.0),
-                         log=self.log)
+        sup = self._supervisor or Supervisor(devices, self.worker_command, self.worker_env,
+                                             job_timeout=_opt(options, "timeout", 60.0), log=self.log)
         from ..supervisor import SupervisorError
 
         try:
-            for job, device, result in sup.run(requests):
+            for job, device, result in sup.run(requests, keep=self.keep_workers, only=self.only):
                 yield job, device, result
         except SupervisorError as exc:
             raise AgentError(str(exc))
         finally:
             self.worker_facts = sup.ready_facts
+            self._supervisor = sup if self.keep_workers else None
+
+    def close(self):
+        """Stop the workers kept for the next round (``keep_workers``)."""
+        if self._supervisor is not None:
+            self._supervisor.close()
+            self._supervisor = None
 
 
 def _slim_variant(v):

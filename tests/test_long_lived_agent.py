@@ -1,0 +1,162 @@
+"""The long-lived agent of a tune (remote_agent/serve.py, harness/agent_session.py) and asking ahead.
+
+- over the loopback sshd: the serving agent is killed (SIGKILL) in the middle of a round; the
+  host restarts it, the round resumes, and the tune ends with every asked pair measured once;
+- GPU workers (the real worker process on tests/gpu_standin.py's CPU stand-in) stay up from one
+  round to the next, jobs spread over two devices, and a pinned round uses one;
+- strategies.driver.drive asks the next round before the last one is told, never asks a pending
+  config again, keeps the budget, and waits for strategies that cannot ask ahead.
+"""
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from harness.strategies import get_strategy, key
+from harness.strategies.driver import AskAhead, ShapeSearch, drive
+from remote_agent import serve
+from tests.conftest import REPO
+
+NATIVE = "  arch: native\n  profiler: wallclock\n"
+SPACE = "BLOCK_M: [8, 16, 32]\nBLOCK_N: [8, 16, 32]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+
+
+def _progress(log: Path) -> list:
+    try:
+        text = log.read_text()
+    except OSError:
+        return []
+    return [json.loads(l[len("@@progress "):]) for l in text.splitlines() if l.startswith("@@progress ")]
+
+
+def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace):
+    ws = workspace
+    (ws.path / "space2.yaml").write_text(SPACE)
+    with open(ws.path / "targets.yaml", "a") as f:
+        f.write("box:\n" + NATIVE + "  workdir: %s\n  ssh:\n%s" % (ws.path / "box", ws.sshd.target_ssh_yaml()))
+    serve_dir = ws.path / "box/results/box/matmul/serve"
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "harness", "tune", "matmul", "--target", "box", "--space", "space2.yaml",
+         "--shapes", "96x96x96,64x96x80", "--strategy", "random", "--budget", "6", "--batch-size", "2",
+         "--iters", "300", "--top", "0"], cwd=ws.path, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    killed = None
+    deadline = time.monotonic() + 300
+    while tune.poll() is None and time.monotonic() < deadline:
+        lines = _progress(serve_dir / "serve.log")
+        rounds = list(dict.fromkeys(p["round"] for p in lines))
+        last = lines[-1] if lines else None
+        if len(rounds) >= 2 and last["status"] and last["done"] < last["total"]:  # inside round 2 or later
+            killed = int(json.loads((serve_dir / "serve.pid").read_text()))
+            os.kill(killed, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    out, err = tune.communicate(timeout=300)
+    assert tune.returncode == 0, out + err
+    assert killed, "never saw the agent inside a later round"
+    assert "restarting it" in out + err
+    log = (serve_dir / "serve.log").read_text()
+    assert "resumed:" in log  # the new agent took the killed round up where it stopped
+    assert log.count("serving ") == 2  # started once, restarted once: not once per round
+    with open(ws.path / "results/box/matmul/results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    pairs = Counter((tuple(r[c] for c in ("cfg_BLOCK_M", "cfg_BLOCK_N", "cfg_BLOCK_K")), r["shape_id"]) for r in rows)
+    assert len(pairs) == 12 and set(pairs.values()) == {1}, pairs  # 6 configs x 2 shapes, each exactly once
+    assert {r["status"] for r in rows} == {"ok"}
+    assert not serve.serving_pid(str(serve_dir)) or (serve_dir / "stop").exists()
+
+
+def test_gpu_workers_stay_up_across_rounds_and_a_pinned_round_uses_one_device(tmp_path, monkeypatch):
+    from tests.test_gpu_supervisor import make_bundle, standin_runner
+
+    standin_runner(monkeypatch)
+    bundle = make_bundle(tmp_path / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    results = tmp_path / "results" / "results.csv"
+    work = tmp_path / "serve"
+    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lambda m: None)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not serve.serving_pid(str(work)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    options = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1.0}
+    jobs = manifest["jobs"]
+
+    def submit(name, part, pin=False):
+        serve.write_json(str(work / "queue" / (name + ".json")), {
+            "bundle": str(bundle), "results": str(results), "manifest": dict(manifest, jobs=part),
+            "options": options, "pin": pin})
+        buf = io.StringIO()
+        assert serve.wait_round(str(work), name, timeout=120, out=buf) == 0
+        return json.loads(buf.getvalue())
+
+    def worker_pids():
+        (runner, _), = server.runners.values()
+        return {d: w.proc.pid for d, w in runner._supervisor._kept.items()}
+
+    (work / "queue").mkdir(parents=True, exist_ok=True)
+    first = submit("a-1", jobs[:6])
+    pids = worker_pids()
+    second = submit("a-2", jobs[6:12])
+    assert worker_pids() == pids  # the same processes, contexts and data: nothing restarted
+    assert len(first["rows"]) == 6 and len(second["rows"]) == 6
+    device = first["header"].index("device")
+    assert {r[device] for r in first["rows"] + second["rows"]} == {"cuda:0", "cuda:1"}
+    assert set(first["done"]["busy"]) == {"cuda:0", "cuda:1"}
+    pinned = submit("a-3", jobs[:4], pin=True)
+    assert {r[device] for r in pinned["rows"]} == {"cuda:0"}
+    (work / "stop").touch()
+    thread.join(60)
+    assert not thread.is_alive()
+    for pid in pids.values():  # the workers went with the agent
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists("/proc/%d" % pid) and \
+                "Z" not in open("/proc/%d/stat" % pid).read().split()[2]:
+            time.sleep(0.05)
+        assert not os.path.exists("/proc/%d" % pid) or "Z" in open("/proc/%d/stat" % pid).read().split()[2]
+
+
+SPACE_DICT = {"A": [1, 2, 3, 4], "B": [1, 2, 3, 4, 5]}
+
+
+def _ahead_evaluator(log):
+    """Times are a function of the config; every submit and collect is logged."""
+    def submit(asks, fidelity):
+        log.append(("submit", [key(c) for _, b in asks for c in b.configs]))
+        return asks
+
+    def collect(asks):
+        log.append(("collect", [key(c) for _, b in asks for c in b.configs]))
+        return [[{"config": c, "status": "ok", "time_ns": 10.0 * c["A"] + c["B"]} for c in b.configs] for _, b in asks]
+
+    return AskAhead(submit, collect)
+
+
+def test_drive_asks_the_next_round_before_the_last_is_told():
+    log = []
+    searches = [ShapeSearch(get_strategy(name, seed=1, batch_size=3), lambda c: False) for name in ("random", "bayes")]
+    drive(searches, SPACE_DICT, _ahead_evaluator(log), budget=10)
+    kinds = [k for k, _ in log]
+    assert kinds[:3] == ["submit", "submit", "collect"]  # round 2 went out before round 1 came back
+    for s in searches:
+        asked = [key(t.config) for t in s.history]
+        assert len(asked) == 10 and len(set(asked)) == 10  # the budget, and no config twice
+        assert not s.pending and s.stopped == "budget"
+
+
+def test_a_strategy_that_cannot_ask_ahead_waits_for_its_results():
+    log = []
+    search = ShapeSearch(get_strategy("halving", seed=1, batch_size=4), lambda c: False)
+    drive([search], SPACE_DICT, _ahead_evaluator(log), budget=12)
+    kinds = [k for k, _ in log]
+    assert kinds == ["submit", "collect"] * (len(kinds) // 2)  # never two rounds in flight
+    assert len(search.history) <= 12 and search.history
