@@ -82,7 +82,7 @@ def tune(
     run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout, min_time_ms=min_time_ms)
     if agent not in ("long-lived", "per-round"):
         raise HarnessError("--agent %s: choose long-lived or per-round" % agent)
-    long_lived = agent == "long-lived"
+    long_lived = agent == "long-lived" and not getattr(tgt, "slurm", None)  # Slurm runs rounds as its jobs
 
     if strategy == "exhaustive" and budget is None and seconds is None:
         # every config in one round: the plain build, push, run
