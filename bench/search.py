@@ -9,6 +9,15 @@ the median over seeds, as a count and as a fraction of the feasible (unpruned) c
 shape, and of the whole product space. Goal: <= 15% of the feasible space for the best strategy.
 
     python3 bench/search.py [--seeds 20] [--within 0.03] [--batch-size 8] [CSV ...]
+
+With ``--budget N`` it asks the question of a default search instead: after N evaluations per
+shape (a whole budget, no stopping at the target), how far is each strategy's pick from the best,
+median and worst over the seeds (``--noise X`` replays with X times each row's spread)? With
+``--warm`` every strategy is also run warm-started (``harness.strategies.seeded``) with matmul's
+seed configs for an H200 (132 SMs) that exist in the recording (the recorded GPU space predates
+SWAP_AB, TMA and PERSISTENT, so only the plain-pointer seeds are there).
+
+    python3 bench/search.py --budget 96 --warm --noise 1 tests/data/gpu_fullspace/*.csv
 """
 
 from __future__ import annotations
@@ -48,12 +57,17 @@ def main(argv=None) -> int:
     parser.add_argument("--within", type=float, default=0.03)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--budget", type=int, default=None, help="evaluations per shape: report the picks at the end")
+    parser.add_argument("--warm", action="store_true", help="with --budget: also warm-started (matmul's seeds)")
+    parser.add_argument("--noise", type=float, default=0.0, help="with --budget: replay noise, x each row's spread")
     args = parser.parse_args(argv)
     names = args.strategies.split(",")
     files = recordings(args.csv)
     if not files:
         print("nothing to replay")
         return 1
+    if args.budget:
+        return budgeted(args, names, files)
     print("evaluations to within %.0f%% of the exhaustive best: median over %d seeds, batch %d"
           % (100 * args.within, args.seeds, args.batch_size))
     best_fractions = []
@@ -90,6 +104,66 @@ def main(argv=None) -> int:
     met = sum(f <= GOAL for f in best_fractions)
     print("best strategy within %.0f%% of the feasible space on %d of %d shapes"
           % (100 * GOAL, met, len(best_fractions)))
+    return 0
+
+
+def recorded_seeds(rec) -> list:
+    """matmul's seed configs for the recorded shape on an H200, projected onto the recorded space
+    (the parameters it lacks must be at their first value, i.e. off)."""
+    from harness import kernels
+    from harness.shapes import make_shape
+    from harness.targets import Target
+
+    m, n, k = (int(d) for d in rec.shape_id.split("_")[0].split("x"))
+    dtype, layout = rec.shape_id.split("_")[1:3]
+    target = Target(name="h200", backend="cuda", gpu_arch="90", multiprocessors=132)
+    kernel = kernels.get("matmul")
+    space = kernel.space_for(target)
+    out = []
+    for cfg in kernel.seed_configs(make_shape(m, n, k, dtype, layout), target):
+        if all(cfg[p] == space[p][0] for p in cfg if p not in rec.space):
+            out.append({p: cfg[p] for p in rec.space})
+    return out
+
+
+def budgeted(args, names, files) -> int:
+    import math
+
+    from harness.strategies import get_strategy
+    from harness.strategies.seeded import Seeded
+    from harness.strategies.simulate import simulate
+
+    print("picks after %d evaluations per shape (batch %d, noise %g), true time / best, over %d seeds"
+          % (args.budget, args.batch_size, args.noise, args.seeds))
+    summary = {}
+    for path in files:
+        for rec in load_recorded(path):
+            seeds = recorded_seeds(rec) if args.warm else []
+            in_rec = sum(rec.is_pruned(c) is False for c in seeds)
+            print("\n%s: %d feasible%s" % (rec.shape_id, rec.feasible,
+                                            ", %d of %d seeds recorded" % (in_rec, len(seeds)) if args.warm else ""))
+            print("  %-16s %8s %8s %8s %6s" % ("strategy", "reached", "median", "worst", "secs"))
+            for name in names:
+                for warm in ([False, True] if args.warm else [False]):
+                    start = time.monotonic()
+                    ratios, reached = [], 0
+                    for seed in range(args.seeds):
+                        strategy = get_strategy(name, seed=seed, batch_size=args.batch_size)
+                        if warm:
+                            strategy = Seeded(strategy, seeds)
+                        res = simulate(strategy, rec, budget=args.budget, within=args.within, noise=args.noise,
+                                       stop_at_target=False)
+                        ratios.append(res.found_ratio if res.found_ratio is not None else math.inf)
+                        reached += res.to_target is not None
+                    label = name + (" +warm" if warm else "")
+                    summary.setdefault(label, []).extend(ratios)
+                    print("  %-16s %5d/%-2d %8.3f %8.3f %6.1f" % (label, reached, args.seeds, statistics.median(ratios),
+                                                                 max(ratios), time.monotonic() - start))
+    print("\nover every shape and seed: geomean and worst of the pick / best")
+    for label, ratios in summary.items():
+        finite = [r for r in ratios if math.isfinite(r)]
+        geo = math.exp(sum(math.log(r) for r in finite) / len(finite)) if finite else math.inf
+        print("  %-16s geomean %.4f  worst %.3f" % (label, geo, max(ratios)))
     return 0
 
 

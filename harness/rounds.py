@@ -270,15 +270,18 @@ def shape_history(rows: list, shape_id: str, space: dict, skip: frozenset = froz
 
 def search(session: Session, space: dict, strategy_name: str, seed: int = 0, batch_size: int = 8,
            budget: Optional[int] = None, time_limit: Optional[float] = None, on_round: Optional[Callable] = None,
-           clock: Callable[[], float] = time.monotonic, **strategy_options) -> list:
+           clock: Callable[[], float] = time.monotonic, warm_start: bool = True, **strategy_options) -> list:
     """One strategy per shape, resumed from the rows already in the results CSV and driven by
     ``strategies.driver.drive`` (budget, time limit, stop reasons); each round is one
-    ``session.execute`` per fidelity asked, the library reference joining the first. Returns
-    the ``ShapeSearch`` of every shape."""
+    ``session.execute`` per fidelity asked, the library reference joining the first. With
+    ``warm_start`` the first round of each shape holds the seeds of ``strategies.seeded``: the
+    kernel's configs for the shape's class and the winners of the nearest shapes in
+    tuned/<target>/<kernel>.json. Returns the ``ShapeSearch`` of every shape."""
     from .build import compiler_for
     from .bundle import bundle_dir
     from .strategies import StrategyError, get_strategy, pruning_predicate
     from .strategies.driver import AskAhead, ShapeSearch, drive
+    from .strategies.seeded import Seeded, read_tuned, warm_start as seeds_for
 
     tgt, kern = session.target, session.kernel
     compiler = compiler_for(kern, tgt, bundle_dir(session.root, tgt.name, kern.name),
@@ -286,12 +289,15 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     rules = kern.rules_for(tgt)
     rows = session.rows()
     skip = remeasure_rows(session.results_path)
+    tuned = read_tuned(Path(session.root) / "tuned" / tgt.name / ("%s.json" % kern.name)) if warm_start else []
     searches = []
     for shape in session.shapes:
         try:
             strategy = get_strategy(strategy_name, seed=seed, batch_size=batch_size, **strategy_options)
         except (ValueError, TypeError) as exc:
             raise HarnessError(str(exc))
+        if warm_start:
+            strategy = Seeded(strategy, seeds_for(kern, tgt, shape, tuned))
         history = shape_history(rows, shape.id, space, skip)
         searches.append(ShapeSearch(strategy, pruning_predicate(rules, [shape], tgt, compiler.resource_rule),
                                     history, shape=shape, resumed=len(history)))

@@ -390,6 +390,10 @@ def test_library_uplift_filter_and_weighted_total(results, tmp_path):
     m100 = t.loc[sid(100, 4096, 4096, "bf16", "NT")]
     assert not m100["kept"] and m100["reason"].startswith("err_ratio 0.02")
     assert t["kept"].sum() == len(SHAPES) - 2
+    # the table says which shapes fall back to the library: the two dropped entries
+    fell_back = [sid(1, 4096, 4096, "bf16", "NT"), sid(100, 4096, 4096, "bf16", "NT")]
+    assert sorted(t.index[t["uses"] == "library"]) == sorted(fell_back)
+    assert (t.loc[t["kept"], "uses"] == "tuned").all() and sorted(summary["fell_back"]) == sorted(fell_back)
     # weighted total: dropped entries fall back to the library time
     used = t.apply(lambda r: r["tuned_ns"] if r["kept"] else r["library_ns"], axis=1)
     w = pd.Series(weights)
@@ -409,6 +413,20 @@ def test_library_uplift_filter_and_weighted_total(results, tmp_path):
     assert not tuned_best(results, with_lib)["variant_id"].str.startswith("lib:").any()
     path, s2 = uplift.write_uplift(results, None, tmp_path / "uplift.csv", weights=weights)
     assert list(pd.read_csv(path).columns) == uplift.COLUMNS and s2["dropped"] == 1
+
+
+def test_report_table_says_which_shapes_fall_back_to_the_library(results, tmp_path, capsys, monkeypatch):
+    from harness import ui
+    from harness.commands.report import _uplift
+
+    monkeypatch.setattr(ui.out, "_width", 250)
+    _uplift(results, None, tmp_path, "matmul", None, 0.01)
+    out = capsys.readouterr().out
+    assert "2 of %d shapes fall back to the library" % len(SHAPES) in out
+    for s in SHAPES:
+        row = next(l for l in out.splitlines() if l.startswith("│ %s " % sid(*s)))
+        uses = row.rstrip(" │").rsplit("│", 1)[1].strip()
+        assert uses == ("library" if s[0] in (1, 100) else "tuned"), row
 
 
 def test_uplift_without_library_rows_keeps_everything(tmp_path):

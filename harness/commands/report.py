@@ -251,15 +251,18 @@ def _uplift(df, best, out_dir: Path, kern: str, weights, err_ratio) -> Path:
     path, summary = write_uplift(df, best, out_dir / ("%s.uplift.csv" % kern), weights, err_ratio)
     table, _ = library_uplift(df, best, weights, err_ratio)
     t = Table(title="against the library")
-    for col in ("shape", "library", "library time", "tuned time", "speedup", "weight", "kept", "reason"):
-        t.add_column(col, justify="left" if col in ("shape", "library", "reason") else "right")
+    for col in ("shape", "library", "library time", "tuned time", "speedup", "weight", "kept", "reason", "uses"):
+        t.add_column(col, justify="left" if col in ("shape", "library", "reason", "uses") else "right")
     for _, r in table.iterrows():
         t.add_row(r["shape_id"], str(r["library"] or "-"), _time(r["library_ns"]) if r["library_ns"] == r["library_ns"]
                   and r["library_ns"] is not None else "-",
                   _time(r["tuned_ns"]) if r["tuned_ns"] == r["tuned_ns"] and r["tuned_ns"] is not None else "-",
                   "%.2fx" % r["speedup"] if r["speedup"] == r["speedup"] and r["speedup"] is not None else "-",
-                  "%g" % r["weight"], "yes" if r["kept"] else "no", r["reason"])
+                  "%g" % r["weight"], "yes" if r["kept"] else "no", r["reason"], r["uses"])
     ui.out.print(t)
+    if summary["fell_back"]:
+        ui.out.print("%d of %d shapes fall back to the library (no tuned config beat it): %s" % (
+            len(summary["fell_back"]), summary["shapes"], ", ".join(summary["fell_back"])))
     if summary["weighted_speedup"]:
         ui.out.print("weighted speedup over the library: %.3fx (%+.1f %%) on %d shapes; kept %d, dropped %d" % (
             summary["weighted_speedup"], summary["weighted_uplift_pct"], summary["compared"], summary["kept"],

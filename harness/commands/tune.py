@@ -12,8 +12,9 @@ from .. import ui
 from ..errors import HarnessError
 from .common import ROOT, TargetsOpt, pick_target
 
-STRATEGY_HELP = "exhaustive (default: every config), random, halving (brief runs, the best re-run longer), " \
-                "bayes (optuna TPE), genetic"
+STRATEGY_HELP = "exhaustive (every config), random, halving (brief runs, the best re-run longer), bayes (optuna " \
+                "TPE), genetic. Default: genetic with --budget 96 per shape on GPU targets and on spaces over 1000 " \
+                "configs (the most robust at that budget on recorded H200 runs), else exhaustive"
 
 
 def tune(
@@ -29,11 +30,12 @@ def tune(
     warmup: int = typer.Option(2, "--warmup"),
     iters: int = typer.Option(10, "--iters", help="timed iterations (a halving rung k runs eta^k times as many)"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape"),
-    strategy: str = typer.Option("exhaustive", "--strategy", "-s", help=STRATEGY_HELP),
-    budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included"),
+    strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help=STRATEGY_HELP),
+    budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included (default: 96 with the default strategy on GPU targets, else none)"),
     time_limit: Optional[str] = typer.Option(None, "--time-limit", help="stop searching after this long: 600, 90s, 10m, 2h"),
     batch_size: int = typer.Option(8, "--batch-size", help="configs a strategy asks for per shape and round"),
     seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
+    warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help="first round of each shape: the kernel's configs for its shape class and the winners of the nearest shapes in tuned/TARGET"),
     top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved (0: off)"),
     repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...)"),
     agent: str = typer.Option("long-lived", "--agent", help="long-lived: one agent per machine stays up across "
@@ -49,6 +51,9 @@ def tune(
     """Build, push, run and report. With --strategy other than exhaustive (or with --budget or
     --time-limit) the strategy asks for a few configs per shape at a time and only those are
     compiled, pushed and run, round by round; it resumes from the results already on disk.
+    Without --strategy, GPU targets run genetic with --budget 96 per shape, warm-started: the
+    first round of each shape holds the kernel's configs for its shape class (e.g. the persistent
+    TMA tile for large products) and the winners of the nearest shapes already tuned.
     Then the fastest --top configs per shape are re-measured interleaved, and a winner must beat
     the next by more than the measured spread (else the tie rule decides)."""
     from .. import kernels
@@ -56,13 +61,13 @@ def tune(
     from ..rounds import Session, remeasure_rows, search, shape_history
     from ..run import RunOptions
     from ..space import load_space_file
-    from ..strategies import STRATEGIES
+    from ..strategies import STRATEGIES, default_for
     from .build import build, read_shapes
     from .push import push
     from .report import report
     from .run import run
 
-    if strategy not in STRATEGIES:
+    if strategy is not None and strategy not in STRATEGIES:
         import difflib
 
         close = difflib.get_close_matches(strategy, STRATEGIES, n=1)
@@ -78,6 +83,13 @@ def tune(
     tgt = pick_target(target, targets_file, "tune")
     kern = kernels.get(kernel)
     space_dict = load_space_file(space, kern.space_for(tgt)) if space else kern.space_for(tgt)
+    if strategy is None:
+        strategy, default_budget = default_for(tgt, space_dict)
+        if default_budget is not None and budget is None and seconds is None:
+            budget = default_budget
+        if default_budget is not None:
+            ui.out.print("strategy %s%s (the default here; --strategy exhaustive measures every config)" % (
+                strategy, ", --budget %d per shape" % budget if budget else ""))
     build_options = BuildOptions(jobs=jobs, compile_timeout=compile_timeout)
     run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout, min_time_ms=min_time_ms)
     if agent not in ("long-lived", "per-round"):
@@ -119,7 +131,8 @@ def tune(
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
             searches = search(session, space_dict, strategy, seed=seed, batch_size=batch_size, budget=budget,
-                              time_limit=seconds, on_round=_round_printer(session))
+                              time_limit=seconds, on_round=_round_printer(session),
+                              warm_start=warm_start)
             _search_table(strategy, searches, session, space_dict)
             if top:
                 _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, top, repeats)

@@ -26,6 +26,9 @@ class Kernel:
     gpu_space_hip: dict = field(default_factory=dict)  # extra parameters on AMD
     gpu_rules: list = field(default_factory=list)
     triton_module: Optional[str] = None  # "package.module:function" of the Triton kernel
+    # (shape, target) -> [config]: configs known to be good for the shape's class, measured in the
+    # first round of every search (harness.strategies.seeded); None: no rules of thumb
+    seed_configs: Optional[Callable] = None
 
     def space_for(self, target) -> dict:
         if target.is_gpu:

@@ -7,7 +7,9 @@ shape with several, the fastest ok one is the library's time.
 Per shape: ``speedup = library time / tuned time`` and ``uplift_pct = (speedup - 1) * 100``.
 A tuned entry is *kept* when its row is ok (the agent checked its answer), its ``err_ratio``
 is within ``max_err_ratio`` (when given, as aiter's ``--errRatio``), and it is faster than the
-library; a shape without a library time is kept, with reason ``no library time``.
+library; a shape without a library time is kept, with reason ``no library time``. ``uses`` says
+what the shape runs with: ``tuned``, or ``library`` where the entry is dropped and the library has
+a time (the library beat every tuned config, or none ran ok): the shape falls back to the library.
 
 Over the workload, each shape weighs its number of calls (``weights``: shape_id -> calls, e.g.
 the hipBLASLt summary CSV's ``weight`` column; 1 each when not given)::
@@ -31,7 +33,7 @@ from ..errors import HarnessError
 from .common import library_rows, tuned_best
 
 COLUMNS = ["shape_id", "M", "N", "K", "dtype", "layout", "weight", "library", "library_ns", "tuned_variant",
-           "tuned_ns", "speedup", "uplift_pct", "err_ratio", "kept", "reason"]
+           "tuned_ns", "speedup", "uplift_pct", "err_ratio", "kept", "reason", "uses"]
 
 
 def read_weights(source) -> dict:
@@ -62,7 +64,8 @@ def read_weights(source) -> dict:
 def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weights=None,
                    max_err_ratio: Optional[float] = None) -> tuple:
     """(per-shape DataFrame with COLUMNS, summary dict). Summary keys: shapes, compared, kept,
-    dropped, mean_uplift_pct (kept entries), weighted_speedup, weighted_uplift_pct."""
+    dropped, fell_back (shape ids that use the library), mean_uplift_pct (kept entries),
+    weighted_speedup, weighted_uplift_pct."""
     w = read_weights(weights)
     tuned = tuned_best(df, best)
     lib = library_rows(df[df["status"] == OK])
@@ -89,6 +92,7 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
         else:
             row["speedup"] = row["uplift_pct"] = None
         row["kept"], row["reason"] = _verdict(t, row, max_err_ratio)
+        row["uses"] = "tuned" if row["kept"] else "library" if row["library_ns"] is not None else "-"
         rows.append(row)
     table = pd.DataFrame(rows, columns=COLUMNS)
     return table, _summary(table)
@@ -149,6 +153,7 @@ def _summary(table: pd.DataFrame) -> dict:
         "compared": int(len(compared)),
         "kept": int(len(kept)),
         "dropped": int(len(table) - len(kept)),
+        "fell_back": [str(sid) for sid in table.loc[table["uses"] == "library", "shape_id"]],
         "mean_uplift_pct": float(kept_compared["uplift_pct"].mean()) if len(kept_compared) else None,
         "weighted_speedup": speedup,
         "weighted_uplift_pct": (speedup - 1.0) * 100.0 if speedup else None,

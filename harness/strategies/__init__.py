@@ -10,7 +10,8 @@ that to ``build(only_configs=configs)`` + push + run). Every strategy is a pure 
 seed and the history, so it is deterministic and resumes from the results CSV:
 ``load_history(results_csv, space, shape_id)``.
 
-Strategies: exhaustive (default), random, halving, bayes (optuna TPE), genetic.
+Strategies: exhaustive, random, halving, bayes (optuna TPE), genetic. ``Seeded`` (seeded.py)
+warm-starts any of them. ``default_for`` picks what ``harness tune`` runs without --strategy.
 """
 
 from __future__ import annotations
@@ -20,6 +21,22 @@ from .driver import TuneResult, normalize_results, pruning_predicate, tune_round
 from .history import load_history, read_rows, row_config, trials_from_rows
 
 DEFAULT = "exhaustive"
+# Without --strategy: every config where the space is small (CPU spaces: 250 configs), else a
+# budgeted search. genetic was the most robust at a budget of 96 on the recorded H200 full-space
+# runs (python3 bench/search.py --budget 96 --warm --noise 1 tests/data/gpu_fullspace/*.csv).
+DEFAULT_SEARCH = "genetic"
+DEFAULT_BUDGET = 96
+EXHAUSTIVE_UP_TO = 1000
+
+
+def default_for(target, space: dict) -> tuple:
+    """(strategy, budget per shape) of a tune without --strategy on ``target`` over ``space``."""
+    size = 1
+    for values in space.values():
+        size *= len(values)
+    if target.is_gpu or size > EXHAUSTIVE_UP_TO:
+        return DEFAULT_SEARCH, DEFAULT_BUDGET
+    return "exhaustive", None
 
 
 def _registry():
@@ -49,7 +66,8 @@ def get_strategy(name: str = DEFAULT, seed: int = 0, batch_size: int = 8, **opti
 
 __all__ = [
     "Batch", "Problem", "Strategy", "StrategyError", "Trial", "TuneResult", "STRATEGIES", "DEFAULT",
-    "best_trial", "config_id", "get_strategy", "key", "load_history", "normalize_results", "pruning_predicate",
+    "DEFAULT_BUDGET", "DEFAULT_SEARCH", "best_trial", "config_id", "default_for", "get_strategy", "key",
+    "load_history", "normalize_results", "pruning_predicate",
     "read_rows",
     "row_config", "trials_from_rows", "tune_rounds",
 ]

@@ -17,6 +17,7 @@ from .base import Batch, Strategy, key, rng_for
 
 class Genetic(Strategy):
     name = "genetic"
+    asks_ahead = True  # pending configs are skipped and never parents (see strategies.driver.drive)
 
     def __init__(self, seed: int = 0, batch_size: int = 8, population: int = 8, tournament: int = 3,
                  step_mutation: float = 0.8, immigrants: float = 0.1):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..base import TEMPLATES, Kernel
-from . import rules
+from . import rules, seeds
 
 ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -118,4 +118,5 @@ KERNEL = Kernel(
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
     triton_module="harness.kernels.matmul.triton_kernel:matmul_kernel",
+    seed_configs=seeds.seed_configs,
 )

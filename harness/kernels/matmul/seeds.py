@@ -1,0 +1,137 @@
+"""Configs known to be good for matmul's shape classes: the first round of every search.
+
+Found by hand on an H200 (docs/gpu.md, "With SWAP_AB and PERSISTENT"):
+
+* **large** (the 128 x 256 tiles alone fill every multiprocessor): the persistent TMA kernel,
+  128 x 256 x 64, 8 warps, 3-4 stages, GROUP_M 8 (4096^3 and 8192^3 NN, 4096^3 TN at parity
+  with cuBLAS or ahead), and the non-persistent TMA tile that won 2048^3 NT;
+* **skinny** (M <= 64): the tile transposed (SWAP_AB) with a long BLOCK_K, 16 x 64 x 256 on 4
+  warps (1.12x cuBLAS at 16x4096x4096), and the plain 32 x 128 x 64 / 64 x 64 x 128 tiles that won
+  32x14336x4096 and 64x8192x8192;
+* **split-K** (few output tiles, long K: the M x N grid leaves most multiprocessors idle): K split
+  so that tiles x splits about fills the GPU;
+* **medium**: the rest, the 128 x 256 TMA tile (2048^3 NT), 128 x 128 and 64 x 128 tiles.
+
+On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
+stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
+with the first value of each parameter it does not name, and kept only when its values are in
+the target's space and no pruning rule of the kernel rejects it for the shape.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+LARGE_CUDA = [
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1),
+    dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
+]
+MEDIUM_CUDA = [
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1, PERSISTENT=1),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4),
+]
+LARGE_HIP = [
+    dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=2, kpack=2),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=2, kpack=2),
+    dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=2, kpack=2),
+]
+MEDIUM_HIP = [
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=2, kpack=2),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=2, kpack=2),
+]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _skinny_tile(m: int) -> int:
+    """The narrowest BLOCK_M (16 to 64) that covers M."""
+    tile = 16
+    while tile < min(m, 64):
+        tile *= 2
+    return tile
+
+
+def _splits(tiles: int, multiprocessors: int) -> List[int]:
+    """Split counts (2, 4, 8) that bring tiles x splits nearest to the multiprocessors, best first."""
+    return sorted((2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
+
+
+def shape_class(shape, multiprocessors: int) -> str:
+    """large, skinny, split_k or medium (see the module's docstring)."""
+    if shape.M <= 64:
+        return "skinny"
+    if _cdiv(shape.M, 128) * _cdiv(shape.N, 256) >= multiprocessors:
+        return "large"
+    if _cdiv(shape.M, 64) * _cdiv(shape.N, 128) < multiprocessors // 2 and shape.K >= 2048:
+        return "split_k"
+    return "medium"
+
+
+def _rule_seeds(shape, target, multiprocessors: int) -> List[dict]:
+    hip = target.backend == "hip"
+    kind = shape_class(shape, multiprocessors)
+    stages = 2 if hip else 4
+    if kind == "large":
+        return LARGE_HIP if hip else LARGE_CUDA
+    if kind == "medium":
+        return MEDIUM_HIP if hip else MEDIUM_CUDA
+    if kind == "skinny":
+        bm = _skinny_tile(shape.M)
+        out = [] if hip else [
+            dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1),
+            dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1),
+            dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1, TMA=1),
+        ]
+        out += [dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=5 if not hip else 2),
+                dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=6 if not hip else 2)]
+        tiles = _cdiv(shape.N, 64)
+        if tiles < multiprocessors // 2:  # a few columns of tiles: split K too
+            split = _splits(tiles, multiprocessors)[0]
+            out.append(dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=stages,
+                            SPLIT_K=split, **({} if hip else {"SWAP_AB": 1})))
+        return out
+    # split_k: tiles x splits about the multiprocessors; and the tile that won 128x4096x8192 NT unsplit
+    out = [dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=6 if not hip else 2)]
+    for bm, bn, bk in ((64, 128, 128), (64, 64, 128), (128, 128, 64)):
+        tiles = _cdiv(shape.M, bm) * _cdiv(shape.N, bn)
+        for split in _splits(tiles, multiprocessors)[:2]:
+            out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
+                            SPLIT_K=split))
+    return out
+
+
+def seed_configs(shape, target) -> List[dict]:
+    """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
+    from ...space import first_pruning_rule
+    from . import KERNEL
+
+    if not target.is_gpu:
+        return []
+    space = KERNEL.space_for(target)
+    rules = KERNEL.rules_for(target)
+    multiprocessors = getattr(target, "multiprocessors", None) or (304 if target.backend == "hip" else 132)
+    out, seen = [], set()
+    for seed in _rule_seeds(shape, target, multiprocessors):
+        if set(seed) - set(space):
+            continue  # a parameter this target's space does not have (TMA on hip, ...)
+        cfg = {name: seed.get(name, values[0]) for name, values in space.items()}
+        if any(cfg[name] not in values for name, values in space.items()):
+            continue
+        if first_pruning_rule(rules, cfg, shape, target) is not None:
+            continue
+        k = tuple(sorted(cfg.items()))
+        if k not in seen:
+            seen.add(k)
+            out.append(cfg)
+    return out

@@ -1,0 +1,160 @@
+"""Warm start: the first round of every shape holds the kernel's configs for its shape class and the
+winners of the nearest shapes already tuned; the default strategy on GPU targets is budgeted.
+
+The search runs through ``harness.rounds.search`` with a session whose rounds return made-up
+times instead of building (a GPU target cannot run here); the seeds, the pruning and the strategy
+are the real ones.
+"""
+
+import json
+
+import pytest
+
+from harness import kernels
+from harness.build import BuildOptions
+from harness.kernels.matmul.seeds import shape_class
+from harness.rounds import Session, search
+from harness.run import RunOptions
+from harness.shapes import parse_shape
+from harness.space import first_pruning_rule
+from harness.strategies import DEFAULT_BUDGET, default_for, get_strategy, key, tune_rounds
+from harness.strategies.seeded import Seeded, nearest_tuned
+from harness.strategies.simulate import Replay, load_recorded
+from harness.targets import Target
+from remote_agent import contract
+
+from tests.test_strategies import DATA, PRUNED_SHAPE
+
+MATMUL = kernels.get("matmul")
+H200 = Target(name="h200", backend="cuda", gpu_arch="90", multiprocessors=132)
+MI300 = Target(name="mi300", backend="hip", gpu_arch="gfx942", multiprocessors=304)
+CPU = Target(name="local")
+PERSISTENT_TILE = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, PERSISTENT=1, TMA=1)
+
+
+class FakeSession(Session):
+    """Rounds that record what they were asked and return a made-up time per pair."""
+
+    def execute(self, pairs, fidelity=1, library_shapes=()):
+        self.rounds += 1
+        self.asked = getattr(self, "asked", []) + [list(pairs)]
+        return [dict({contract.CONFIG_PREFIX + n: str(v) for n, v in cfg.items()}, shape_id=shape.id,
+                     variant_id="v%d" % i, status="ok", time_ns_median=str(1000.0 + i))
+                for i, (cfg, shape) in enumerate(pairs)]
+
+
+def first_round(tmp_path, target, shapes, strategy, budget=DEFAULT_BUDGET):
+    session = FakeSession(tmp_path, target, MATMUL, [parse_shape(s) for s in shapes], BuildOptions(), RunOptions())
+    search(session, MATMUL.space_for(target), strategy, budget=budget, batch_size=8)
+    return session.asked[0], session
+
+
+def matches(cfg, want):
+    return all(cfg[k] == v for k, v in want.items())
+
+
+def test_default_is_a_budgeted_search_on_gpus_and_exhaustive_on_small_cpu_spaces():
+    assert default_for(H200, MATMUL.space_for(H200)) == ("genetic", DEFAULT_BUDGET)
+    assert default_for(MI300, MATMUL.space_for(MI300)) == ("genetic", DEFAULT_BUDGET)
+    assert len(MATMUL.space_for(CPU)) and default_for(CPU, MATMUL.space_for(CPU)) == ("exhaustive", None)
+    big_cpu = dict(MATMUL.space_for(CPU), UNROLL=list(range(8)))  # 2000 configs
+    assert default_for(CPU, big_cpu) == ("genetic", DEFAULT_BUDGET)
+
+
+def test_first_round_of_a_big_shape_holds_the_persistent_tma_tile(tmp_path):
+    name, budget = default_for(H200, MATMUL.space_for(H200))
+    asked, _ = first_round(tmp_path, H200, ["4096x4096x4096:fp16", "16x4096x4096:fp16"], name, budget)
+    big = [cfg for cfg, s in asked if s.M == 4096]
+    skinny = [cfg for cfg, s in asked if s.M == 16]
+    assert big == MATMUL.seed_configs(parse_shape("4096x4096x4096:fp16"), H200)  # the first round: the seeds
+    assert skinny == MATMUL.seed_configs(parse_shape("16x4096x4096:fp16"), H200)
+    assert any(matches(c, dict(PERSISTENT_TILE, num_stages=3, GROUP_M=8)) for c in big)
+    assert sum(c["PERSISTENT"] for c in big) >= 2
+    assert any(matches(c, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, SWAP_AB=1)) for c in skinny)
+    # every seed passes the kernel's rules for its shape
+    for cfg, shape in asked:
+        assert first_pruning_rule(MATMUL.rules_for(H200), cfg, shape, H200) is None
+    # without the warm start the same budget's first round has no persistent tile
+    session = FakeSession(tmp_path, H200, MATMUL, [parse_shape("4096x4096x4096:fp16")], BuildOptions(), RunOptions())
+    search(session, MATMUL.space_for(H200), name, budget=budget, warm_start=False)
+    assert not any(matches(c, dict(PERSISTENT_TILE, num_stages=3, GROUP_M=8)) for c, _ in session.asked[0])
+
+
+def test_nearest_tuned_winners_are_seeded(tmp_path):
+    space = MATMUL.space_for(H200)
+
+    def entry(m, n, k, dtype, layout, **cfg):
+        full = {p: v[0] for p, v in space.items()}
+        full.update(cfg)
+        return {"shape": "%dx%dx%d_%s_%s" % (m, n, k, dtype, layout), "M": m, "N": n, "K": k, "dtype": dtype,
+                "layout": layout, "config": full}
+
+    near = entry(2048, 2048, 2048, "fp16", "NN", BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=2, num_stages=6)
+    second = entry(8192, 8192, 8192, "fp16", "NN", BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=2, num_stages=2)
+    other_dtype = entry(3000, 3000, 3000, "bf16", "NN", BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=2,
+                        num_stages=5)
+    far = entry(16, 64, 64, "fp16", "NN", BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=2, num_stages=5)
+    entries = [far, other_dtype, second, near]
+    shape = parse_shape("3000x3000x3072:fp16")
+    assert nearest_tuned(shape, entries) == [near["config"], second["config"]]  # same dtype first, then log-distance
+    tuned = tmp_path / "tuned" / H200.name
+    tuned.mkdir(parents=True)
+    (tuned / "matmul.json").write_text(json.dumps({"kernel": "matmul", "best": entries}))
+    asked, _ = first_round(tmp_path, H200, ["3000x3000x3072:fp16"], "genetic")
+    first = [key(c) for c, _ in asked]
+    assert key(near["config"]) in first and key(second["config"]) in first
+    assert key(other_dtype["config"]) not in first and key(far["config"]) not in first
+
+
+def test_seeds_respect_the_target():
+    shapes = [parse_shape(s) for s in ("4096x4096x4096:fp16", "16x4096x4096:bf16", "128x1536x7168:bf16:TN",
+                                       "1024x1024x1024:fp16:NT", "64x8192x8192:fp16")]
+    assert [shape_class(s, 132) for s in shapes] == ["large", "skinny", "split_k", "medium", "skinny"]
+    for shape in shapes:
+        hip = MATMUL.seed_configs(shape, MI300)
+        assert hip, shape
+        for cfg in hip:
+            assert not {"PERSISTENT", "TMA", "SWAP_AB"} & set(cfg) and set(cfg) == set(MATMUL.space_for(MI300))
+            assert first_pruning_rule(MATMUL.rules_for(MI300), cfg, shape, MI300) is None
+        cuda = MATMUL.seed_configs(shape, H200)
+        assert cuda and all(first_pruning_rule(MATMUL.rules_for(H200), c, shape, H200) is None for c in cuda)
+        assert MATMUL.seed_configs(shape, CPU) == []
+    # split-K seeds split the long K of a small output; skinny ones swap A and B
+    assert any(c["SPLIT_K"] > 1 for c in MATMUL.seed_configs(shapes[2], H200))
+    assert all(c["SWAP_AB"] or c["BLOCK_M"] <= 64 for c in MATMUL.seed_configs(shapes[1], H200))
+    # on the GPU without multiprocessors in targets.yaml no persistent seed survives the rules
+    bare = Target(name="h100", backend="cuda", gpu_arch="90")
+    assert not any(c["PERSISTENT"] for c in MATMUL.seed_configs(shapes[0], bare))
+
+
+def test_cpu_search_seeds_only_cpu_configs_from_its_own_tuned_file(tmp_path):
+    space = MATMUL.space_for(CPU)
+    tuned = tmp_path / "tuned" / CPU.name
+    tuned.mkdir(parents=True)
+    good = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1}
+    gpu_cfg = {p: v[0] for p, v in MATMUL.space_for(H200).items()}
+    (tuned / "matmul.json").write_text(json.dumps({"best": [
+        {"M": 64, "N": 64, "K": 64, "dtype": "fp32", "layout": "NN", "config": gpu_cfg},
+        {"M": 128, "N": 128, "K": 128, "dtype": "fp32", "layout": "NN", "config": good}]}))
+    asked, _ = first_round(tmp_path, CPU, ["96x96x96"], "random", budget=20)
+    configs = [c for c, _ in asked]
+    assert key(good) in [key(c) for c in configs]
+    assert all(set(c) == set(space) and all(c[p] in space[p] for p in space) for c in configs)
+
+
+@pytest.mark.parametrize("name", ["random", "genetic", "halving", "exhaustive"])
+def test_seeded_strategy_leads_with_its_seeds_and_resumes(name):
+    (rec,) = load_recorded(DATA, PRUNED_SHAPE)
+    feasible = [dict(k) for k in rec.table]
+    seeds = [feasible[-1], feasible[len(feasible) // 2], dict(next(iter(rec.pruned)))]  # the last is pruned
+    strategy = Seeded(get_strategy(name, seed=5, batch_size=4), seeds)
+    whole = tune_rounds(strategy, rec.space, rec.is_pruned, Replay(rec), budget=12)
+    first = [key(t.config) for t in whole.history[:whole.round_sizes[0]]]
+    assert first == [key(seeds[0]), key(seeds[1])]  # the pruned seed is left out
+    assert len({key(t.config) for t in whole.history}) == len(whole.history) or name == "halving"
+    part = tune_rounds(Seeded(get_strategy(name, seed=5, batch_size=4), seeds), rec.space, rec.is_pruned,
+                       Replay(rec), budget=12, stop=lambda h: len(h) >= 6)  # stopped between rounds: 2 seeds, 4
+    assert len(part.history) == 6
+    rest = tune_rounds(Seeded(get_strategy(name, seed=5, batch_size=4), seeds), rec.space, rec.is_pruned,
+                       Replay(rec), budget=12, history=part.history)
+    assert [key(t.config) for t in rest.history] == [key(t.config) for t in whole.history]
