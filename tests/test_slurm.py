@@ -118,6 +118,17 @@ def test_a_task_cancelled_mid_run_is_submitted_again_and_nothing_is_lost(tmp_pat
 
 
 @needs_slurm
+def test_tune_rounds_run_as_job_arrays(tmp_path, cluster, bundle):
+    ws = _workspace(tmp_path / "tune", cluster, "    tasks: 2\n    poll: 0.3\n", bundle)
+    ws.harness("tune", "matmul", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml", "--strategy",
+               "random", "--budget", "2", "--batch-size", "2", "--top", "0", "--iters", "2")
+    df = _results(ws)
+    assert len(df) == 4 and set(df.status) == {"ok"} and df.shape_id.nunique() == 2
+    state = _run_state(ws)  # the round's configs, measured anew (--all), in an array of 2 tasks
+    assert state["rerun_all"] and len(state["chunks"]) == 2 and state["arrays"][0]["chunks"] == [0, 1]
+
+
+@needs_slurm
 def test_slurm_values_reach_sbatch_quoted(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "quoted", cluster, "    partition: 'x; touch %s'\n" % (tmp_path / "pwned"), bundle)
     ws.harness("push", "rv")
@@ -125,6 +136,18 @@ def test_slurm_values_reach_sbatch_quoted(tmp_path, cluster, bundle):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "sbatch on" in proc.stderr and "partition" in proc.stderr
     assert not (tmp_path / "pwned").exists()
+
+
+@needs_slurm
+def test_a_task_that_cannot_start_the_agent_ends_the_run_with_its_stderr(tmp_path, cluster, bundle):
+    ws = _workspace(tmp_path / "nopython", cluster, "    tasks: 2\n    poll: 0.3\n", bundle)
+    with open(ws.path / "targets.yaml", "a") as f:
+        f.write("  python: python3-not-on-the-nodes\n")
+    ws.harness("push", "rv")
+    proc = ws.harness("run", "--remote", "rv", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "agent exit 127" in proc.stderr and "python3-not-on-the-nodes" in proc.stderr  # the task's stderr
+    assert len(_run_state(ws)["arrays"]) == 1  # not submitted again: it would fail the same way
 
 
 @pytest.mark.parametrize("section, error", [
@@ -158,6 +181,16 @@ def test_slurm_target_needs_a_login_node_and_takes_its_time_as_written(tmp_path)
     path.write_text("rv:\n  ssh: {host: login}\n  slurm: {time: 1:30:00, gres: 'gpu:1', options: [--qos=high]}\n")
     slurm = load_targets(path)["rv"].slurm
     assert (slurm.time, slurm.gres, slurm.options, slurm.tasks) == ("1:30:00", "gpu:1", ["--qos=high"], 4)
+
+
+def test_readme_cluster_example_is_a_valid_target(tmp_path):
+    from harness.targets import load_targets
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text().split("## Clusters (Slurm)", 1)[1]
+    (tmp_path / "targets.yaml").write_text(text.split("```yaml\n", 1)[1].split("```", 1)[0])
+    target = load_targets(tmp_path / "targets.yaml")["h100-cluster"]
+    assert target.slurm.gres == "gpu:1" and target.slurm.time == "00:30:00" and target.slurm.tasks == 8
 
 
 def _wait_for_a_task_with_rows(ws, cluster, seconds=120) -> str:

@@ -18,7 +18,7 @@ def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_
 
 
 def run(
-    remote: Optional[str] = typer.Option(None, "--remote", "-r", help="run on this target's machine over SSH"),
+    remote: Optional[str] = typer.Option(None, "--remote", "-r", help="run on this target's machine over SSH (a Slurm target: as a job array)"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="run this target's bundle here (default: last built)"),
     kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel bundle to run (default: the last built)"),
     warmup: int = typer.Option(2, "--warmup", help="untimed runs before timing"),
@@ -32,8 +32,9 @@ def run(
 ):
     """Run every variant on every shape under the target's profiler and append results.
 
-    With --remote the agent runs on the target over one SSH command; without, it runs here
-    (under the target's run_under, e.g. qemu). An interrupted run resumes where it stopped."""
+    With --remote the agent runs on the target over one SSH command (on a Slurm target, one job
+    array of slurm.tasks chunks, dead tasks submitted again); without, it runs here (under the
+    target's run_under, e.g. qemu). An interrupted run resumes where it stopped."""
     from ..run import run_local, run_remote
     from ..transport import for_hosts
 

@@ -3,7 +3,7 @@
 The task script is plain bash with every value quoted by shlex.quote; sbatch reads it from
 stdin, on the login node, in the cluster's shared folder (the tasks start there too). A task
 writes its chunk's own results file and, when the agent returns, its exit code beside it
-(``<results>.exit``); a task that is killed leaves no exit code.
+(``<results>.exit``, and as the task's own); a task that is killed leaves no exit code.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ def task_script(arms: list, rerun_all: bool) -> str:
     lines.append("ALL=%s" % ("--all" if rerun_all else ""))
     lines.append('if [ -s "$RESULTS" ]; then ALL=; fi')
     lines.append('PYTHONPATH=agent${PYTHONPATH:+:$PYTHONPATH} "$@" $ALL')
-    lines.append('echo $? > "$RESULTS%s"' % EXIT_SUFFIX)
+    lines.append('code=$?')
+    lines.append('echo "$code" > "$RESULTS%s"' % EXIT_SUFFIX)
+    lines.append('exit "$code"')
     return "\n".join(lines) + "\n"
 
 

@@ -31,7 +31,9 @@ from ..push import remote_bundle_dir, remote_results_dir
 from .slurm_batch import EXIT_SUFFIX, sbatch_argv, submit_command, task_script
 from .slurm_queue import parse_queued, queued_command, read_logs, read_states
 
-AGENT_ERROR = "2"  # the agent's exit code for something a user must fix: running again will not help
+# exit codes of a task's agent that running it again will not change: something to fix (2), no
+# such command (127) or not executable (126)
+FATAL_EXITS = ("2", "126", "127")
 STATE_FILE = "run.json"
 _ID_MARK = "@@job-id@@"
 
@@ -137,34 +139,44 @@ def submit(transport, target, kernel: str, run: Run, chunks: list) -> str:
 def follow(transport, target, kernel: str, run: Run, keys: list, on_progress=None) -> None:
     """Look at the queue every ``slurm.poll`` seconds; when no task of the run is queued or
     running, settle: done, or the unfinished chunks submitted again (``slurm.retries`` times)."""
-    from ..run import ConnectionLost, ProgressBar
+    from ..run import ProgressBar
 
     total = sum(len(c) for c in run.chunks)
-    failures = 0
     with ui.progress() as bar:
         show = on_progress or ProgressBar(bar, "%s (Slurm)" % target.name)
-        while True:
-            try:
-                live, done = _poll(transport, run, target.name, kernel)
-                failures = 0
-            except HarnessError as exc:  # squeue itself failed: the controller may be busy
-                failures += 1
-                if failures >= 5:
-                    raise
-                ui.console.print("[yellow]%s; trying again[/]" % exc)
-                live, done = True, None
-            except Exception as exc:  # the SSH connection
-                if isinstance(exc, (OSError, EOFError)) or type(exc).__module__.startswith("paramiko"):
-                    raise ConnectionLost("lost the connection to %s (%s); the array goes on in Slurm: `harness run "
-                                         "--remote` attaches to it again" % (transport.label, exc))
-                raise
-            if done is not None:
-                show({"done": min(done, total), "total": total, "status": None})
-            if not live:
-                if not resubmit_unfinished(transport, target, kernel, run, keys):
+        try:
+            while True:
+                live, done = _poll_patiently(transport, run, target.name, kernel)
+                if done is not None:
+                    show({"done": min(done, total), "total": total, "status": None})
+                if not live and not resubmit_unfinished(transport, target, kernel, run, keys):
                     show({"done": total, "total": total, "status": None})
                     return
-            time.sleep(target.slurm.poll)
+                time.sleep(target.slurm.poll)
+        except KeyboardInterrupt:
+            ui.console.print("the arrays (%s) go on in Slurm: `harness run --remote %s` follows them again, "
+                             "scancel stops them" % (", ".join(a["job"] for a in run.arrays), target.name))
+            raise
+
+
+def _poll_patiently(transport, run: Run, target: str, kernel: str, tries: int = 5) -> tuple:
+    """``_poll``, forgiving a few failures of squeue in a row (a busy controller); a dropped
+    SSH connection ends the follow (the arrays go on)."""
+    from ..run import ConnectionLost
+
+    for attempt in range(tries):
+        try:
+            return _poll(transport, run, target, kernel)
+        except HarnessError as exc:
+            if attempt == tries - 1:
+                raise
+            ui.console.print("%s; trying again" % exc, markup=False)
+            time.sleep(1.0)
+        except Exception as exc:
+            if isinstance(exc, (OSError, EOFError)) or type(exc).__module__.startswith("paramiko"):
+                raise ConnectionLost("lost the connection to %s (%s); the arrays go on in Slurm: `harness run "
+                                     "--remote` follows them again" % (transport.label, exc))
+            raise
 
 
 def resubmit_unfinished(transport, target, kernel: str, run: Run, keys: list) -> bool:
@@ -187,14 +199,16 @@ def resubmit_unfinished(transport, target, kernel: str, run: Run, keys: list) ->
                          % (said, c, outcome["missing"], len(run.chunks[c])))
         for line in lines:
             ui.console.print("    " + line, markup=False, highlight=False)
-        if outcome["exit"] == AGENT_ERROR:
-            fatal.append("the agent of chunk %d stopped: %s" % (c, _agent_error(lines)))
+        if outcome["exit"] in FATAL_EXITS:
+            fatal.append("the agent of chunk %d exited %s: %s" % (c, outcome["exit"], _agent_error(lines)))
         elif run.attempts(c) > target.slurm.retries:
-            fatal.append("chunk %d did not finish in %d tries (%s)" % (c, run.attempts(c), said))
+            hint = " (raise slurm.time or slurm.tasks)" if task and task.state == "TIMEOUT" else ""
+            fatal.append("chunk %d did not finish in %d tries (%s)%s" % (c, run.attempts(c), said, hint))
         else:
             again.append(c)
     if fatal:
-        raise HarnessError("%s; the rows measured are kept: `harness report` fetches them" % "; ".join(fatal))
+        more = " (and %d more chunks)" % (len(fatal) - 1) if len(fatal) > 1 else ""
+        raise HarnessError("%s%s; the rows measured are kept: `harness report` fetches them" % (fatal[0], more))
     job = submit(transport, target, kernel, run, again)
     ui.console.print("[yellow]submitted chunk%s %s again as array %s[/]"
                      % ("s" if len(again) > 1 else "", ", ".join(map(str, again)), job))
