@@ -2,7 +2,8 @@
 
 Every tuned file records these (``harness.report.common.Meta``). The device facts come from the
 machine that ran the results: a standard-library probe (``PROBE``) run there with ``python3 -c``
-(one SSH command for a remote target, a subprocess here), cached in ``.harness/state.json`` so
+(one SSH command for a remote target, a subprocess here; on a Slurm cluster each array task runs it
+on its compute node and the newest facts are read), cached in ``.harness/state.json`` so
 ``harness report --no-fetch`` still has them. The toolchain and Triton versions come from the
 bundle's manifest.
 """
@@ -109,7 +110,9 @@ def probe_remote(target) -> dict:
     except HarnessError:
         return {}
     try:
-        rc, out, _ = transport.run_capture(transport.shell_command([target.python, "-c", PROBE]))
+        command = (transport.device_facts_command() if hasattr(transport, "device_facts_command")  # Slurm
+                   else transport.shell_command([target.python, "-c", PROBE]))
+        rc, out, _ = transport.run_capture(command)
     except Exception:  # a dropped connection: the tuned files say less, nothing else is lost
         return {}
     finally:

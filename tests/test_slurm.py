@@ -73,6 +73,10 @@ def test_job_array_results_equal_a_plain_ssh_run(tmp_path, cluster, bundle):
     assert status.count(": COMPLETED") == 3 and "3 of 3 chunks done" in status
     ws.harness("report", "--target", "rv")
     on_slurm = _results(ws)
+    # the tuned files' device facts come from the compute nodes (each task probed its own)
+    probed = list((ws.path / "shared/results/rv/matmul/slurm").glob("*/chunk-*.csv.device.json"))
+    facts = json.loads((ws.path / ".harness/state.json").read_text())["targets"]["rv"]["device_facts"]
+    assert len(probed) == 3 and facts == json.loads(probed[0].read_text()) and facts["arch"]
 
     plain = _workspace(tmp_path / "plain", cluster, bundle=bundle)  # the same bundle over plain SSH
     plain.harness("push", "rv")

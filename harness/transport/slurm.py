@@ -5,8 +5,10 @@ a fetch hands them home merged into the one ``results.csv`` the rest of the harn
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
+from .slurm_batch import DEVICE_SUFFIX
 from .ssh import SSHTransport
 
 
@@ -27,6 +29,13 @@ class SlurmTransport(SSHTransport):
         from .slurm_run import status_lines
 
         return status_lines(self, target, kernel)
+
+    def device_facts_command(self) -> str:
+        """A command printing the device facts an array task found on its compute node (the
+        newest), not the login node's."""
+        pattern = "results/%s/*/slurm/*/*%s" % (shlex.quote(self.target.name), DEVICE_SUFFIX)
+        return "cd %s && f=$(ls -t %s 2>/dev/null | head -n 1) && [ -s \"$f\" ] && cat \"$f\"" % (
+            shlex.quote(self.workdir or "."), pattern)
 
     def fetch_tree(self, rel_dir: str, dest: Path) -> int:
         """Like SSH's, then the tasks' files (``slurm/<run>/chunk-N.csv``, oldest run first)

@@ -2,8 +2,9 @@
 
 The task script is plain bash with every value quoted by shlex.quote; sbatch reads it from
 stdin, on the login node, in the cluster's shared folder (the tasks start there too). A task
-writes its chunk's own results file and, when the agent returns, its exit code beside it
-(``<results>.exit``, and as the task's own); a task that is killed leaves no exit code.
+writes its chunk's own results file, the node's device facts beside it (``<results>.device.json``)
+and, when the agent returns, its exit code (``<results>.exit``, and as the task's own); a task
+that is killed leaves no exit code.
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ from __future__ import annotations
 import shlex
 
 EXIT_SUFFIX = ".exit"
+DEVICE_SUFFIX = ".device.json"
 
 
-def task_script(arms: list, rerun_all: bool) -> str:
+def task_script(arms: list, rerun_all: bool, probe: str = "") -> str:
     """``arms``: ``(results path, agent argv)`` in array-index order. With ``rerun_all`` a task
     passes ``--all`` only while its results file is empty: a task that Slurm or the harness
-    starts again resumes its own file instead of measuring its jobs twice."""
+    starts again resumes its own file instead of measuring its jobs twice. ``probe``: Python
+    code whose output (the node's device facts, see harness.devinfo) the task keeps beside its
+    results, with the agent's Python."""
     lines = ["#!/bin/bash", "# harness: array task N runs the agent on chunk N", 'case "$SLURM_ARRAY_TASK_ID" in']
     for index, (results, argv) in enumerate(arms):
         lines.append("  %d) RESULTS=%s; set -- %s ;;" % (index, shlex.quote(results),
                                                           " ".join(shlex.quote(str(a)) for a in argv)))
     lines += ['  *) echo "harness: no chunk for array task $SLURM_ARRAY_TASK_ID" >&2; exit 3 ;;', "esac"]
+    if probe:
+        lines.append('"$1" -c %s > "$RESULTS%s" 2>/dev/null' % (shlex.quote(probe), DEVICE_SUFFIX))
     lines.append("ALL=%s" % ("--all" if rerun_all else ""))
     lines.append('if [ -s "$RESULTS" ]; then ALL=; fi')
     lines.append('PYTHONPATH=agent${PYTHONPATH:+:$PYTHONPATH} "$@" $ALL')

@@ -123,8 +123,10 @@ def submit(transport, target, kernel: str, run: Run, chunks: list) -> str:
     folder = run_dir(target.name, kernel, run.id)
     state = _state_json(dataclasses.replace(run, arrays=run.arrays + [{"job": _ID_MARK, "chunks": chunks}]))
     before, _, after = state.partition(_ID_MARK)
+    from ..devinfo import PROBE
+
     command = submit_command(
-        transport.workdir, task_script(arms, run.rerun_all),
+        transport.workdir, task_script(arms, run.rerun_all, PROBE),
         sbatch_argv(target.slurm, "harness-%s-%s" % (target.name, kernel), len(chunks), folder + "/logs"),
         folder + "/logs", "%s/%s" % (folder, STATE_FILE), before, after,
         remove=[r + EXIT_SUFFIX for r, _ in arms], current=("%s/current" % slurm_dir(target.name, kernel), run.id))
