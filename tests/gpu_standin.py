@@ -207,11 +207,44 @@ class StandinApi(GpuApi):
         b = self._load(v["b_ptr"], t["b_ptr"], K * N)
         A = np.lib.stride_tricks.as_strided(a, (M, K), (v["stride_am"] * 4, v["stride_ak"] * 4))
         B = np.lib.stride_tricks.as_strided(b, (K, N), (v["stride_bk"] * 4, v["stride_bn"] * 4))
-        C = A.astype(np.float32) @ B.astype(np.float32)
+        split = int((facts.get("constexprs") or {}).get("SPLIT_K", 1))
+        if split > 1:
+            C = self._split_k(facts, v, grid, A, B, split)
+        else:
+            C = A.astype(np.float32) @ B.astype(np.float32)
         if fault == "wrong":
             C[0, 0] += 1000.0
         out = self._array(v["c_ptr"], t["c_ptr"], M * N)
         out[:] = (_f32_to_bf16(C.ravel()) if t["c_ptr"] == "*bf16" else C.ravel().astype(out.dtype))
+
+
+    def _split_k(self, facts, v, grid, A, B, split):
+        """The kernel's split-K plan: grid (tiles, SPLIT_K); split s takes whole BLOCK_K steps
+        [s * per, (s + 1) * per) and writes its partial into slice s of the fp32 SPLIT_K x M x N
+        workspace; the last split per tile sums the slices in split order. The counters (one per
+        tile) must be zero at launch and are zero after it, as on a GPU."""
+        M, N, K = A.shape[0], B.shape[1], A.shape[1]
+        const = facts["constexprs"]
+        tiles = -(-M // const["BLOCK_M"]) * -(-N // const["BLOCK_N"])
+        if tuple(grid[:2]) != (tiles, split):
+            raise GpuError("stand-in: split-K grid %s, the kernel needs (%d, %d)" % (list(grid), tiles, split), code=1)
+        for name, need in (("ws_ptr", split * M * N * 4), ("lock_ptr", tiles * 4)):
+            if not v[name] or len(self._buf(v[name])) < need:
+                raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)" % (name, need),
+                               code=700, sticky=True)
+        locks = self._array(v["lock_ptr"], "*i32", tiles)
+        if locks.any():
+            raise GpuError("stand-in: split-K counters not zero at launch (the reduction would run early)", code=1)
+        ws = self._array(v["ws_ptr"], "*fp32", split * M * N).reshape(split, M, N)
+        steps = -(-K // const["BLOCK_K"])
+        per = -(-steps // split)
+        for s in range(split):
+            k0, k1 = min(K, s * per * const["BLOCK_K"]), min(K, (s + 1) * per * const["BLOCK_K"])
+            ws[s] = A[:, k0:k1].astype(np.float32) @ B[k0:k1, :].astype(np.float32)
+        total = np.zeros((M, N), np.float32)
+        for s in range(split):
+            total += ws[s]
+        return total
 
 
 class StandinLibraryApi(StandinApi):

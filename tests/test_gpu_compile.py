@@ -211,7 +211,7 @@ def test_persistent_and_swap_ab_configs(tmp_path):
     persistent = dict(C2, TMA=1, PERSISTENT=1)
     swap = dict(C1, SWAP_AB=1, SPLIT_K=2)
     shapes = [make_shape(256, 192, 64, "fp16", "NN"), make_shape(64, 64, 64, "fp16", "NN"),
-              make_shape(32, 192, 64, "fp16", "NN")]
+              make_shape(32, 64, 64, "fp16", "NN")]
     summary = build(get("matmul"), target, shapes, tmp_path, BuildOptions(jobs=2, only_configs=[persistent, swap]))
     m = summary.manifest
     grids = {}
@@ -226,7 +226,7 @@ def test_persistent_and_swap_ab_configs(tmp_path):
             assert v.launch["constexprs"]["SWAP_AB"] == 1
     assert grids[(1, "256x192x64_fp16_NN")] == (5, 1, 1)  # 12 tiles of 64 x 64 on 5 programs
     assert grids[(1, "64x64x64_fp16_NN")] == (1, 1, 1)  # one tile: one program
-    assert grids[(0, "32x192x64_fp16_NN")] == (2 * 3, 2, 1)  # 16 x 64 tiles, two splits
+    assert grids[(0, "32x64x64_fp16_NN")] == (2 * 1, 2, 1)  # 16 x 64 tiles, two splits (fewer tiles than the 5 multiprocessors)
     assert (0, "256x192x64_fp16_NN") not in grids  # SWAP_AB is for skinny products (swap_ab_off_skinny)
 
 
@@ -267,3 +267,35 @@ def test_a_compile_past_its_timeout_is_killed(tmp_path):
     assert res.status == "compile_timeout" and res.artifact is None
     assert time.monotonic() - start < 10
     assert not list((tmp_path / "artifacts").glob("*.cubin"))
+
+
+def test_tail_split_k_and_persistent_variants_compile_for_sm90(tmp_path):
+    # masked K tails (K = 999: EVEN_K=0), the deterministic split-K (any count, TMA or pointers,
+    # SWAP_AB) on a small M x N with a long K, and the persistent TMA winner on a big shape: the
+    # rules leave them all and each compiles for sm90 within the device's shared memory
+    target = targets()["gpu-node"]
+    tail = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=3)
+    split = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=6, num_warps=4, num_stages=4)
+    tma_split = dict(split, TMA=1)
+    swap_split = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=3, num_warps=4, num_stages=4, SWAP_AB=1)
+    persistent = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1,
+                      PERSISTENT=1)
+    odd, longk, big = (make_shape(1000, 1000, 999, "fp16", "NN"), make_shape(128, 1536, 7168, "bf16", "NN"),
+                       make_shape(4096, 4096, 4096, "bf16", "TN"))
+    configs = [tail, split, tma_split, swap_split, persistent]
+    summary = build(get("matmul"), target, [odd, longk, big], tmp_path,
+                    BuildOptions(jobs=2, only_configs=configs))
+    m = summary.manifest
+    ran = {}
+    for job in m.jobs:
+        v = next(v for v in m.variants if v.id == job.variant)
+        assert v.status == "ok", (v.config, v.message)
+        assert v.launch["shared"] <= target.shared_mem_max
+        ran[(json.dumps(v.config, sort_keys=True), job.shape)] = (tuple(job.grid), v.specialization)
+    key = lambda c: json.dumps(c, sort_keys=True)  # noqa: E731
+    grid, spec = ran[(key(tail), odd.id)]
+    assert grid == (16 * 16, 1, 1) and "EVEN_K=0" in spec and "K=x" in spec
+    assert ran[(key(split), longk.id)][0] == (2 * 12, 6, 1)  # 24 tiles x 6 splits = 144 programs
+    assert ran[(key(tma_split), longk.id)][0] == (24, 6, 1)
+    assert ran[(key(swap_split), longk.id)][0] == (2 * 24, 3, 1)
+    assert ran[(key(persistent), big.id)][0] == (132, 1, 1)

@@ -109,7 +109,7 @@ class TritonGpuCompiler:
             if name in ints:
                 v = ints[name]
                 classes.append("%s=%s" % (name, "1" if v == 1 else "16" if v % 16 == 0 else "x"))
-        even_k = shape.K % (config["BLOCK_K"] * config.get("SPLIT_K", 1)) == 0
+        even_k = shape.K % config["BLOCK_K"] == 0  # split-K splits whole BLOCK_K steps
         return (shape.dtype,) + tuple(classes) + ("EVEN_K=%d" % even_k,)
 
     def _spec_dict(self, spec) -> dict:

@@ -41,6 +41,7 @@ class ShapeData(object):
         self.c = self._alloc(self.c_bytes)
         self.ref = self._alloc(M * N * 4)
         self.ws = None
+        self.ws_count = 0
         self.locks = None
         self.locks_count = 0
         self.strides = strides(M, N, K, shape["layout"])
@@ -50,15 +51,19 @@ class ShapeData(object):
         self.buffers.append(ptr)
         return ptr
 
-    def workspace(self, tiles):
-        """Zeroed split-K workspace and tile counters (kept zero by the kernel itself)."""
+    def workspace(self, tiles, splits):
+        """Split-K buffers: an fp32 workspace of ``splits`` x M x N (one slice per split) and one
+        zeroed counter per tile (the kernel leaves them zero again). Grown, never shrunk, across
+        the variants of the shape."""
         M, N = self.shape["M"], self.shape["N"]
-        if self.ws is None:
-            self.ws = self._alloc(M * N * 4)
+        need = splits * M * N
+        if self.ws_count < need:
+            self.ws = self._alloc(need * 4)
+            self.ws_count = need
         if self.locks_count < tiles:
             self.locks = self._alloc(tiles * 4)
             self.locks_count = tiles
-        self.api.memset32(self.ws, 0, M * N)
+        self.api.memset32(self.ws, 0, self.ws_count)
         self.api.memset32(self.locks, 0, self.locks_count)
         return self.ws, self.locks
 

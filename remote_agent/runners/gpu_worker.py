@@ -155,7 +155,7 @@ class Worker(object):
         cfg = variant.get("config", {})
         grid = tuple(int(g) for g in grid)
         if cfg.get("SPLIT_K", 1) > 1:
-            ws, locks = data.workspace(grid[0])
+            ws, locks = data.workspace(grid[0], cfg["SPLIT_K"])
         else:
             ws, locks = 0, 0
         param_sets = []

@@ -25,7 +25,7 @@ GPU_SPACE = {
     "BLOCK_N": [32, 64, 128, 256],
     "BLOCK_K": [32, 64, 128, 256],
     "GROUP_M": [1, 8],
-    "SPLIT_K": [1, 2, 4, 8],
+    "SPLIT_K": [1, 2, 3, 4, 6, 8, 12, 16],  # deterministic split-K: any count
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4, 5, 6],
 }

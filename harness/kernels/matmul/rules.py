@@ -26,17 +26,16 @@ def _tile_n_too_big(c, s, t, floor=8):
     return c["BLOCK_N"] > max(floor, _pow2_at_least(s.N))
 
 
-def _tile_k_too_big(c, s, t):
-    return c["BLOCK_K"] > s.K
-
-
-def _k_not_divisible(c, s, t):
-    return s.K % c["BLOCK_K"] != 0
+def _tile_k_too_big(c, s, t, floor=8):
+    # the kernels mask the K tail: BLOCK_K up to the next power of two of K serves any K
+    return c["BLOCK_K"] > max(floor, _pow2_at_least(s.K))
 
 
 def _narrower_than_vector(c, s, t):
+    # only where N itself fills a vector register: a narrower N has no full-vector tile at all
     vlen = t.vlen or 0
-    return vlen > 0 and c["BLOCK_N"] * ELEM_BITS[s.dtype] < vlen
+    bits = ELEM_BITS[s.dtype]
+    return vlen > 0 and c["BLOCK_N"] * bits < vlen and s.N * bits >= vlen
 
 
 def _group_m_useless(c, s, t):
@@ -46,9 +45,9 @@ def _group_m_useless(c, s, t):
 CPU_RULES = [
     Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _tile_m_too_big),
     Rule("tile_n_exceeds_dim", "BLOCK_N larger than the next power of two of N", _tile_n_too_big),
-    Rule("tile_k_exceeds_dim", "BLOCK_K larger than K", _tile_k_too_big),
-    Rule("k_not_divisible", "K is not a multiple of BLOCK_K", _k_not_divisible),
-    Rule("narrower_than_vector", "a row of the tile (BLOCK_N elements) is narrower than one vector register (VLEN)",
+    Rule("tile_k_exceeds_dim", "BLOCK_K larger than the next power of two of K", _tile_k_too_big),
+    Rule("narrower_than_vector", "a row of the tile (BLOCK_N elements) is narrower than one vector register (VLEN), "
+         "and N is not",
          _narrower_than_vector),
     Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _group_m_useless),
 ]
@@ -62,17 +61,32 @@ def _gpu_tile_n_too_big(c, s, t):
     return c["BLOCK_N"] > max(32, _pow2_at_least(s.N))
 
 
+def _gpu_tile_k_too_big(c, s, t):
+    return c["BLOCK_K"] > max(32, _pow2_at_least(s.K))
+
+
+def _multiprocessors(t) -> int:
+    return getattr(t, "multiprocessors", None) or 132
+
+
+def _tiles(c, s) -> int:
+    return _cdiv(s.M, c["BLOCK_M"]) * _cdiv(s.N, c["BLOCK_N"])
+
+
 def _split_k_too_deep(c, s, t):
-    return c["SPLIT_K"] > 1 and s.K // c["SPLIT_K"] < c["BLOCK_K"]
-
-
-def _split_k_not_divisible(c, s, t):
-    return s.K % (c["BLOCK_K"] * c["SPLIT_K"]) != 0
+    # splits take whole BLOCK_K steps, ceil(steps / SPLIT_K) each: some split would get none
+    steps = _cdiv(s.K, c["BLOCK_K"])
+    return c["SPLIT_K"] > 1 and _cdiv(steps, _cdiv(steps, c["SPLIT_K"])) < c["SPLIT_K"]
 
 
 def _split_k_on_big_grid(c, s, t):
     # Split-K pays off when the M x N grid alone leaves the GPU idle.
-    return c["SPLIT_K"] > 1 and _cdiv(s.M, c["BLOCK_M"]) * _cdiv(s.N, c["BLOCK_N"]) >= 132
+    return c["SPLIT_K"] > 1 and _tiles(c, s) >= _multiprocessors(t)
+
+
+def _split_k_overfills(c, s, t):
+    # more than four programs per multiprocessor: a smaller split already fills the GPU
+    return c["SPLIT_K"] > 1 and _tiles(c, s) * c["SPLIT_K"] > 4 * _multiprocessors(t)
 
 
 def _gpu_group_m_useless(c, s, t):
@@ -125,9 +139,10 @@ def _accumulator_spills(c, s, t):
 GPU_RULES = [
     Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _gpu_tile_m_too_big),
     Rule("tile_n_exceeds_dim", "BLOCK_N larger than the next power of two of N", _gpu_tile_n_too_big),
-    Rule("k_not_divisible", "K is not a multiple of BLOCK_K * SPLIT_K", _split_k_not_divisible),
-    Rule("split_k_too_deep", "each split of K is shorter than BLOCK_K", _split_k_too_deep),
+    Rule("tile_k_exceeds_dim", "BLOCK_K larger than the next power of two of K", _gpu_tile_k_too_big),
+    Rule("split_k_too_deep", "some split of K would get no BLOCK_K step", _split_k_too_deep),
     Rule("split_k_on_full_grid", "SPLIT_K > 1 where the M x N grid alone fills the GPU", _split_k_on_big_grid),
+    Rule("split_k_overfills", "SPLIT_K > 1 with more than four programs per multiprocessor", _split_k_overfills),
     Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _gpu_group_m_useless),
     Rule("tma_needs_sm90", "TMA = 1 (tensor descriptors) on a target that is not NVIDIA sm90 or newer",
          _tma_needs_hopper),

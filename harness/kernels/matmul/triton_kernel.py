@@ -5,13 +5,20 @@
 compiler gets it as a constant (as the JIT does) and loads along that axis vectorize.
 
 * GROUP_M: program ids are swizzled so that GROUP_M rows of tiles share B columns in L2.
-* SPLIT_K: the grid's second axis splits K. Each split atomically adds its fp32 partial tile
-  into ``ws_ptr`` (an fp32 M x N workspace) and bumps the tile's counter in ``lock_ptr``; the
-  split that arrives last takes the summed tile with an atomic exchange (which also zeroes the
-  workspace), adds nothing more, casts and stores C, and resets the counter. The workspace and
-  the counters are therefore all zeros again after every launch: allocate them zeroed once.
-  With SPLIT_K == 1 neither is touched.
-* EVEN_K: K is a multiple of BLOCK_K * SPLIT_K, so the K loop needs no masks.
+* SPLIT_K: the grid's second axis splits K into SPLIT_K contiguous ranges of whole BLOCK_K steps
+  (any SPLIT_K, any K). The reduction is deterministic and needs no float atomics: each split
+  stores its fp32 partial tile into its own slice of ``ws_ptr`` (an fp32 SPLIT_K x M x N
+  workspace) and bumps the tile's counter in ``lock_ptr``; the split that arrives last sums the
+  SPLIT_K partials in split order (0, 1, ...), so the result is bit-identical whatever order the
+  splits finished in, stores C and resets the counter. The counters are therefore zero again
+  after every launch: allocate them zeroed once; the workspace needs no initial value. With
+  SPLIT_K == 1 neither is touched.
+* EVEN_K: K is a multiple of BLOCK_K, so the K loop needs no masks (the last split may have fewer
+  steps than the others; that needs no mask). Otherwise the last K step is masked; M and N never
+  need load masks (rows and columns past the edge wrap onto valid memory, their results are not
+  stored).
+* Offsets that scale with a whole row or matrix are 64-bit, so any M, N, K up to 65536 addresses
+  correctly.
 * TMA (config parameter, default 0; NVIDIA sm90+): A and B tiles are loaded through device-side
   tensor descriptors (``tl.make_tensor_descriptor``: the bulk tensor copy engine, which pads
   out-of-bounds rows and K with zeros, so no masks). The descriptors live in the launch's global
@@ -84,60 +91,82 @@ def _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
     pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # this split's K steps: contiguous, the last split may have fewer (or none)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_steps, SPLIT_K)
+    first = pid_k * per_split
+    steps = max(0, min(k_steps - first, per_split))
     if TMA:
         acc = _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                            pid_m, pid_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, SWAP_AB, A_T, B_T)
+                            pid_m, pid_n, first, steps, BLOCK_M, BLOCK_N, BLOCK_K, SWAP_AB, A_T, B_T)
     else:
         acc = _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                offs_m, offs_n, pid_k, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, EVEN_K, IEEE, SWAP_AB)
+                                offs_m, offs_n, first, steps, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, SWAP_AB)
 
     # with SWAP_AB the accumulator holds the tile of C transposed (BLOCK_N x BLOCK_M)
     if SWAP_AB:
         rows = offs_n[:, None]
         cols = offs_m[None, :]
         mask = (rows < N) & (cols < M)
-        c_ptrs = c_ptr + rows * stride_cn + cols * stride_cm
-        ws_ptrs = ws_ptr + cols * N + rows
+        c_ptrs = c_ptr + rows * stride_cn + cols.to(tl.int64) * stride_cm
+        ws_ptrs = ws_ptr + cols.to(tl.int64) * N + rows
     else:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+        c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+        ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     if SPLIT_K == 1:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
     else:
-        # fp32 workspace reduce, finished by the split that arrives last at this tile
-        tl.atomic_add(ws_ptrs, acc, mask=mask, sem="relaxed")
-        tl.debug_barrier()  # every thread's partial is issued before the counter is bumped
+        # this split's partial into its own slice of the workspace; the last to arrive reduces
+        tl.store(ws_ptrs + pid_k.to(tl.int64) * M * N, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter is bumped
         arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
-            total = tl.atomic_xchg(ws_ptrs, tl.zeros_like(acc), mask=mask, sem="acquire")
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+            _reduce_splits(ws_ptr, c_ptr, M, N, stride_cm, stride_cn, pid_m, pid_n, BLOCK_M, BLOCK_N, SPLIT_K)
             tl.atomic_xchg(lock_ptr + pid, 0)
 
 
 @triton.jit
+def _reduce_splits(ws_ptr, c_ptr, M, N, stride_cm, stride_cn, pid_m, pid_n, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
+    """C tile = the SPLIT_K partials summed in split order (deterministic), a few rows at a time so
+    the sum and the partial being added stay small next to the accumulator."""
+    ROWS: tl.constexpr = min(BLOCK_M, max(1, 4096 // BLOCK_N))
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    for r in tl.static_range(0, BLOCK_M, ROWS):
+        offs_m = pid_m * BLOCK_M + r + tl.arange(0, ROWS)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+        total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+        for s in range(SPLIT_K):
+            # .cg: read at L2, where the other programs' partials are (never a stale L1 line)
+            total += tl.load(ws_ptrs + (s * M).to(tl.int64) * N, mask=mask, other=0.0, cache_modifier=".cg")
+        c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      offs_m, offs_n, pid_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
-                      SWAP_AB: tl.constexpr):
+                      offs_m, offs_n, first, steps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, SWAP_AB: tl.constexpr):
     # wrap rows and columns past the edge onto valid memory: loads need no mask on M and N
-    rm = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
-    rn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
-    rk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    rm = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M).to(tl.int64)
+    rn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N).to(tl.int64)
+    rk = first * BLOCK_K + tl.arange(0, BLOCK_K)
     if SWAP_AB:  # C^T = B^T A^T: the wide N side of a skinny product feeds the MMA's M side
-        a_ptrs = a_ptr + rk[:, None] * stride_ak + rm[None, :] * stride_am
-        b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :] * stride_bk
+        a_ptrs = a_ptr + rk[:, None].to(tl.int64) * stride_ak + rm[None, :] * stride_am
+        b_ptrs = b_ptr + rn[:, None] * stride_bn + rk[None, :].to(tl.int64) * stride_bk
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
-        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-        b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :].to(tl.int64) * stride_ak
+        b_ptrs = b_ptr + rk[:, None].to(tl.int64) * stride_bk + rn[None, :] * stride_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
+    for k in range(0, steps):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
-            k_left = K - k * BLOCK_K * SPLIT_K
+            k_left = K - k * BLOCK_K  # rk is where this split starts
             if SWAP_AB:
                 a = tl.load(a_ptrs, mask=rk[:, None] < k_left, other=0.0)
                 b = tl.load(b_ptrs, mask=rk[None, :] < k_left, other=0.0)
@@ -148,8 +177,8 @@ def _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, st
             acc = _dot(b, a, acc, IEEE)
         else:
             acc = _dot(a, b, acc, IEEE)
-        a_ptrs += BLOCK_K * SPLIT_K * stride_ak
-        b_ptrs += BLOCK_K * SPLIT_K * stride_bk
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
     return acc
 
 
@@ -197,9 +226,8 @@ def _load_tiles(a_desc, b_desc, off_m, off_n, off_k, A_T: tl.constexpr, B_T: tl.
 
 @triton.jit
 def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  pid_m, pid_n, pid_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
-                  A_T: tl.constexpr, B_T: tl.constexpr):
+                  pid_m, pid_n, first, steps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, SWAP_AB: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
     a_desc, b_desc = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                   BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
     off_m = pid_m * BLOCK_M
@@ -208,8 +236,8 @@ def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
-        a, b = _load_tiles(a_desc, b_desc, off_m, off_n, (k * SPLIT_K + pid_k) * BLOCK_K, A_T, B_T)
+    for k in range(0, steps):  # the descriptors fill K (and M, N) past the edge with zeros
+        a, b = _load_tiles(a_desc, b_desc, off_m, off_n, (first + k) * BLOCK_K, A_T, B_T)
         if SWAP_AB:
             acc = tl.dot(tl.trans(b), tl.trans(a), acc)
         else:
