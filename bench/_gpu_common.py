@@ -67,8 +67,9 @@ class Launcher(object):
         values = {"a_ptr": a.data_ptr(), "b_ptr": b.data_ptr(), "c_ptr": c.data_ptr(), "M": M, "N": N,
                   "K": shape["K"], "ws_ptr": 0, "lock_ptr": 0}
         values.update(strides(M, N, shape["K"], shape["layout"]))
-        if variant["config"].get("SPLIT_K", 1) > 1:
-            self.ws = torch.zeros(M * N, dtype=torch.float32, device="cuda")
+        split = variant["config"].get("SPLIT_K", 1)
+        if split > 1:  # one fp32 M x N slice per split, one zeroed counter per tile (docs/contracts.md)
+            self.ws = torch.zeros(split * M * N, dtype=torch.float32, device="cuda")
             self.locks = torch.zeros(self.grid[0], dtype=torch.int32, device="cuda")
             values.update(ws_ptr=self.ws.data_ptr(), lock_ptr=self.locks.data_ptr())
         self.params = self.kernel.params(values, self.grid)
