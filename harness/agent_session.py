@@ -2,11 +2,13 @@
 
 One serving agent per machine of the target (this machine for a target without ``ssh:``, every
 host of a fleet) is started once and stays up across rounds; its GPU workers keep their
-contexts, modules and device test data. A round is ``submit``-ted (the bundle's new files, its
-manifest and a round file in one tar stream; here, the round file only) and later
-``collect``-ed (one ``wait`` command per host that brings the round's rows back). Between the
-two the host may build and submit the next round: the agent takes rounds in order, so the next
-is measured as soon as this one ends.
+contexts, modules and device test data. On a remote, the first round pushes the agent's code
+and the bundle (one tar stream); then one SSH channel stays open for the whole tune (a
+``Bridge`` to ``remote_agent bridge``), and a round costs no SSH command: its new files and the
+round go in as JSON lines, its rows come back when it is done. Here, rounds are files in the
+agent's queue folder. A round is ``submit``-ted, and later ``collect``-ed; between the two the
+host may build and submit the next round: the agent takes rounds in order, so the next is
+measured as soon as this one ends.
 
 A fleet's round is split over its hosts (job i to host i mod n); a pinned round (a winners'
 re-measure) runs on the first host's first device only. A dead agent is restarted and resumes
@@ -18,7 +20,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import shlex
 import tempfile
 import threading
 import time
@@ -29,6 +30,7 @@ from typing import List, Optional
 from remote_agent.contract import OK
 
 from .errors import HarnessError
+from .run import ConnectionLost
 
 MAX_RESTARTS = 3  # per round and host
 
@@ -38,10 +40,11 @@ class Stats:
     """Where a tune's time went, for the progress line and bench/tune_throughput.py."""
 
     agent_starts: int = 0
-    start_seconds: float = 0.0  # starting serving agents
+    start_seconds: float = 0.0  # starting serving agents (and the first push to each machine)
     push_seconds: float = 0.0  # sending rounds
     wait_seconds: float = 0.0  # the host blocked on the agents' results
     measure_seconds: float = 0.0  # rounds' wall time on the agents (summed over hosts)
+    measure_wall: float = 0.0  # rounds' wall time on the agents (the slowest host of each round)
     busy_seconds: dict = field(default_factory=dict)  # device -> seconds a job ran there
     devices: dict = field(default_factory=dict)  # host label -> devices it measured on
     restarts: int = 0
@@ -57,8 +60,72 @@ class Ticket:
     submitted: float
 
 
+class Bridge:
+    """One SSH channel to ``python -m remote_agent bridge`` for the whole tune: requests go in
+    as JSON lines, replies come back tagged with the request's id (a round's rows when done)."""
+
+    def __init__(self, transport, workdir: str, idle_timeout: float):
+        t = transport
+        command = t.shell_command([t.python, "-u", "-m", "remote_agent", "bridge", "--workdir", workdir,
+                                   "--idle-timeout", str(idle_timeout)], cwd=t.workdir or None,
+                                  env={"PYTHONPATH": "agent"})
+        self.label = t.label
+        self.chan = t._channel(command)
+        self.out = self.chan.makefile("rb")
+        self.lock = threading.Lock()
+        self.replies, self.events = {}, {}
+        self.next_id = 0
+        self.closed = None
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            for raw in self.out:
+                reply = json.loads(raw.decode("utf-8", "replace"))
+                with self.lock:
+                    self.replies[reply.get("id")] = reply
+                    event = self.events.get(reply.get("id"))
+                if event is not None:
+                    event.set()
+        except Exception as exc:  # the channel broke
+            self.closed = str(exc)
+        self.closed = self.closed or "the channel closed"
+        with self.lock:
+            for event in self.events.values():
+                event.set()
+
+    def call(self, request: dict) -> dict:
+        with self.lock:
+            self.next_id += 1
+            rid = self.next_id
+            event = self.events[rid] = threading.Event()
+        try:
+            self.chan.sendall((json.dumps(dict(request, id=rid)) + "\n").encode())
+        except Exception as exc:
+            raise ConnectionLost("lost the connection to %s (%s)" % (self.label, exc))
+        event.wait()
+        with self.lock:
+            del self.events[rid]
+            reply = self.replies.pop(rid, None)
+        if reply is None:
+            stderr = b""
+            if self.chan.recv_stderr_ready():
+                stderr = self.chan.recv_stderr(4096)
+            raise ConnectionLost("lost the connection to %s (%s)%s" % (
+                self.label, self.closed, ": " + stderr.decode(errors="replace").strip()[-200:] if stderr else ""))
+        if reply.get("error"):
+            raise HarnessError("the agent on %s: %s" % (self.label, reply["error"]))
+        return reply
+
+    def close(self):
+        try:
+            self.chan.close()
+        except Exception:
+            pass
+
+
 class Lane:
-    """One machine's serving agent."""
+    """One machine's serving agent: here, through its files; on a remote, through a Bridge."""
 
     def __init__(self, session, transport, target, kernel: str):
         from .push import remote_bundle_dir, remote_results_dir
@@ -79,111 +146,95 @@ class Lane:
             self.results = str(local_results_path(session.root, target.name, kernel).resolve())
             self.workdir = str(Path(self.results).parent / "serve")
         self.have: Optional[set] = None  # bundle files known to be on the remote
+        self.bridge: Optional[Bridge] = None
         self.started = False
 
-    # -- commands -----------------------------------------------------------------------------
-    def _command(self, args: list) -> tuple:
-        """Run ``python -m remote_agent ARGS`` there; (rc, stdout text, stderr text). Here,
-        ``wait`` runs in this process (no interpreter to start per round)."""
-        t = self.transport
-        if not self.remote and args[0] == "wait":
-            import io
-
-            from remote_agent.serve import wait_round
-
-            buf = io.StringIO()
-            return wait_round(args[2], args[4], out=buf), buf.getvalue(), ""
-        if self.remote:
-            command = t.shell_command([t.python, "-m", "remote_agent"] + args, cwd=t.workdir or None,
-                                      env={"PYTHONPATH": "agent"})
-            rc, out, err = t.run_capture(command)
-            return rc, out.decode("utf-8", "replace"), err
-        import subprocess
-
-        from .transport.local import LocalTransport
-
-        proc = subprocess.run([t.python, "-m", "remote_agent"] + args, capture_output=True, text=True,
-                              cwd=str(LocalTransport.agent_root()))
-        return proc.returncode, proc.stdout, proc.stderr
-
-    def start(self, clear: bool = False) -> None:
-        """Start the serving agent (``clear``: this session's first start drops earlier rounds)."""
-        began = time.monotonic()
-        rc, out, err = self._command(["serve", "--workdir", self.workdir, "--detach",
-                                      "--idle-timeout", str(self.session.idle_timeout)] + (["--clear"] if clear else []))
-        if rc != 0:
-            raise HarnessError("cannot start the agent on %s: %s" % (self.label, (err or out).strip()[-300:]))
-        self.started = True
-        self.session.stats.agent_starts += 1
-        self.session.stats.start_seconds += time.monotonic() - began
-
-    def stop(self) -> None:
-        if not self.started:
-            return
-        if self.remote:
-            t = self.transport
-            path = "%s/%s/stop" % (t.workdir, self.workdir) if t.workdir else "%s/stop" % self.workdir
-            try:
-                t.run_capture("touch %s" % shlex.quote(path))
-            except Exception:
-                pass  # the agent stops on its own when idle
-        else:
-            Path(self.workdir, "stop").touch()
-        self.started = False
-
-    # -- rounds -------------------------------------------------------------------------------
     def install(self, bundle: Path, manifest) -> None:
-        """The first time: the agent's code and the bundle files the remote lacks."""
+        """The first time on a remote: the agent's code and the bundle files it lacks (one tar
+        stream), then the bridge."""
         if self.remote and self.have is None:
             from .bundle import pushed_files
             from .push import push
 
             push(bundle, manifest, self.transport)
             self.have = set(pushed_files(bundle, manifest))
+        if self.remote and self.bridge is None:
+            self.bridge = Bridge(self.transport, self.workdir, self.session.idle_timeout)
+
+    def start(self, clear: bool = False) -> None:
+        """Start the serving agent (``clear``: this session's first start drops earlier rounds)."""
+        if self.remote:
+            self.bridge.call({"op": "start", "clear": clear})
+        else:
+            import subprocess
+
+            from .transport.local import LocalTransport
+
+            proc = subprocess.run([self.transport.python, "-m", "remote_agent", "serve", "--workdir", self.workdir,
+                                   "--detach", "--idle-timeout", str(self.session.idle_timeout)]
+                                  + (["--clear"] if clear else []),
+                                  capture_output=True, text=True, cwd=str(LocalTransport.agent_root()))
+            if proc.returncode != 0:
+                raise HarnessError("cannot start the agent here: %s" % (proc.stderr or proc.stdout).strip()[-300:])
+        self.started = True
+        self.session.stats.agent_starts += 1
+
+    def stop(self) -> None:
+        if self.started:
+            if self.remote:
+                try:
+                    self.bridge.call({"op": "stop"})
+                except HarnessError:
+                    pass  # the agent stops on its own when idle
+            else:
+                Path(self.workdir, "stop").touch()
+            self.started = False
+        if self.bridge is not None:
+            self.bridge.close()
+            self.bridge = None
 
     def send(self, name: str, bundle: Path, manifest, options: dict, pin: bool) -> None:
-        """The round's new files, its manifest and the round file (last, so that the agent never
-        sees a round whose files are still on their way)."""
+        """The round's new files (before the round, so that the agent never sees a round whose
+        files are still on their way) and the round."""
+        import base64
+
         from .bundle import pushed_files
 
         spec = {"bundle": self.bundle, "results": self.results, "manifest": json.loads(manifest.to_json()),
                 "options": options, "pin": bool(pin)}
-        name = "%s/queue/%s.json" % (self.workdir, name)
         if not self.remote:
-            from remote_agent.serve import write_json
+            from remote_agent.serve import round_files, write_json
 
             Path(self.workdir, "queue").mkdir(parents=True, exist_ok=True)
-            write_json(name, spec)
+            write_json(round_files(str(Path(self.workdir, "queue")), name)["json"], spec)
             return
-        self.install(bundle, manifest)
         missing = [f for f in pushed_files(bundle, manifest) if f not in self.have]
-        with tempfile.TemporaryDirectory(prefix="harness-round-") as tmp:
-            round_file = Path(tmp) / "round.json"
-            round_file.write_text(json.dumps(spec))
-            pairs = [(bundle / f, "%s/%s" % (self.bundle, f)) for f in missing]
-            pairs += [(bundle / "manifest.json", "%s/manifest.json" % self.bundle), (round_file, name)]
-            self.transport.put_files(pairs)
+        files = {"%s/%s" % (self.bundle, f): [base64.b64encode((bundle / f).read_bytes()).decode(),
+                                              (bundle / f).stat().st_mode & 0o755] for f in missing}
+        # what a GPU worker started later reads (tolerances, support kernels)
+        files["%s/manifest.json" % self.bundle] = [base64.b64encode(manifest.to_json().encode()).decode(), 0o644]
+        self.bridge.call({"op": "files", "files": files})
         self.have.update(missing)
+        self.bridge.call({"op": "round", "name": name, "spec": spec})
 
     def wait(self, name: str) -> dict:
         """Block until round ``name`` is done there; restart a dead agent (it resumes the
         round). Returns {"done", "header", "rows"}."""
+        from remote_agent.serve import wait_round
+
         for attempt in range(MAX_RESTARTS + 1):
-            rc, out, err = self._command(["wait", "--workdir", self.workdir, "--round", name])
-            lines = [l for l in out.splitlines() if l.startswith("{")]
-            reply = json.loads(lines[-1]) if lines else {}
-            if rc == 0 and "done" in reply:
+            reply = self.bridge.call({"op": "wait", "name": name}) if self.remote else wait_round(self.workdir, name)
+            if "done" in reply:
                 return reply
-            if rc == 3 and attempt < MAX_RESTARTS:
+            if attempt < MAX_RESTARTS:
                 from . import ui
 
                 ui.console.print("[yellow]the agent on %s is gone (%s); restarting it, it resumes round %s[/]"
-                                 % (self.label, reply.get("log") or "no log", name))
+                                 % (self.label, reply.get("gone"), name))
                 self.session.stats.restarts += 1
                 self.start()
-                continue
-            raise HarnessError("the agent on %s stopped: %s" % (self.label, reply.get("log") or (err or out).strip()[-300:]))
-        raise HarnessError("the agent on %s died %d times in round %s" % (self.label, MAX_RESTARTS + 1, name))
+        raise HarnessError("the agent on %s died %d times in round %s: %s" % (
+            self.label, MAX_RESTARTS + 1, name, reply.get("gone")))
 
 
 class AgentSession:
@@ -202,21 +253,41 @@ class AgentSession:
     def submit(self, bundle: Path, manifest, options: dict, pin: bool = False) -> Ticket:
         """Queue the round ``manifest`` (its jobs split over the hosts, or all on the first host
         and its first device when ``pin``); returns at once."""
-        began = time.monotonic()
         lanes = self.lanes[:1] if pin else self.lanes
+        self._setup([lane for lane in lanes if not lane.started], bundle, manifest)
+        began = time.monotonic()
         parts = []
         for i, (lane, part) in enumerate(zip(lanes, split(manifest, len(lanes)))):
             if not part.jobs and i and not any(v.status != OK for v in part.variants):
                 continue
-            if not lane.started:
-                lane.install(bundle, part)
-                lane.start(clear=True)
             self.number += 1
             name = "%s-%06d" % (self.token, self.number)
             lane.send(name, bundle, part, options, pin)
             parts.append((lane, name))
         self.stats.push_seconds += time.monotonic() - began
         return Ticket(parts, began)
+
+    def _setup(self, lanes: list, bundle: Path, manifest) -> None:
+        """The first push and the agent's start on every machine at once."""
+        began = time.monotonic()
+        errors = []
+
+        def setup(lane):
+            try:
+                lane.install(bundle, manifest)
+                lane.start(clear=True)
+            except Exception as exc:  # re-raised below, in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=setup, args=(lane,), daemon=True) for lane in lanes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        if lanes:
+            self.stats.start_seconds += time.monotonic() - began
 
     def collect(self, ticket: Ticket, local_results: Path) -> List[dict]:
         """The rows of a submitted round, in the order the hosts wrote them; rows measured on a
@@ -241,6 +312,7 @@ class AgentSession:
         if errors:
             raise errors[0]
         rows = []
+        self.stats.measure_wall += max(float(r["done"].get("seconds") or 0.0) for r in replies)
         for (lane, _), reply in zip(ticket.parts, replies):
             done = reply["done"]
             self.stats.rounds += 1

@@ -1,4 +1,4 @@
-"""python3 -m remote_agent {run,start,follow,status,serve,wait,check} ... (standard library only)."""
+"""python3 -m remote_agent {run,start,follow,status,serve,bridge,check} ... (standard library only)."""
 
 import argparse
 import json
@@ -39,7 +39,7 @@ def main(argv=None):
 
             print(json.dumps(facts([e for e in args.events.split(",") if e]), indent=1))
             return 0
-        if args.command in ("serve", "wait"):
+        if args.command in ("serve", "bridge"):
             return serve.main(args)
         if args.command in ("start", "follow", "status"):
             from . import detach

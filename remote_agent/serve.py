@@ -17,7 +17,8 @@ Files under W (the host writes ``queue/*.json``; everything else is the agent's)
 
 Rows are appended and flushed per job as in ``run``: killing the agent loses no finished row.
 ``--detach`` starts it in its own session (so a closed SSH channel does not stop it) and returns
-once it serves; ``wait`` follows one round from another process (the host's SSH command).
+once it serves; ``bridge`` is the host's one SSH channel for a tune: it starts the agent, writes
+new files and rounds, and answers each round with its rows when done.
 Standard library only.
 """
 
@@ -293,25 +294,88 @@ def start_detached(argv, workdir, clear=False, wait=30.0, out=sys.stdout):
     raise AgentError("the serving agent did not start within %gs; see %s" % (wait, p["serve.log"]))
 
 
-def wait_round(workdir, name, timeout=None, poll=0.02, out=sys.stdout):
-    """Wait for round ``name``; print one JSON line {"done", "header", "rows"}. Exit 3 when no
-    agent serves and the round is not done (the host restarts it), 4 past ``timeout``."""
+def wait_round(workdir, name, timeout=None, poll=0.02):
+    """Wait for round ``name``: {"done", "header", "rows"} (its rows), or {"gone": log tail} when
+    no agent serves and the round is not done (the host restarts it), or {"timeout": true}."""
     p = paths(workdir)
     files = round_files(p["queue"], name)
     deadline = None if timeout is None else time.monotonic() + timeout
     while not os.path.exists(files["done"]):
         if serving_pid(workdir) is None and not os.path.exists(files["done"]):
-            out.write(json.dumps({"gone": True, "log": _tail(p["serve.log"])}) + "\n")
-            return 3
+            return {"gone": _tail(p["serve.log"]) or "no log"}
         if deadline is not None and time.monotonic() > deadline:
-            return 4
+            return {"timeout": True}
         time.sleep(poll)
     done = read_json(files["done"])
     spec = read_json(files["json"])
     header, rows = rows_between(spec["results"], done["offset"], done["end"])
-    out.write(json.dumps({"done": done, "header": header, "rows": rows}) + "\n")
-    out.flush()
+    return {"done": done, "header": header, "rows": rows}
+
+
+def bridge(workdir, idle_timeout, infile=sys.stdin, outfile=sys.stdout):
+    """The host's one SSH channel to a serving agent for a whole tune (so that a round costs no
+    SSH command): JSON requests in, one JSON reply per request out, each with the request's id.
+      {"op": "start", "clear"}     start the serving agent unless one serves -> {"pid"}
+      {"op": "files", "files": {path: [base64, mode]}}   write files (relative, no '..')
+      {"op": "round", "name", "spec"}            queue a round
+      {"op": "wait", "name"}       -> wait_round's reply, when the round is done (requests
+                                      that follow are served meanwhile)
+      {"op": "stop"}               the agent finishes its round and exits
+    The serving agent is a process of its own: a dropped channel ends only the bridge."""
+    import base64
+    import threading
+
+    lock = threading.Lock()
+
+    def reply(message):
+        with lock:
+            outfile.write(json.dumps(message) + "\n")
+            outfile.flush()
+
+    def waiter(rid, name):
+        reply(dict(wait_round(workdir, name), id=rid))
+
+    for line in infile:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        rid, op = request.get("id"), request.get("op")
+        try:
+            if op == "start":
+                argv = ["--workdir", workdir, "--idle-timeout", str(idle_timeout)]
+                start_detached(argv, workdir, clear=request.get("clear"), out=io.StringIO())
+                reply({"id": rid, "pid": serving_pid(workdir)})
+            elif op == "files":
+                for rel, (data, mode) in request["files"].items():
+                    _write_file(rel, base64.b64decode(data), mode)
+                reply({"id": rid})
+            elif op == "round":
+                os.makedirs(paths(workdir)["queue"], exist_ok=True)
+                write_json(round_files(paths(workdir)["queue"], request["name"])["json"], request["spec"])
+                reply({"id": rid})
+            elif op == "wait":
+                threading.Thread(target=waiter, args=(rid, request["name"]), daemon=True).start()
+            elif op == "stop":
+                open(paths(workdir)["stop"], "a").close()
+                reply({"id": rid})
+            else:
+                reply({"id": rid, "error": "unknown op %r" % op})
+        except (AgentError, OSError, ValueError, KeyError) as exc:
+            reply({"id": rid, "error": str(exc)})
     return 0
+
+
+def _write_file(rel, data, mode):
+    if os.path.isabs(rel) or ".." in rel.split("/"):
+        raise ValueError("refusing to write %r: absolute or '..' path" % rel)
+    parent = os.path.dirname(rel)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    tmp = "%s.part%d" % (rel, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, int(mode) & 0o755)
+    os.replace(tmp, rel)
 
 
 def _tail(path, lines=3):
@@ -324,8 +388,8 @@ def _tail(path, lines=3):
 
 
 def main(args):
-    if args.command == "wait":
-        return wait_round(args.workdir, args.round, args.timeout)
+    if args.command == "bridge":
+        return bridge(args.workdir, args.idle_timeout)
     argv = ["--workdir", args.workdir, "--idle-timeout", str(args.idle_timeout)]
     if args.detach:
         return start_detached(argv, args.workdir, clear=args.clear)
@@ -338,7 +402,6 @@ def add_arguments(sub):
     serve.add_argument("--idle-timeout", type=float, default=600.0, help="exit after this many idle seconds")
     serve.add_argument("--detach", action="store_true", help="start in its own session and return")
     serve.add_argument("--clear", action="store_true", help="with --detach: drop earlier rounds when none serves")
-    wait = sub.add_parser("wait", help="wait for a round of a serving agent; print its rows as JSON")
-    wait.add_argument("--workdir", required=True)
-    wait.add_argument("--round", required=True, help="the round's name (its file without .json)")
-    wait.add_argument("--timeout", type=float, default=None)
+    bridge = sub.add_parser("bridge", help="JSON requests on stdin for a serving agent (the host's channel)")
+    bridge.add_argument("--workdir", required=True)
+    bridge.add_argument("--idle-timeout", type=float, default=600.0, help="for the agent it starts")
