@@ -129,18 +129,18 @@ def _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
 @triton.jit
 def _reduce_splits(ws_ptr, c_ptr, M, N, stride_cm, stride_cn, pid_m, pid_n, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """C tile = the SPLIT_K partials summed in split order (deterministic), a few rows at a time so
-    the sum and the partial being added stay small next to the accumulator."""
-    ROWS: tl.constexpr = min(BLOCK_M, max(1, 4096 // BLOCK_N))
+    """C tile = the SPLIT_K partials summed in split order (deterministic), 2048 elements at a time:
+    the split loop is unrolled, so the loads of all partials are in flight together."""
+    ROWS: tl.constexpr = min(BLOCK_M, 2048 // BLOCK_N)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     for r in tl.static_range(0, BLOCK_M, ROWS):
         offs_m = pid_m * BLOCK_M + r + tl.arange(0, ROWS)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
         total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-        for s in range(SPLIT_K):
+        for s in tl.static_range(SPLIT_K):
             # .cg: read at L2, where the other programs' partials are (never a stale L1 line)
-            total += tl.load(ws_ptrs + (s * M).to(tl.int64) * N, mask=mask, other=0.0, cache_modifier=".cg")
+            total += tl.load(ws_ptrs + s * tl.cast(M, tl.int64) * N, mask=mask, other=0.0, cache_modifier=".cg")
         c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
         tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
