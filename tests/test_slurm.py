@@ -69,8 +69,6 @@ def test_job_array_results_equal_a_plain_ssh_run(tmp_path, cluster, bundle):
     ws.harness("run", "--remote", "rv", "--iters", "2")
     state = _run_state(ws)
     assert state["arrays"][0]["chunks"] == [0, 1, 2] and len(state["arrays"]) == 1  # 3 tasks, none again
-    status = ws.harness("status", "rv").stdout
-    assert status.count(": COMPLETED") == 3 and "3 of 3 chunks done" in status
     ws.harness("report", "--target", "rv")
     on_slurm = _results(ws)
     # the tuned files' device facts come from the compute nodes (each task probed its own)
@@ -112,6 +110,7 @@ def test_a_task_cancelled_mid_run_is_submitted_again_and_nothing_is_lost(tmp_pat
     state = _run_state(ws)
     assert len(state["arrays"]) == 2 and len(state["arrays"][1]["chunks"]) == 1
     status = ws.harness("status", "rv").stdout
+    assert "3 of 3 chunks done" in status and status.count(": COMPLETED") == 3  # 2 first tasks, 1 again
     assert "%s (chunk" % victim in status and "CANCELLED" in status and "CANCELLED AT" in status  # its stderr
 
     ws.harness("report", "--target", "rv")
@@ -133,21 +132,17 @@ def test_tune_rounds_run_as_job_arrays(tmp_path, cluster, bundle):
 
 
 @needs_slurm
-def test_slurm_values_reach_sbatch_quoted(tmp_path, cluster, bundle):
-    ws = _workspace(tmp_path / "quoted", cluster, "    partition: 'x; touch %s'\n" % (tmp_path / "pwned"), bundle)
+def test_slurm_values_reach_sbatch_quoted_and_a_task_without_python_ends_the_run(tmp_path, cluster, bundle):
+    ws = _workspace(tmp_path / "faults", cluster, "    tasks: 2\n    poll: 0.3\n", bundle)
     ws.harness("push", "rv")
+    good = (ws.path / "targets.yaml").read_text()
+    (ws.path / "targets.yaml").write_text(good + "    partition: 'x; touch %s'\n" % (tmp_path / "pwned"))
     proc = ws.harness("run", "--remote", "rv", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "sbatch on" in proc.stderr and "partition" in proc.stderr
     assert not (tmp_path / "pwned").exists()
 
-
-@needs_slurm
-def test_a_task_that_cannot_start_the_agent_ends_the_run_with_its_stderr(tmp_path, cluster, bundle):
-    ws = _workspace(tmp_path / "nopython", cluster, "    tasks: 2\n    poll: 0.3\n", bundle)
-    with open(ws.path / "targets.yaml", "a") as f:
-        f.write("  python: python3-not-on-the-nodes\n")
-    ws.harness("push", "rv")
+    (ws.path / "targets.yaml").write_text(good + "  python: python3-not-on-the-nodes\n")
     proc = ws.harness("run", "--remote", "rv", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "agent exit 127" in proc.stderr and "python3-not-on-the-nodes" in proc.stderr  # the task's stderr

@@ -6,7 +6,8 @@ resumes from its own results file: nothing is lost and nothing is measured twice
 In the cluster's shared folder (``slurm.shared_dir``, else the target's ``workdir``):
     results/<target>/<kernel>/slurm/current               the id of the latest run
     results/<target>/<kernel>/slurm/<run>/run.json        its chunks, agent options, arrays
-    results/<target>/<kernel>/slurm/<run>/chunk-N.csv     chunk N's rows (+ .exit: the agent's code)
+    results/<target>/<kernel>/slurm/<run>/chunk-N.csv     chunk N's rows; beside it .exit (the agent's
+                                                          exit code) and .device.json (the node's facts)
     results/<target>/<kernel>/slurm/<run>/logs/           <array>_<task>.out and .err
 """
 
@@ -29,7 +30,7 @@ from .. import ui
 from ..errors import HarnessError
 from ..push import remote_bundle_dir, remote_results_dir
 from .slurm_batch import EXIT_SUFFIX, sbatch_argv, submit_command, task_script
-from .slurm_queue import parse_queued, queued_command, read_logs, read_states
+from .slurm_queue import TaskState, parse_queued, queued_command, read_logs, read_states
 
 # exit codes of a task's agent that running it again will not change: something to fix (2), no
 # such command (127) or not executable (126)
@@ -88,7 +89,7 @@ def run_array(transport, target, kernel: str, options, on_progress=None) -> str:
 
     keys = job_keys(transport, target.name, kernel)
     run = load_current(transport, target.name, kernel)
-    if run is not None and _live(transport, run):
+    if run is not None and _poll(transport, run, target.name, kernel)[0]:
         ui.console.print("attaching to the Slurm run in progress (%s, arrays %s)"
                          % (run.id, ", ".join(a["job"] for a in run.arrays)))
     else:
@@ -110,8 +111,9 @@ def run_array(transport, target, kernel: str, options, on_progress=None) -> str:
 
 def submit(transport, target, kernel: str, run: Run, chunks: list) -> str:
     """One job array, task N running chunk ``chunks[N]``; the run's state file names it."""
-    from ..run import RunOptions, agent_args
+    from ..devinfo import PROBE
     from ..fleet import compact
+    from ..run import RunOptions, agent_args
 
     arms = []
     for c in chunks:
@@ -123,8 +125,6 @@ def submit(transport, target, kernel: str, run: Run, chunks: list) -> str:
     folder = run_dir(target.name, kernel, run.id)
     state = _state_json(dataclasses.replace(run, arrays=run.arrays + [{"job": _ID_MARK, "chunks": chunks}]))
     before, _, after = state.partition(_ID_MARK)
-    from ..devinfo import PROBE
-
     command = submit_command(
         transport.workdir, task_script(arms, run.rerun_all, PROBE),
         sbatch_argv(target.slurm, "harness-%s-%s" % (target.name, kernel), len(chunks), folder + "/logs"),
@@ -307,12 +307,6 @@ def _poll(transport, run: Run, target: str, kernel: str) -> tuple:
     return live, done
 
 
-def _live(transport, run: Run) -> bool:
-    queued = {k for k, s in read_states(transport, [a["job"] for a in run.arrays]).items()
-              if s.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")}
-    return bool(queued)
-
-
 def _state_json(run: Run) -> str:
     return json.dumps(dataclasses.asdict(run), indent=1)
 
@@ -359,7 +353,8 @@ def status_lines(transport, target, kernel: str) -> list:
     rows = sum(r for r, _ in chunk_facts.values())
     lines = ["%s: Slurm run %s: %d of %d chunks done, %d rows (%d jobs)" % (
         transport.label, run.id, done, len(run.chunks), rows, sum(len(c) for c in run.chunks))]
-    tasks = [states.get((a["job"], t)) or _unknown(a["job"], t) for a in run.arrays for t in range(len(a["chunks"]))]
+    tasks = [states.get((a["job"], t)) or TaskState(a["job"], t, "UNKNOWN")
+             for a in run.arrays for t in range(len(a["chunks"]))]
     logs = read_logs(transport, folder + "/logs", [t for t in tasks if t.state not in ("PENDING",)], lines=3)
     for t in tasks:
         chunk = run.task_chunk(t.job, t.task)
@@ -368,8 +363,3 @@ def status_lines(transport, target, kernel: str) -> list:
         lines += ["      " + l for l in logs.get(t.name, [])]
     return lines
 
-
-def _unknown(job, task):
-    from .slurm_queue import TaskState
-
-    return TaskState(str(job), task, "UNKNOWN")
