@@ -148,6 +148,36 @@ def report(r: dict) -> None:
         print("           winners re-measured in %.1fs" % r["remeasure"])
 
 
+def compile_rate(project: Path, shapes: str, configs: int, jobs: int) -> None:
+    """Compiles per second for an sm90 target, kept compile workers vs a process per compile,
+    and how many (config, shape) pairs share an artifact (a specialization compiled once)."""
+    from harness import kernels
+    from harness.build import BuildOptions, build
+    from harness.commands.build import read_shapes
+    from harness.space import expand
+    from harness.targets import get_target
+
+    (project / "targets.yaml").write_text(gpu_yaml("0"))
+    tgt = get_target("node", str(project / "targets.yaml"))
+    kern = kernels.get("matmul")
+    shape_list = read_shapes(tgt, shapes, None, "auto", None, 0.1, None)
+    pick = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [32, 64], "GROUP_M": [8], "SPLIT_K": [1],
+            "num_warps": [4, 8], "num_stages": [3, 4]}
+    chosen = [dict(c, **{k: v[0] for k, v in kern.space_for(tgt).items() if k not in pick})
+              for c in expand(pick)][:configs]
+    for workers in ("1", "0"):  # kept workers first: a cold disk cache would count against them
+        os.environ["HARNESS_COMPILE_WORKERS"] = workers
+        root = project / ("compile-%s" % workers)
+        began = time.monotonic()
+        summary = build(kern, tgt, shape_list, root, BuildOptions(jobs=jobs, only_configs=chosen))
+        seconds = time.monotonic() - began
+        print("%-28s %3d artifacts for %d (config, shape) pairs in %.1fs = %.2f compiles/s (%d jobs), %d failed" % (
+            "kept compile workers:" if workers == "1" else "a process per compile:", summary.compiled,
+            summary.compiled + summary.reused_across_shapes, seconds, summary.compiled / seconds, jobs,
+            summary.failed))
+    os.environ.pop("HARNESS_COMPILE_WORKERS")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", action="store_true", help="this machine is a GPU node: target backend cuda, local")
@@ -164,6 +194,9 @@ def main(argv=None) -> int:
     p.add_argument("--library", action="store_true", help="--gpu: also time torch.matmul per shape")
     p.add_argument("--modes", default=None, help="per-round,long-lived (default CPU) or long-lived (default GPU)")
     p.add_argument("--keep", default=None, help="project folder to use and keep (default: a temporary one)")
+    p.add_argument("--compile", type=int, default=0, metavar="N",
+                   help="only measure compiles: N sm90 configs over --shapes (no GPU needed)")
+    p.add_argument("--jobs", type=int, default=0, help="--compile: parallel compiles (default: all cores)")
     args = p.parse_args(argv)
     gpu = args.gpu
     if gpu and not args.shapes:
@@ -177,6 +210,14 @@ def main(argv=None) -> int:
     project = Path(args.keep or tempfile.mkdtemp(prefix="harness-bench-tune-")).resolve()
     project.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HARNESS_KERNELS_PATH", str(REPO / "tests" / "kernels"))
+    if args.compile:
+        try:
+            compile_rate(project, args.shapes if gpu or args.shapes != "32x32x32,48x32x16" else
+                         "1024x1024x1024,2048x1024x512", args.compile, args.jobs or os.cpu_count() or 1)
+        finally:
+            if not args.keep:
+                shutil.rmtree(project, ignore_errors=True)
+        return 0
     servers = []
     spans = Spans()
     spans.install()

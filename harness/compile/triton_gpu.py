@@ -306,7 +306,12 @@ def run_compile_process(job: dict, artifact: Path, timeout: float) -> CompileRes
     if env.get("HARNESS_TRITON_LINEINFO", "0") != "1":
         env["TRITON_DISABLE_LINE_INFO"] = "1"  # halves a cubin; set HARNESS_TRITON_LINEINFO=1 for ncu source views
     start = time.monotonic()
-    done = run_python_child("harness.compile.triton_gpu", dict(job, out=str(artifact)), timeout, env)
+    if os.environ.get("HARNESS_COMPILE_WORKERS", "1") != "0":  # kept workers: Triton imported once each
+        from .workers import run_job
+
+        done = run_job("harness.compile.triton_gpu", dict(job, out=str(artifact)), timeout, env)
+    else:
+        done = run_python_child("harness.compile.triton_gpu", dict(job, out=str(artifact)), timeout, env)
     shutil.rmtree(private, ignore_errors=True)
     seconds = time.monotonic() - start
     if done is None:
@@ -391,14 +396,19 @@ def _compile_in_process(job: dict) -> dict:
     return {"status": "ok", "launch": launch}
 
 
-def _main() -> int:
-    job = json.loads(sys.stdin.read())
+def compile_job(job: dict) -> dict:
+    """One compile's facts; a compile error is a result, not a crash (also in a kept worker,
+    harness.compile.workers)."""
     try:
-        facts = _compile_in_process(job)
-    except Exception as exc:  # a compile error is a result, not a crash
+        return _compile_in_process(job)
+    except Exception as exc:
         text = str(exc).strip().splitlines()
         message = "%s: %s" % (type(exc).__name__, " | ".join(text[-3:]) if text else "")
-        facts = {"status": "compile_error", "message": message[:600]}
+        return {"status": "compile_error", "message": message[:600]}
+
+
+def _main() -> int:
+    facts = compile_job(json.loads(sys.stdin.read()))
     sys.stdout.write(json.dumps(facts) + "\n")
     sys.stdout.flush()
     return 0
