@@ -1,0 +1,43 @@
+#!/bin/bash
+# On a GPU node: the whole harness on the node itself (a `backend: cuda` target without ssh:,
+# local transport), `harness tune` with the DEFAULT search, then the quality bench on its winners.
+#
+#   bash bench/gpu_node_session.sh OUT SHAPES_FILE [KERNEL] [extra harness tune options]
+#
+# Wheels of what the node lacks (fabric, paramiko, invoke, optuna and their needs) are taken
+# from .whl/ when it is there. OUT gets tune.log, results.csv, quality.json and quality.log.
+set -u
+OUT=$(realpath -m "$1"); SHAPES=$(realpath "$2"); KERNEL=${3:-matmul}; shift 2; [ $# -gt 0 ] && shift
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$OUT"
+if [ -d "$REPO/.whl" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$REPO"/.whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$REPO
+else
+  export PYTHONPATH=$REPO
+fi
+export PYTHONUNBUFFERED=1 COLUMNS=160
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
+python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
+PROJ=$(mktemp -d)
+cat > "$PROJ/targets.yaml" <<YAML
+node:
+  description: the GPU node itself (local transport)
+  backend: cuda
+  arch: x86_64
+  gpu_arch: 90
+  shared_mem_max: 232448
+  multiprocessors: 132
+  profiler: events
+YAML
+cd "$PROJ"
+start=$(date +%s.%N)
+python3 -m harness tune "$KERNEL" --target node --shapes-file "$SHAPES" --library "$@" 2>&1 | tee "$OUT/tune.log"
+tune=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
+echo "tune wall time: $tune s"
+cp "results/node/$KERNEL/results.csv" "$OUT/results.csv" 2>/dev/null
+cp -r "tuned/node" "$OUT/tuned" 2>/dev/null
+if [ "$KERNEL" = matmul ]; then
+  python3 "$REPO/bench/gpu_quality.py" --bundle "build/node/$KERNEL" --results "results/node/$KERNEL/results.csv" \
+    --tune-seconds "$tune" --out "$OUT/quality.json" 2>&1 | tee "$OUT/quality.log"
+fi
