@@ -160,3 +160,22 @@ def test_a_strategy_that_cannot_ask_ahead_waits_for_its_results():
     kinds = [k for k, _ in log]
     assert kinds == ["submit", "collect"] * (len(kinds) // 2)  # never two rounds in flight
     assert len(search.history) <= 12 and search.history
+
+
+def test_a_worker_keeps_the_data_of_several_shapes_within_its_budget(tmp_path, monkeypatch):
+    from remote_agent.runners.gpu_worker import Worker
+    from tests.gpu_standin import StandinApi
+    from tests.test_gpu_supervisor import make_bundle
+
+    manifest = json.loads((make_bundle(tmp_path / "bundle") / "manifest.json").read_text())
+    a, b = manifest["shapes"]
+    options = {"warmup": 1, "iters": 3, "min_time_ms": 1.0, "reference": "kernel"}
+    worker = Worker(str(tmp_path / "bundle"), manifest, 0, options, api=StandinApi())
+    first = worker.data_for(a)
+    worker.data_for(b)
+    assert worker.data_for(a) is first  # both shapes stayed: the next round finds them
+    monkeypatch.setenv("HARNESS_GPU_DATA_BYTES", "1")  # room for one shape only: the other goes
+    worker = Worker(str(tmp_path / "bundle"), manifest, 0, options, api=StandinApi())
+    first = worker.data_for(a)
+    worker.data_for(b)
+    assert list(worker.shapes) == [b["id"]] and worker.data_for(a) is not first

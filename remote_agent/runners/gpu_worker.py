@@ -108,13 +108,18 @@ class Worker(object):
 
     # ---- shapes and variants ----
     def data_for(self, shape):
-        data = self.shapes.get(shape["id"])
+        data = self.shapes.pop(shape["id"], None)
         if data is not None:
+            self.shapes[shape["id"]] = data  # the most recently used last
             return data
-        for old in list(self.shapes):  # keep one shape's buffers at a time
-            self.shapes.pop(old).release()
         M, N, K, dtype = shape["M"], shape["N"], shape["K"], shape["dtype"]
         sets = self.l2_flush.input_sets((M * K + K * N) * ELEM_BYTES[dtype])
+        # shapes' data stay on the device up to a quarter of its memory (a long-lived agent's
+        # rounds come back to the same shapes); the least recently used go first
+        need = sets * (M * K + K * N) * ELEM_BYTES[dtype] + M * N * (ELEM_BYTES[dtype] + 4)
+        budget = int(os.environ.get("HARNESS_GPU_DATA_BYTES") or int(self.device.get("memory_bytes") or 0) // 4)
+        while self.shapes and sum(d.nbytes + 4 * d.ws_count for d in self.shapes.values()) + need > budget:
+            self.shapes.pop(next(iter(self.shapes))).release()
         data = ShapeData(self.api, shape, sets)
         seed = int(self.manifest.get("seed", 0))
         self.fill(data.a[0], M * K, dtype, data_seed(seed, shape, "a"))
@@ -124,6 +129,7 @@ class Worker(object):
             self.api.dtod(data.b[i], data.b[0], data.b_bytes)
         compute_reference(self, data)
         self.api.synchronize()
+        data.nbytes = need
         self.shapes[shape["id"]] = data
         return data
 
