@@ -18,6 +18,8 @@ TARGETS_ENV = "HARNESS_TARGETS"
 DEFAULT_FILE = "targets.yaml"
 
 ARCHES = ("x86_64", "aarch64", "riscv64", "native")
+DEFAULT_TARGET = "local"  # what a command that names no target builds for, without `default:`
+SETTINGS = ("default",)  # top-level keys that are settings of the file, not targets
 BACKENDS = ("cpu", "cuda", "hip")
 PROFILERS = ("perf", "wallclock", "events", "ncu", "rocprof")
 
@@ -175,6 +177,25 @@ def find_targets_file(explicit: Optional[str] = None) -> Path:
 
 def load_targets(path: Path) -> dict:
     """Parse and validate the whole file; returns {name: Target}."""
+    return load_file(path)[0]
+
+
+def default_target(targets_file: Optional[str] = None) -> tuple:
+    """(Target, why) for a command that names no target: ``default: NAME`` in targets.yaml,
+    else the target ``local``; ``why`` says where the choice came from."""
+    path = find_targets_file(targets_file)
+    targets, default, where = load_file(path)
+    name = default or DEFAULT_TARGET
+    if name not in targets:
+        raise HarnessError("no target named, no `default: NAME` and no %r target; pass --target NAME or add "
+                           "`default: NAME` (known: %s)" % (DEFAULT_TARGET, ", ".join(sorted(targets))),
+                           where=str(path))
+    why = "%s says `default: %s`" % (where, name) if default else "%s names no `default:`" % path
+    return targets[name], why
+
+
+def load_file(path: Path) -> tuple:
+    """({name: Target}, default target name or None, file:line of ``default:``)."""
     try:
         text = Path(path).read_text()
     except UnicodeDecodeError:
@@ -197,6 +218,8 @@ def load_targets(path: Path) -> dict:
     targets = {}
     for key_node, value_node in targets_node.value:
         name = _scalar(key_node)
+        if targets_node is root and name in SETTINGS:
+            continue
         if not isinstance(name, str) or not name.strip():
             raise HarnessError("empty target name", where=_where(path, key_node))
         if name in targets:
@@ -204,7 +227,27 @@ def load_targets(path: Path) -> dict:
         targets[name] = _build_target(path, name, key_node, value_node)
     if not targets:
         raise HarnessError("no targets defined", where=str(path))
-    return targets
+    default = _default_name(path, keys.get("default"), targets)
+    return targets, default, _where(path, keys["default"]) if default else None
+
+
+def _default_name(path, node, targets: dict) -> Optional[str]:
+    """The target ``default: NAME`` names (``${ENV}`` expanded), checked against the file's targets."""
+    if node is None:
+        return None
+    if isinstance(node, yaml.MappingNode):
+        raise HarnessError("`default` is not a target: it names the target commands use when none is given "
+                           "(e.g. `default: %s`); give this target another name" % next(iter(targets)),
+                           where=_where(path, node))
+    value = _expand_env(path, node, _to_python(node)) if isinstance(node, yaml.ScalarNode) else None
+    if not isinstance(value, str) or not value.strip():
+        raise HarnessError("default: must name a target, e.g. `default: %s` (got %s)" % (
+            next(iter(targets)), "a list" if isinstance(node, yaml.SequenceNode) else repr(value)),
+            where=_where(path, node))
+    if value not in targets:
+        raise HarnessError("default: unknown target %r%s (known: %s)" % (
+            value, _suggest(value, targets), ", ".join(sorted(targets))), where=_where(path, node))
+    return value
 
 
 def get_target(name: str, targets_file: Optional[str] = None) -> Target:

@@ -5,20 +5,21 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
-from .. import ui
+from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, pick_target, shapes_from_options
+from .common import ROOT, TargetsOpt, pick_build_target, require_triton, shapes_from_options
 
 
 def build(
     kernel: str = typer.Argument(..., help="kernel to build, e.g. matmul"),
-    target: str = typer.Option(..., "--target", "-t", help="target name from targets.yaml"),
-    shapes: Optional[str] = typer.Option(None, "--shapes", help="comma-separated MxNxK[:dtype[:layout]], e.g. 64x64x64,256x256x128:fp16"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="target name from targets.yaml (default: its `default: NAME`, else local)"),
+    shapes: Optional[str] = typer.Option(None, "--shapes", envvar="HARNESS_SHAPES", help="comma-separated MxNxK[:dtype[:layout]], e.g. 64x64x64,256x256x128:fp16"),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="a file of shapes (format detected)"),
     shapes_format: str = typer.Option("auto", "--shapes-format", help="format of --shapes-file (auto-detected)"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="dtype for shapes that name none (fp32 on CPUs, fp16 on GPUs)"),
-    space: Optional[str] = typer.Option(None, "--space", help="YAML/JSON file of parameter -> values overriding the kernel's ranges"),
+    space: Optional[str] = typer.Option(None, "--space", envvar="HARNESS_SPACE", help="YAML/JSON file of parameter -> values overriding the kernel's ranges"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="parallel compiles (default: all cores)"),
     compile_timeout: float = typer.Option(120.0, "--compile-timeout", help="seconds per compile before it counts as compile_timeout"),
     seed: int = typer.Option(0, "--seed", help="seed of the test data"),
@@ -32,13 +33,19 @@ def build(
     """Generate the search space, prune it per shape, compile every variant in parallel and
     write the bundle (manifest, artifacts, test data) under build/TARGET/KERNEL.
 
-    A second build compiles only what changed (artifacts are content-addressed)."""
+    Without --target it builds for targets.yaml's `default: NAME`, else for `local`, and says
+    which. A second build compiles only what changed (artifacts are content-addressed)."""
     from .. import kernels
     from ..build import BuildOptions, build as do_build
     from ..space import load_space_file
 
-    tgt = pick_target(target, targets_file, "build")
+    options = dict(shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, dtype=dtype, space=space,
+                   jobs=jobs, compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir,
+                   thr=thr, library=library)
+    tgt = pick_build_target(target, targets_file)
     kern = kernels.get(kernel)
+    if tgt.is_gpu:
+        require_triton(tgt)
     if from_ir and not shapes and not shapes_file:  # the shapes the IR was generated for, when it says
         from ..compile.ir_import import recorded_shapes
 
@@ -53,8 +60,33 @@ def build(
                      kern.name, tgt.name, len(summary.manifest.variants), summary.compiled, summary.cached,
                      summary.failed, len(shape_list), len(summary.manifest.jobs), summary.pruned_pairs,
                      summary.seconds, summary.bundle))
+    print_all_pruned(summary.manifest, kern, tgt)
     if library:
         add_library(kern, tgt, shape_list, summary, compile_timeout, frontend, from_ir)
+    state.record_build(ROOT, tgt.name, kern.name, options)
+
+
+def print_all_pruned(manifest, kern, tgt, only=None) -> None:
+    """A line for each shape (of ``only``) that every config was pruned for: the rules, with
+    counts, and the nearest change that would leave a config."""
+    from ..explain import all_pruned_shapes, explain
+
+    for shape_id in all_pruned_shapes(manifest):
+        if only is not None and shape_id not in only:
+            continue
+        ui.out.print("[yellow]%s[/]" % escape(explain(manifest, kern, tgt, shape_id).line()), soft_wrap=True)
+
+
+def options_text(options: dict) -> str:
+    """The options of a build as they would be typed, those at their defaults left out."""
+    import inspect
+
+    words = []
+    for name, p in inspect.signature(build).parameters.items():
+        if name in options and options[name] != p.default.default:
+            flag = p.default.param_decls[0]
+            words.append(flag if options[name] is True else "%s %s" % (flag, options[name]))
+    return " ".join(words)
 
 
 def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv) -> list:

@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from .. import state, ui
-from .common import ROOT, TargetsOpt, kernel_of, pick_target
+from ..errors import HarnessError
+from .common import ROOT, TargetsOpt, pick_target
 
 
 def push(
@@ -16,7 +17,10 @@ def push(
     targets_file: Optional[str] = TargetsOpt,
 ):
     """Copy the bundle and the agent to the target over SSH: one round trip to learn what the
-    remote has, then one tar stream with only the missing files."""
+    remote has, then one tar stream with only the missing files.
+
+    When nothing is built for the target yet, it is built first from the last build's kernel,
+    shapes and options (content-addressed: what was compiled before is not compiled again)."""
     from ..bundle import Manifest, bundle_dir
     from ..push import push as do_push
     from ..transport import for_hosts
@@ -25,8 +29,13 @@ def push(
     if not tgt.is_remote:
         ui.out.print("%s runs on this machine; nothing to push" % tgt.name)
         return
-    kern = kernel_of(tgt.name, kernel)
+    last_build = state.last(ROOT, "last_build") or {}
+    kern = kernel or state.get(ROOT, tgt.name)[1].get("kernel") or last_build.get("kernel")
+    if not kern:
+        raise HarnessError("nothing built yet; run: harness build KERNEL --target %s" % tgt.name)
     bundle = bundle_dir(ROOT, tgt.name, kern)
+    if not (bundle / "manifest.json").exists():
+        build_like_last(tgt, kern, targets_file)
     manifest = Manifest.load(bundle / "manifest.json")
     transports = for_hosts(tgt)
     if len(transports) > 1:
@@ -50,6 +59,20 @@ def push(
     state.record(ROOT, tgt.name, kernel=kern, pushed=True)
     ui.out.print("pushed %s to %s: %d files sent, %d already there, %.1f MB in %d SSH commands" % (
         kern, tgt.name, summary.sent_files, summary.skipped_files, summary.bytes_sent / 1e6, summary.commands))
+
+
+def build_like_last(tgt, kern: str, targets_file) -> None:
+    """Build ``kern`` for ``tgt`` with the last build's shapes and options."""
+    from .build import build, options_text
+    from .tune import call
+
+    last = state.last(ROOT, "last_build")
+    if not last:
+        raise HarnessError("nothing built for %s yet; run: harness build %s --target %s" % (tgt.name, kern, tgt.name))
+    given = options_text(last["options"])
+    ui.out.print("nothing built for %s yet: building %s for it with the options of the last build (for %s)%s" % (
+        tgt.name, kern, last["target"], ": " + given if given else ""))
+    call(build, kernel=kern, target=tgt.name, targets_file=targets_file, **last["options"])
 
 
 class _ByteProgress:

@@ -15,7 +15,7 @@ FORMATS = ("aiter", "triton", "yaml")
 
 
 def report(
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="target to report (default: the last used)"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="target to report (default: the last run)"),
     kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel to report (default: the last built)"),
     no_fetch: bool = typer.Option(False, "--no-fetch", help="use the local results only"),
     formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="also write: aiter (tuned CSV in the aiter/CK layout), triton (JSON configs per N,K bucketed by M), yaml (tune_gemm); repeat or comma-separate"),
@@ -47,7 +47,7 @@ def report(
     fmts = _formats(formats)
     if err_ratio is not None and not 0 <= err_ratio <= 1:
         raise HarnessError("--err-ratio is a share of output elements, 0 to 1 (got %g)" % err_ratio)
-    tgt = pick_target(target, targets_file, "report")
+    tgt = pick_target(target, targets_file, "report", last="last_run")
     if compare_wo_tuning:
         return _compare(compare_wo_tuning, tgt, kernel, library, iters, warmup, timeout, jobs, out)
 
@@ -107,6 +107,7 @@ def report(
     missing = sorted(set(kernel_rows(df)["shape_id"]) - set(best["shape_id"]))
     if missing:
         ui.out.print("[yellow]no ok config for: %s[/]" % ", ".join(missing))
+        _explain_pruned(bundle, kern, tgt, missing)
     if ship.empty and not best.empty:
         ui.out.print("[yellow]no tuned entry is left to write to --format files[/]")
     else:
@@ -121,6 +122,16 @@ def report(
                                   threshold=threshold, max_err_ratio=err_ratio,
                                   title="harness report: %s on %s" % (kern, tgt.name)))
     ui.out.print("wrote %s" % ", ".join(str(p) for p in written))
+
+
+def _explain_pruned(bundle: Path, kern: str, tgt, shape_ids) -> None:
+    """For the shapes every config was pruned for: the rules, with counts, and what would help."""
+    from .. import kernels
+    from ..bundle import Manifest
+    from .build import print_all_pruned
+
+    if (bundle / "manifest.json").exists():
+        print_all_pruned(Manifest.load(bundle / "manifest.json"), kernels.get(kern), tgt, only=shape_ids)
 
 
 def _formats(formats) -> list:

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from .. import state, ui
+from ..errors import HarnessError
 from .common import ROOT, TargetsOpt, kernel_of, pick_target
 
 
@@ -18,8 +19,9 @@ def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_
 
 
 def run(
-    remote: Optional[str] = typer.Option(None, "--remote", "-r", help="run on this target's machine over SSH (a Slurm target: as a job array)"),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="run this target's bundle here (default: last built)"),
+    name: Optional[str] = typer.Argument(None, metavar="TARGET", help="with --remote: the target to run on (default: the last pushed)"),
+    remote: bool = typer.Option(False, "--remote", "-r", help="run on the target's machine over SSH (a Slurm target: as a job array): --remote TARGET, or --remote alone for the last pushed target"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="run this target's bundle here (default: the last used)"),
     kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel bundle to run (default: the last built)"),
     warmup: int = typer.Option(2, "--warmup", help="untimed runs before timing"),
     iters: int = typer.Option(10, "--iters", help="timed iterations per variant and shape"),
@@ -39,7 +41,9 @@ def run(
     from ..transport import for_hosts
 
     options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms)
-    tgt = pick_target(remote or target, targets_file, "run")
+    tgt = _target(name, remote, target, targets_file)
+    if not (remote and tgt.is_remote):
+        _check_perf_here(tgt, profiler)
     kern = kernel_of(tgt.name, kernel)
     if remote and tgt.is_remote:
         transports = for_hosts(tgt)
@@ -66,3 +70,33 @@ def run(
         path = run_local(ROOT, tgt, kern, options)
         state.record(ROOT, tgt.name, kernel=kern, results_remote=False)
         ui.out.print("results in %s" % path)
+
+
+def _target(name, remote: bool, target, targets_file):
+    """--remote [TARGET] (default: the last pushed) or --target TARGET (default: the last used)."""
+    if name and not remote:
+        raise HarnessError("harness run %s: add --remote to run on %s's machine, or pass --target %s to run "
+                           "its bundle here" % (name, name, name))
+    if name and target and name != target:
+        raise HarnessError("--remote %s and --target %s name different targets" % (name, target))
+    if remote and not (name or target or state.last(ROOT, "last_push")):
+        raise HarnessError("nothing pushed yet: run harness push TARGET, or name it: harness run --remote TARGET")
+    return pick_target(name or target, targets_file, "run", last="last_push" if remote else "last_target")
+
+
+PERF_INSTALL = "apt-get install linux-perf (Debian; linux-tools elsewhere)"
+
+
+def _check_perf_here(tgt, profiler) -> None:
+    """--profiler perf on this machine needs perf; a target whose profiler is perf falls back to
+    the wall clock, and says so."""
+    import shutil
+
+    if shutil.which("perf"):
+        return
+    if profiler == "perf":
+        raise HarnessError("--profiler perf needs perf, which is not installed here: %s, or pass --profiler "
+                           "wallclock" % PERF_INSTALL)
+    if profiler is None and tgt.profiler == "perf":
+        ui.console.print("[yellow]perf is not installed here: timing with the wall clock, no counters (for "
+                         "counters: %s)[/]" % PERF_INSTALL)

@@ -20,6 +20,7 @@ def simulate(
     budget: Optional[int] = typer.Option(None, "--budget", help="evaluations allowed per run"),
     noise: float = typer.Option(0.0, "--noise", help="replay with noise: this many times each row's p20..p80 spread"),
     shape: Optional[str] = typer.Option(None, "--shape", help="only this shape id"),
+    targets_file: Optional[str] = typer.Option(None, "--targets", hidden=True, help="accepted like on every command; unused"),
 ):
     """Replay search strategies against recorded results instead of building and running:
     how many evaluations each needs until its pick is within --within of the best (median over

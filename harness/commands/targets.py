@@ -11,32 +11,34 @@ import typer
 
 from .. import ui
 from ..errors import HarnessError
+from . import common
 from .common import TargetsOpt
 
 
-
 def targets_list(ctx: typer.Context, targets_file: Optional[str] = TargetsOpt):
-    """List the targets in targets.yaml."""
+    """List the targets in targets.yaml (the default one marked)."""
     if ctx.invoked_subcommand:
-        ctx.obj = targets_file
+        common.targets_before_command = common.targets_file_of(targets_file)
         return
     from rich.table import Table
 
-    from ..targets import find_targets_file, load_targets
+    from ..targets import DEFAULT_TARGET, find_targets_file, load_file
 
-    path = find_targets_file(targets_file)
+    path = find_targets_file(common.targets_file_of(targets_file))
+    targets, default, _ = load_file(path)
     table = Table(title=str(path))
     for col in ("name", "arch", "backend", "profiler", "where", "description"):
         table.add_column(col)
-    for name, t in load_targets(path).items():
+    for name, t in targets.items():
         where = "%s@%s:%s" % (t.ssh.user or "", t.ssh.host, t.ssh.port) if t.ssh else "this machine"
         arch = t.resolved_arch + (" VLEN %d" % t.vlen if t.vlen else "") + (" %s" % t.gpu_arch if t.gpu_arch else "")
-        table.add_row(name, arch, t.backend, t.profiler, where, t.description)
+        table.add_row(name + (" (default)" if name == (default or DEFAULT_TARGET) else ""), arch, t.backend,
+                      t.profiler, where, t.description)
     ui.out.print(table)
 
 
 
-def targets_check(ctx: typer.Context, name: str = typer.Argument(..., help="target to check")):
+def targets_check(name: str = typer.Argument(..., help="target to check"), targets_file: Optional[str] = TargetsOpt):
     """Connect to the target and report what it has: python, arch, perf and the events it
     supports, GPUs."""
     import json
@@ -45,7 +47,7 @@ def targets_check(ctx: typer.Context, name: str = typer.Argument(..., help="targ
     from ..targets import get_target
     from ..transport import for_target
 
-    tgt = get_target(name, ctx.obj)
+    tgt = get_target(name, common.targets_file_of(targets_file))
     from remote_agent import check
 
     check_py = Path(check.__file__).read_text()
@@ -66,7 +68,8 @@ def targets_check(ctx: typer.Context, name: str = typer.Argument(..., help="targ
     ui.out.print("[bold]%s[/]: python %s on %s, %s cpus" % (tgt.name, facts["python"], facts["arch"], facts["cpus"]))
     perf = facts["perf"]
     if not perf["found"]:
-        ui.out.print("perf: not found (wall clock will be used)")
+        ui.out.print("perf: not found (wall clock will be used; for counters install perf: apt-get install linux-perf "
+                     "on Debian)")
     else:
         ui.out.print("perf: %s, %s; counts: %s; not supported: %s" % (
             perf["version"], "runs" if perf["runs"] else "does not run",

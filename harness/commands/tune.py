@@ -10,7 +10,7 @@ import typer
 
 from .. import ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, pick_target
+from .common import ROOT, TargetsOpt, pick_build_target, require, require_triton
 
 STRATEGY_HELP = "exhaustive (every config), random, halving (brief runs, the best re-run longer), bayes (optuna " \
                 "TPE), genetic. Default: genetic with --budget 96 per shape on GPU targets and on spaces over 1000 " \
@@ -19,12 +19,12 @@ STRATEGY_HELP = "exhaustive (every config), random, halving (brief runs, the bes
 
 def tune(
     kernel: str = typer.Argument(..., help="kernel to tune, e.g. matmul"),
-    target: str = typer.Option(..., "--target", "-t", help="target name from targets.yaml"),
-    shapes: Optional[str] = typer.Option(None, "--shapes", help="comma-separated MxNxK[:dtype[:layout]]"),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="target name from targets.yaml (default: its `default: NAME`, else local)"),
+    shapes: Optional[str] = typer.Option(None, "--shapes", envvar="HARNESS_SHAPES", help="comma-separated MxNxK[:dtype[:layout]]"),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="a file of shapes (format detected)"),
     shapes_format: str = typer.Option("auto", "--shapes-format", help="format of --shapes-file (auto-detected)"),
     thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of FLOPs x calls"),
-    space: Optional[str] = typer.Option(None, "--space", help="file overriding the kernel's ranges"),
+    space: Optional[str] = typer.Option(None, "--space", envvar="HARNESS_SPACE", help="file overriding the kernel's ranges"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="parallel compiles (default: all cores)"),
     compile_timeout: float = typer.Option(120.0, "--compile-timeout", help="seconds per compile"),
     warmup: int = typer.Option(2, "--warmup"),
@@ -80,7 +80,12 @@ def tune(
     if top < 0 or (top and repeats < 2):
         raise HarnessError("--top must be 0 or more and --repeats at least 2 (got --top %d --repeats %d)" % (top, repeats))
     seconds = parse_duration(time_limit) if time_limit is not None else None
-    tgt = pick_target(target, targets_file, "tune")
+    if strategy == "bayes":
+        require("optuna", "--strategy bayes", "pip install 'optuna>=4'")
+    tgt = pick_build_target(target, targets_file)
+    target = tgt.name
+    if tgt.is_gpu:
+        require_triton(tgt)
     kern = kernels.get(kernel)
     space_dict = load_space_file(space, kern.space_for(tgt)) if space else kern.space_for(tgt)
     if strategy is None:
@@ -103,8 +108,8 @@ def tune(
              targets_file=targets_file)
         if tgt.is_remote:
             call(push, target=target, kernel=kern.name, targets_file=targets_file)
-        call(run, remote=target if tgt.is_remote else None, target=target, kernel=kern.name, warmup=warmup,
-             iters=iters, timeout=timeout, min_time_ms=min_time_ms, targets_file=targets_file)
+        call(run, remote=tgt.is_remote, target=target, kernel=kern.name, warmup=warmup, iters=iters,
+             timeout=timeout, min_time_ms=min_time_ms, targets_file=targets_file)
         if top:
             from ..bundle import Manifest, bundle_dir
             from ..shapes import make_shape
