@@ -13,7 +13,7 @@ from typing import Optional
 
 from .space import expand, first_pruning_rule
 
-MAX_CHECKS = 50000  # configs tried per shape before the search for a change gives up
+MAX_CHECKS = 50000  # configs tried per search (space, shape) before it gives up
 
 
 @dataclasses.dataclass
@@ -55,12 +55,13 @@ def explain(manifest, kernel, target, shape_id: str) -> Explanation:
 
 def nearest_changes(rules, target, shape, space: dict, kernel_space: dict) -> list:
     """The nearest new value of one parameter, and the nearest move of one dimension, that leave a config."""
-    budget = [MAX_CHECKS]
     found = []
+    budget = [MAX_CHECKS]
     for name, value in _value_candidates(space, kernel_space):
         if _any_valid(rules, target, shape, dict(space, **{name: [value]}), budget):
             found.append("add %s %s to the space" % (name, value))
             break
+    budget = [MAX_CHECKS]
     for dim, value in _dim_candidates(shape):
         if _any_valid(rules, target, dataclasses.replace(shape, **{dim: value}), space, budget):
             found.append("use %s=%d" % (dim, value))
