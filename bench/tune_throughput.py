@@ -49,8 +49,8 @@ def board_fleet_yaml(servers, root: Path) -> str:
 
 
 def gpu_yaml(devices: str) -> str:
-    return ("node:\n  backend: cuda\n  gpu_arch: 90\n  multiprocessors: 132\n  profiler: events\n"
-            "  devices: \"%s\"\n" % devices)
+    return ("node:\n  backend: cuda\n  arch: x86_64\n  gpu_arch: 90\n  shared_mem_max: 232448\n  multiprocessors: 132\n"
+            "  profiler: events\n  devices: \"%s\"\n" % devices)
 
 
 class Spans:
@@ -95,7 +95,7 @@ def tune(project: Path, target_name: str, shapes: str, mode: str, args, spans: S
     tgt = get_target(target_name, str(project / "targets.yaml"))
     kern = kernels.get("matmul")
     space = CPU_SPACE if not tgt.is_gpu else kern.space_for(tgt)
-    shape_list = read_shapes(tgt, shapes, None, "auto", None, 0.1, None)
+    shape_list = read_shapes(tgt, None if args.shapes_file else shapes, args.shapes_file, "auto", None, 0.1, None)
     session = Session(Path("."), tgt, kern, shape_list, BuildOptions(),
                       RunOptions(iters=args.iters, min_time_ms=args.min_time_ms),
                       library=args.library, quiet=True, long_lived=mode == "long-lived")
@@ -138,8 +138,9 @@ def report(r: dict) -> None:
         r["mode"], r["configs"], r["seconds"], r["configs"] / r["seconds"], r["rounds"], r["starts"],
         " (once per host, with the first push: %.2fs)" % r["start_seconds"] if r["start_seconds"] is not None else
         " (one per round)"))
-    print("           build %.1fs, host blocked on the agents %.1fs, agents measuring %.1fs" % (
-        r["build"], r["blocked"], r["measuring"]))
+    print("           build %.1fs, host blocked on the agents (build waited on measure) %.1fs, agents measuring %.1fs, "
+          "agents idle (measure waited on build) %.1fs" % (r["build"], r["blocked"], r["measuring"],
+                                                           max(0.0, r["seconds"] - r["measuring"])))
     print("           per round: build %.2fs, host blocked %.2fs, measuring %.2fs, overhead (blocked - measuring) %+.2fs"
           % (r["build"] / rounds, r["blocked"] / rounds, r["measuring"] / rounds, overhead(r)))
     if r["busy"]:
@@ -182,7 +183,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", action="store_true", help="this machine is a GPU node: target backend cuda, local")
     p.add_argument("--devices", default="0", help="--gpu: GPU indices, e.g. 0 or 0,1")
-    p.add_argument("--shapes", default=None, help="default: 2 small shapes (CPU), required with --gpu")
+    p.add_argument("--shapes", default=None, help="default: 2 small shapes (CPU); --gpu: this or --shapes-file")
+    p.add_argument("--shapes-file", default=None, help="a file of shapes, e.g. bench/shapes/llm_gemms.txt")
+    p.add_argument("--quality", action="store_true", help="--gpu: then bench/gpu_quality.py on the winners "
+                   "(geomean against cuBLAS)")
     p.add_argument("--strategy", default=None, help="default: random (CPU), bayes (GPU)")
     p.add_argument("--budget", type=int, default=None, help="evaluations per shape (default: 6 CPU, 96 GPU)")
     p.add_argument("--batch-size", type=int, default=None, help="default: 2 CPU, 8 GPU")
@@ -199,8 +203,10 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=0, help="--compile: parallel compiles (default: all cores)")
     args = p.parse_args(argv)
     gpu = args.gpu
-    if gpu and not args.shapes:
-        p.error("--gpu needs --shapes")
+    if gpu and not (args.shapes or args.shapes_file):
+        p.error("--gpu needs --shapes or --shapes-file")
+    if args.shapes_file:
+        args.shapes_file = str(Path(args.shapes_file).resolve())
     args.shapes = args.shapes or "32x32x32,48x32x16"
     args.strategy = args.strategy or ("bayes" if gpu else "random")
     args.budget = args.budget or (96 if gpu else 6)
@@ -234,15 +240,21 @@ def main(argv=None) -> int:
             began = time.monotonic()
             tune(project, target, args.shapes, "per-round", args, spans)  # fills the compile cache
             print("warm-up tune (compiles, discarded): %.1fs" % (time.monotonic() - began))
-        print("%s: %s, %s, budget %d per shape, batch %d, shapes %s" % (
+        print("%s: %s, %s, budget %d per shape, batch %d, --min-time-ms %g, shapes %s" % (
             "GPU node, devices " + args.devices if gpu else "2 emulated riscv64 boards over loopback SSH",
-            "matmul", args.strategy, args.budget, args.batch_size, args.shapes))
+            "matmul", args.strategy, args.budget, args.batch_size, args.min_time_ms, args.shapes_file or args.shapes))
         results = []
         for mode in modes:
             clear_results(project, target)
             r = tune(project, target, args.shapes, mode, args, spans)
             results.append(r)
             report(r)
+        if gpu and args.quality:
+            import subprocess
+
+            subprocess.run([sys.executable, str(REPO / "bench" / "gpu_quality.py"), "--bundle", "build/node/matmul",
+                            "--results", "results/node/matmul/results.csv", "--tune-seconds",
+                            "%.1f" % (results[-1]["seconds"] + results[-1]["remeasure"])], cwd=project)
         if len(results) == 2:
             a, b = results
             print("long-lived / per-round: configs/s x%.2f; agent starts %d -> %d; overhead per round %+.2fs -> %+.2fs" % (

@@ -32,6 +32,7 @@ from .errors import HarnessError
 from .library import is_library_id
 
 WINNERS_FILE = "winners.json"
+REMEASURE_MIN_TIME_MS = 100.0  # GPU: the winners' re-measure times each job at least this long
 
 
 @dataclass
@@ -351,8 +352,14 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     first_row = len(session.rows())
     # on one device of one machine, so that the candidates' times compare; long-lived agents
     # take all the rounds at once and run them back to back
-    handles = [session.submit([(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]], 1, pin=True)
-               for r in range(repeats)]
+    # at least REMEASURE_MIN_TIME_MS of timing per job, however briefly the search measured
+    searched = session.run_options
+    session.run_options = dataclasses.replace(searched, min_time_ms=max(REMEASURE_MIN_TIME_MS, searched.min_time_ms))
+    try:
+        handles = [session.submit([(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]], 1,
+                                  pin=True) for r in range(repeats)]
+    finally:
+        session.run_options = searched
     for handle in handles:
         for row in session.collect(handle):
             sid = row.get("shape_id")

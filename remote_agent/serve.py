@@ -140,7 +140,7 @@ class Server(object):
         self.poll = poll
         self.out = out
         self.log = log or (lambda msg: print("agent: " + msg, file=sys.stderr, flush=True))
-        self.runners = {}  # (bundle, results, devices) -> [GPU runner, its worker options]
+        self.runners = {}  # (bundle, results, devices, profiler) -> GPU runner
         self.locks = {}  # results path -> the results lock, held while serving
 
     def serve(self):
@@ -168,7 +168,7 @@ class Server(object):
                 else:
                     time.sleep(self.poll)  # still being written
         finally:
-            for runner, _ in self.runners.values():
+            for runner in self.runners.values():
                 runner.close()
             for f in self.locks.values():
                 f.close()
@@ -237,23 +237,18 @@ class Server(object):
         self.locks[key] = f
 
     def _runner(self, agent, options, pin):
-        """GPU: one runner per bundle whose workers stay up between rounds (restarted when the
-        round's timing options differ); CPU: a fresh runner (one process per job anyway)."""
+        """GPU: one runner per bundle, devices and profiler whose workers stay up between rounds
+        (each job carries its round's timing options); CPU: a fresh runner (one process per job
+        anyway)."""
         manifest = agent.manifest
         if manifest["target"]["backend"] == "cpu":
             return make_runner(agent.bundle, manifest, options, self.log)
         key = (agent.bundle, os.path.abspath(agent.results_path), options.devices, options.profiler)
-        entry = self.runners.get(key)
-        if entry is None:
-            runner = make_runner(agent.bundle, manifest, options, self.log)
+        runner = self.runners.get(key)
+        if runner is None:
+            runner = self.runners[key] = make_runner(agent.bundle, manifest, options, self.log)
             runner.keep_workers = True
-            entry = self.runners[key] = [runner, None]
-        runner = entry[0]
         runner.manifest, runner.options = manifest, options
-        wanted = runner.worker_options()
-        if entry[1] is not None and entry[1] != wanted:
-            runner.close()  # new timing options: new workers
-        entry[1] = wanted
         runner.only = runner.devices()[:1] if pin else None
         return runner
 

@@ -91,16 +91,16 @@ def test_gpu_workers_stay_up_across_rounds_and_a_pinned_round_uses_one_device(tm
     options = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1.0}
     jobs = manifest["jobs"]
 
-    def submit(name, part, pin=False):
+    def submit(name, part, pin=False, timing=options):
         serve.write_json(str(work / "queue" / (name + ".json")), {
             "bundle": str(bundle), "results": str(results), "manifest": dict(manifest, jobs=part),
-            "options": options, "pin": pin})
+            "options": timing, "pin": pin})
         reply = serve.wait_round(str(work), name, timeout=120)
         assert "done" in reply, reply
         return reply
 
     def worker_pids():
-        (runner, _), = server.runners.values()
+        (runner,) = server.runners.values()
         return {d: w.proc.pid for d, w in runner._supervisor._kept.items()}
 
     (work / "queue").mkdir(parents=True, exist_ok=True)
@@ -112,8 +112,9 @@ def test_gpu_workers_stay_up_across_rounds_and_a_pinned_round_uses_one_device(tm
     device = first["header"].index("device")
     assert {r[device] for r in first["rows"] + second["rows"]} == {"cuda:0", "cuda:1"}
     assert set(first["done"]["busy"]) == {"cuda:0", "cuda:1"}
-    pinned = submit("a-3", jobs[:4], pin=True)
+    pinned = submit("a-3", jobs[:4], pin=True, timing=dict(options, min_time_ms=2.0, iters=4))
     assert {r[device] for r in pinned["rows"]} == {"cuda:0"}
+    assert worker_pids() == pids  # other timing options reach the same workers with each job
     (work / "stop").touch()
     thread.join(60)
     assert not thread.is_alive()

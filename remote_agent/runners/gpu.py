@@ -82,6 +82,7 @@ class GpuRunner(object):
         for job, device in todo:
             groups.setdefault((job["variant"], job["shape"]), []).append((job, device))
         devices = self.devices()
+        timing = self.worker_options()  # per job too: kept workers take each round's options
         requests = []
         for (vid, sid), pairs in groups.items():
             variant = variants[vid]
@@ -93,7 +94,8 @@ class GpuRunner(object):
             if vid in broken:
                 yield job, pairs[0][1], {"status": contract.LOAD_ERROR, "message": broken[vid]}
                 continue
-            requests.append((job, {"variant": _slim_variant(variant), "shape": shapes[sid], "grid": job["grid"]}))
+            requests.append((job, {"variant": _slim_variant(variant), "shape": shapes[sid], "grid": job["grid"],
+                                   "options": timing}))
         # one shape after another, so each worker generates a shape's data once
         requests.sort(key=lambda r: (r[1]["shape"]["id"], r[1]["variant"]["id"]))
         sup = self._supervisor or Supervisor(devices, self.worker_command, self.worker_env,

@@ -232,6 +232,7 @@ def worker_main(argv, api=None):
 
     def handle(request):
         start = time.monotonic()
+        worker.options.update(request.get("options") or {})  # a round's timing (the profiler reads these)
         try:
             result = worker.run_job(request["variant"], request["shape"], request["grid"])
             return {"result": result, "seconds": time.monotonic() - start}, False
