@@ -18,8 +18,12 @@ TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
 def load_bundle(bundle):
+    """The manifest of a matmul bundle; each shape's dims (M, N, K) also as keys of the shape."""
     with open(os.path.join(bundle, "manifest.json")) as f:
-        return json.load(f)
+        manifest = json.load(f)
+    for s in manifest["shapes"]:
+        s.update(s["dims"])
+    return manifest
 
 
 def read_results(path):

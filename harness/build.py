@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from remote_agent.contract import ELEM_ATOL, ELEM_RTOL, REL_ERR_TOL
+from remote_agent.contract import DTYPE_BYTES
 
 from . import state, ui
 from .errors import HarnessError
@@ -132,7 +132,9 @@ def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSum
         pruned=pruned,
         seed=options.seed,
         config_names=config_names,
-        tolerances={"rel_err": REL_ERR_TOL, "rtol": ELEM_RTOL, "atol": ELEM_ATOL},
+        tolerances=kernel.tolerances,
+        checks=kernel.describe_checks(),
+        device_reference=kernel.device_reference,
         data_on_device=target.is_gpu,
     )
     manifest.save(out)
@@ -162,17 +164,38 @@ def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
 
 
 def write_test_data(kernel, target, shapes, out: Path, seed: int) -> list:
-    """Seeded inputs and the reference, content-addressed; GPU bundles generate inputs on device."""
+    """Each shape's entry (dims, operands as the kernel declares them, scalars) and its seeded
+    inputs and references, content-addressed; GPU bundles generate inputs on device."""
     entries = []
     for shape in shapes:
-        entry = ShapeEntry(id=shape.id, M=shape.M, N=shape.N, K=shape.K, dtype=shape.dtype,
-                           layout=shape.layout, weight=shape.weight, flops=kernel.flops(shape),
-                           bytes=kernel.bytes_moved(shape), extra=dict(shape.extra))
+        operands = [op.describe(shape) for op in kernel.operands]
+        entry = ShapeEntry(id=shape.id, dims=shape.dim_values, dtype=shape.dtype, layout=shape.layout,
+                           weight=shape.weight, flops=kernel.flops(shape), bytes=kernel.bytes_moved(shape),
+                           operands=operands, scalars=kernel.scalars(shape), extra=dict(shape.extra))
         if not target.is_gpu:
-            for role, array in kernel.make_data(shape, seed).items():
-                entry.data[role], entry.sha256[role] = write_data_file(out, array)
+            arrays = kernel.make_data(shape, seed)
+            for op in operands:
+                if op["role"] == "output":
+                    continue
+                array = _declared_array(kernel, shape, op, arrays)
+                entry.data[op["name"]], entry.sha256[op["name"]] = write_data_file(out, array)
         entries.append(entry)
     return entries
+
+
+def _declared_array(kernel, shape, op: dict, arrays: dict):
+    """The array make_data gave for operand ``op``, checked against the declaration: a kernel
+    whose data and declaration disagree would make every answer look wrong on the board."""
+    if op["name"] not in arrays:
+        raise HarnessError("kernel %s: make_data gave no %r for shape %s (it gave %s)" % (
+            kernel.name, op["name"], shape.id, ", ".join(sorted(arrays)) or "nothing"))
+    array = arrays[op["name"]]
+    if array.nbytes != op["bytes"] or array.itemsize != DTYPE_BYTES[op["dtype"]]:
+        raise HarnessError("kernel %s: make_data's %r for shape %s has %d bytes of %d-byte elements; its "
+                           "declaration says %d %s elements (%d bytes)" % (
+                               kernel.name, op["name"], shape.id, array.nbytes, array.itemsize, op["elements"],
+                               op["dtype"], op["bytes"]))
+    return array
 
 
 def target_facts(target) -> dict:

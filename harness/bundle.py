@@ -40,17 +40,24 @@ class Variant:
 @dataclass
 class ShapeEntry:
     id: str
-    M: int
-    N: int
-    K: int
+    dims: dict  # the kernel's problem dimensions in order, e.g. {"M": 64, "N": 64, "K": 64}
     dtype: str
-    layout: str
+    layout: str  # "" for kernels without layouts
     weight: float = 1.0
     flops: int = 0
     bytes: int = 0
-    data: dict = field(default_factory=dict)  # role ("a", "b", "ref") -> path relative to the bundle
-    sha256: dict = field(default_factory=dict)  # role -> sha256 of the file
+    operands: list = field(default_factory=list)  # per operand: name, role, dtype, shape, strides, elements, bytes
+    scalars: dict = field(default_factory=dict)  # the kernel's integer arguments after its pointers, in order
+    data: dict = field(default_factory=dict)  # operand name ("a", "b", "ref") -> path relative to the bundle
+    sha256: dict = field(default_factory=dict)  # operand name -> sha256 of the file
     extra: dict = field(default_factory=dict)
+
+    def to_shape(self, problem):
+        """The Shape this entry was written from (``problem``: the kernel's)."""
+        from .shapes import make_problem_shape
+
+        return make_problem_shape(problem, self.dims, self.dtype, self.layout, weight=self.weight,
+                                  extra=tuple((self.extra or {}).items()))
 
 
 @dataclass
@@ -81,6 +88,8 @@ class Manifest:
     seed: int
     config_names: list
     tolerances: dict
+    checks: list = field(default_factory=list)  # {"output", "reference", "kind"}: what the agent compares
+    device_reference: str = ""  # GPU bundles: how the worker computes the reference ("matmul")
     data_on_device: bool = False  # GPU bundles: inputs are generated on the device from the seed
     schema_version: int = MANIFEST_SCHEMA
     harness_version: str = __version__

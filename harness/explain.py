@@ -41,13 +41,11 @@ def all_pruned_shapes(manifest) -> list:
 def explain(manifest, kernel, target, shape_id: str) -> Explanation:
     """The rules that pruned every config of the shape, with counts, and the nearest change to
     the space or the shape after which the kernel's rules leave a config."""
-    from .shapes import make_shape
-
     entries = [p for p in manifest.pruned if p.shape == shape_id]
     counts = Counter((p.rule, p.why) for p in entries)
     rules = sorted(((name, why, n) for (name, why), n in counts.items()), key=lambda r: (-r[2], r[0]))
     s = next(s for s in manifest.shapes if s.id == shape_id)
-    shape = make_shape(s.M, s.N, s.K, dtype=s.dtype, layout=s.layout)
+    shape = s.to_shape(kernel.problem)
     space = _space_of(manifest)
     changes = nearest_changes(kernel.rules_for(target), target, shape, space, kernel.space_for(target))
     return Explanation(shape_id, len(entries), rules, changes)
@@ -63,7 +61,8 @@ def nearest_changes(rules, target, shape, space: dict, kernel_space: dict) -> li
             break
     budget = [MAX_CHECKS]
     for dim, value in _dim_candidates(shape):
-        if _any_valid(rules, target, dataclasses.replace(shape, **{dim: value}), space, budget):
+        moved = tuple((d, value if d == dim else v) for d, v in shape.dims)
+        if _any_valid(rules, target, dataclasses.replace(shape, dims=moved), space, budget):
             found.append("use %s=%d" % (dim, value))
             break
     return found
@@ -113,10 +112,10 @@ def _distance(value, numbers: list) -> Optional[float]:
 
 
 def _dim_candidates(shape) -> list:
-    """(dimension, value): M, N, K rounded up and down to multiples of 2, 4, ... 256, nearest first."""
+    """(dimension, value): each dimension (matmul M, N, K) rounded up and down to multiples of 2,
+    4, ... 256, nearest first."""
     out = set()
-    for dim in ("M", "N", "K"):
-        size = getattr(shape, dim)
+    for dim, size in shape.dims:
         for step in (2 ** i for i in range(1, 9)):
             for value in (size // step * step, -(-size // step) * step):
                 if value > 0 and value != size:

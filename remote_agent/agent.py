@@ -21,9 +21,16 @@ def load_manifest(bundle):
     except (OSError, ValueError) as exc:
         raise AgentError("cannot read %s: %s" % (path, exc))
     if manifest.get("schema_version") != contract.MANIFEST_SCHEMA:
-        raise AgentError("manifest schema %s, this agent reads %s"
-                         % (manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+        raise AgentError("%s has manifest schema %s, this agent reads schema %s; rebuild the bundle with "
+                         "this harness (harness build) and push it again"
+                         % (path, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
     return manifest
+
+
+def problem_dims(manifest):
+    """The kernel's problem dimension names, in order (the results' dimension columns)."""
+    shapes = manifest["shapes"]
+    return tuple(shapes[0]["dims"]) if shapes else contract.MATMUL_DIMS
 
 
 def make_runner(bundle, manifest, options, log):
@@ -79,7 +86,7 @@ class Agent:
         ``skip``: job keys already measured (default: every row of the file, or none with --all)."""
         m = self.manifest
         runner = runner or make_runner(self.bundle, m, self.options, self.log)
-        header = contract.results_header(m["config_names"], self._counter_names(runner))
+        header = contract.results_header(m["config_names"], self._counter_names(runner), problem_dims(m))
         try:
             writer = ResultsWriter(self.results_path, header)
         except SchemaMismatch as exc:
@@ -162,12 +169,13 @@ class Agent:
         m = self.manifest
         row = {
             "schema_version": contract.RESULTS_SCHEMA, "target": m["target"]["name"], "kernel": m["kernel"],
-            "variant_id": variant["id"], "shape_id": shape["id"], "M": shape["M"], "N": shape["N"],
-            "K": shape["K"], "dtype": shape["dtype"], "layout": shape["layout"], "device": device,
+            "variant_id": variant["id"], "shape_id": shape["id"], "dtype": shape["dtype"],
+            "layout": shape["layout"], "device": device,
             "artifact_sha256": variant.get("sha256"), "agent_version": contract.AGENT_VERSION,
             "host": self.host, "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "profiler": getattr(getattr(runner, "profiler", None), "name", "") if runner else "",
         }
+        row.update(shape["dims"])
         for key, value in result.items():
             if key.startswith("ctr:"):
                 row[contract.COUNTER_PREFIX + contract.sanitize_counter(key[4:])] = value

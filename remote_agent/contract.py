@@ -6,7 +6,7 @@ only. docs/contracts.md describes every field in words.
 
 import math
 
-MANIFEST_SCHEMA = 1
+MANIFEST_SCHEMA = 2  # 2: shapes carry dims, operands and scalars; the manifest carries checks
 RESULTS_SCHEMA = 1
 AGENT_VERSION = "0.1.0"
 
@@ -23,6 +23,8 @@ STATUSES = (OK, WRONG_ANSWER, CRASH, TIMEOUT, LOAD_ERROR, COMPILE_ERROR, COMPILE
 
 # Fixed columns of the results CSV, in order. Config columns (``cfg_<NAME>``) and
 # profiler counter columns (``ctr_<event>``) follow them; the header of a file names them.
+# M, N, K stand for the kernel's problem dimensions: a kernel with other dimensions (e.g.
+# ROWS, COLS) has its own names in their place (``results_header(..., dims)``).
 FIXED_COLUMNS = (
     "schema_version",
     "target",
@@ -62,6 +64,14 @@ REL_ERR_TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 2e-2}
 ELEM_RTOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
 ELEM_ATOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
 
+# Bytes per element of every dtype an operand may have, and the bits of a quiet NaN of each
+# floating dtype (outputs are filled with it before a kernel runs).
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "i32": 4, "i64": 8, "i8": 1, "u8": 1,
+               "fp8e4m3fn": 1, "fp8e4m3fnuz": 1}
+NAN_BITS = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0, "fp64": 0x7FF8000000000000,
+            "fp8e4m3fn": 0x7F, "fp8e4m3fnuz": 0x80}
+MATMUL_DIMS = ("M", "N", "K")
+
 # Lines the agent prints that the host reads (everything else is shown as is).
 PROGRESS_PREFIX = "@@progress "
 
@@ -71,9 +81,14 @@ def job_key(variant_id, shape_id, device):
     return "%s|%s|%s" % (variant_id, shape_id, device)
 
 
-def results_header(config_names, counter_names):
+def results_header(config_names, counter_names, dims=MATMUL_DIMS):
+    """The header of a results file: the fixed columns with the kernel's problem dimensions in
+    place of M, N, K, then config and counter columns."""
+    fixed = list(FIXED_COLUMNS)
+    at = fixed.index("M")
+    fixed[at:at + len(MATMUL_DIMS)] = list(dims)
     return (
-        list(FIXED_COLUMNS)
+        fixed
         + [CONFIG_PREFIX + n for n in config_names]
         + [COUNTER_PREFIX + sanitize_counter(c) for c in counter_names]
     )

@@ -92,3 +92,27 @@ def test_bad_input_loses_no_results(local_workspace):
     results.write_text(before.decode().replace("schema_version", "schema_v0", 1))
     proc = ws.harness("report", check=False)
     _one_line_error(proc, "another schema version")
+
+
+def test_a_manifest_of_the_old_schema_is_refused_by_agent_and_host(local_workspace):
+    """A bundle built before kernels declared their operands (schema 1: shapes with M, N, K and no
+    operands) cannot be run by this agent: it says so on one line and measures nothing."""
+    import json
+    import subprocess
+    import sys
+
+    ws = local_workspace
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")
+    path = ws.path / "build/local/matmul/manifest.json"
+    old = json.loads(path.read_text())
+    old["schema_version"] = 1
+    for s in old["shapes"]:
+        s.update(s.pop("dims"))
+        del s["operands"], s["scalars"]
+    path.write_text(json.dumps(old))
+    results = ws.path / "r.csv"
+    proc = subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", str(path.parent),
+                           "--results", str(results)], cwd=ws.path, env=ws.env, capture_output=True, text=True)
+    _one_line_error(proc, "manifest schema 1, this agent reads schema 2", "rebuild the bundle")
+    assert not results.exists()
+    _one_line_error(ws.harness("run", check=False), "manifest schema 1", "rebuild the bundle")

@@ -108,7 +108,7 @@ def test_the_library_is_timed_like_a_variant_and_resumes(tmp_path, monkeypatch):
         assert int(r["iterations"]) >= 3 and float(r["tflops"]) > 0
         assert r["profiler"] == "events" and "stand-in" in r["message"]
         assert r["cfg_BLOCK_M"] == "" and r["cfg_fault"] == "" and r["ctr_regs"] == "" and r["artifact_sha256"] == ""
-        assert (r["M"], r["layout"]) == (str(shape["M"]), shape["layout"])
+        assert (r["M"], r["layout"]) == (str(shape["dims"]["M"]), shape["layout"])
     assert all(r["status"] == contract.OK for r in rows)
     # resumed: nothing runs twice, the library rows included
     rows2, done2 = _run(bundle, results, monkeypatch, "StandinLibraryApi")

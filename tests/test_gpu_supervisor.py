@@ -14,10 +14,14 @@ import os
 import sys
 import time
 import types
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from harness import kernels
+from harness.build import write_test_data
+from harness.shapes import make_shape
 from remote_agent import contract
 from remote_agent.agent import Agent, AgentError
 from remote_agent.runners import gpu
@@ -55,7 +59,7 @@ def _support(dtype):
     return fill, error
 
 
-def make_bundle(root, faults=(), reference_fault=None, shapes=None):
+def make_bundle(root, faults=(), reference_fault=None):
     """A GPU bundle with hand-written launch facts (what triton_gpu records) and stand-in images."""
     bundle = Path(root)
     (bundle / "artifacts").mkdir(parents=True, exist_ok=True)
@@ -64,13 +68,9 @@ def make_bundle(root, faults=(), reference_fault=None, shapes=None):
     bad = bundle / "artifacts" / "garbage.cubin"
     bad.write_bytes(b"this is not an ELF image")
     sha = hashlib.sha256(image.read_bytes()).hexdigest()
-    shapes = shapes or [
-        {"id": "32x48x64_fp16_NN", "M": 32, "N": 48, "K": 64, "dtype": "fp16", "layout": "NN"},
-        {"id": "40x24x56_bf16_TN", "M": 40, "N": 24, "K": 56, "dtype": "bf16", "layout": "TN"},
-    ]
-    for s in shapes:
-        s.update(weight=1.0, flops=2 * s["M"] * s["N"] * s["K"], bytes=2 * (s["M"] * s["K"] + s["K"] * s["N"]),
-                 data={}, sha256={}, extra={})
+    matmul = kernels.get("matmul")  # the shapes as the host's build writes them from the declaration
+    shapes = [asdict(e) for e in write_test_data(matmul, types.SimpleNamespace(is_gpu=True), [
+        make_shape(32, 48, 64, "fp16", "NN"), make_shape(40, 24, 56, "bf16", "TN")], root, 7)]
     support = {}
     for dtype in ("fp16", "bf16", "fp32"):
         fill, error = _support(dtype)
@@ -107,7 +107,7 @@ def make_bundle(root, faults=(), reference_fault=None, shapes=None):
         "toolchain": {"kind": "triton", "triton_version": "3.9.0", "support_block": 1024, "support": support},
         "variants": variants, "shapes": shapes, "jobs": jobs, "pruned": [], "seed": 7,
         "config_names": ["BLOCK_M", "fault"],
-        "tolerances": {"rel_err": contract.REL_ERR_TOL, "rtol": contract.ELEM_RTOL, "atol": contract.ELEM_ATOL},
+        "tolerances": matmul.tolerances, "checks": matmul.describe_checks(), "device_reference": "matmul",
         "data_on_device": True, "schema_version": contract.MANIFEST_SCHEMA, "harness_version": "test", "created": "",
     }
     (bundle / "manifest.json").write_text(json.dumps(manifest))

@@ -15,7 +15,7 @@ from .common import ROOT, TargetsOpt, pick_build_target, require_triton, shapes_
 def build(
     kernel: str = typer.Argument(..., help="kernel to build, e.g. matmul"),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="target name from targets.yaml (default: its `default: NAME`, else local)"),
-    shapes: Optional[str] = typer.Option(None, "--shapes", envvar="HARNESS_SHAPES", help="comma-separated MxNxK[:dtype[:layout]], e.g. 64x64x64,256x256x128:fp16"),
+    shapes: Optional[str] = typer.Option(None, "--shapes", envvar="HARNESS_SHAPES", help="comma-separated shapes as the kernel writes them; matmul: MxNxK[:dtype[:layout]], e.g. 64x64x64,256x256x128:fp16"),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="a file of shapes (format detected)"),
     shapes_format: str = typer.Option("auto", "--shapes-format", help="format of --shapes-file (auto-detected)"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="dtype for shapes that name none (fp32 on CPUs, fp16 on GPUs)"),
@@ -50,7 +50,7 @@ def build(
         from ..compile.ir_import import recorded_shapes
 
         shapes = ",".join(recorded_shapes(from_ir, kern.name)) or None
-    shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv)
+    shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv, kern)
     space_dict = load_space_file(space, kern.space_for(tgt)) if space else None
     summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=jobs, compile_timeout=compile_timeout,
                                                                  seed=seed, space=space_dict, frontend=frontend,
@@ -89,12 +89,13 @@ def options_text(options: dict) -> str:
     return " ".join(words)
 
 
-def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv) -> list:
-    """The shapes of the options; a hipBLASLt log is cut at ``thr`` percent and summarised."""
+def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv, kern) -> list:
+    """The shapes of the options, as ``kern`` writes them; a hipBLASLt log is cut at ``thr``
+    percent and summarised."""
     if not shapes_file:
         if summary_csv:
             raise HarnessError("--summary goes with --shapes-file LOG (a hipBLASLt log)")
-        return shapes_from_options(tgt, shapes, shapes_file, shapes_format, dtype)
+        return shapes_from_options(tgt, shapes, shapes_file, shapes_format, dtype, kern)
     from pathlib import Path
 
     from ..shapes import sources
@@ -108,7 +109,7 @@ def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv
     if summary_csv and fmt not in ("auto", "hipblaslt"):
         raise HarnessError("--summary writes a hipBLASLt log's workload summary; %s reads as %s" % (shapes_file, fmt))
     shape_list = sources.read(Path(shapes_file), shapes_format, dtype or ("fp16" if tgt.is_gpu else "fp32"),
-                              thr=thr, summary_path=summary_csv)
+                              thr=thr, summary_path=summary_csv, problem=kern.problem)
     shares = [dict(s.extra).get("share") for s in shape_list]
     if fmt == "hipblaslt" and all(isinstance(x, (int, float)) for x in shares):
         ui.out.print("%s: %d shapes kept at --thr %g %%, %.2f %% of the workload's FLOPs x calls%s" % (

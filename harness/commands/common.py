@@ -12,8 +12,6 @@ from .. import state, ui
 from ..errors import HarnessError
 
 ROOT = Path(".")
-DEFAULT_SHAPES = {"cpu": "64x64x64,128x128x128,256x256x128",
-                  "gpu": "4096x4096x4096:fp16,64x4096x4096:fp16,1024x1024x1024:fp16"}
 
 TARGETS_HELP = "targets.yaml to use (default: ./targets.yaml or $HARNESS_TARGETS); accepted before or after any command"
 TargetsOpt = typer.Option(None, "--targets", help=TARGETS_HELP)
@@ -61,13 +59,20 @@ def require_triton(target) -> None:
 TRITON_INSTALL = "pip install 'harness[gpu]' (the gpu extra: triton==3.9.0)"
 
 
-def shapes_from_options(target, shapes: Optional[str], shapes_file: Optional[str], shapes_format: str, dtype: Optional[str]):
+def shapes_from_options(target, shapes: Optional[str], shapes_file: Optional[str], shapes_format: str,
+                        dtype: Optional[str], kernel):
+    """The shapes of the options, written as ``kernel`` declares them (its problem's dims);
+    none given: the kernel's default shapes for the target's kind."""
     from ..shapes import parse_shape_list, read_shapes_file
 
     default_dtype = dtype or ("fp16" if target.is_gpu else "fp32")
     if shapes_file:
-        return read_shapes_file(shapes_file, shapes_format, default_dtype)
-    return parse_shape_list(shapes or DEFAULT_SHAPES["gpu" if target.is_gpu else "cpu"], default_dtype)
+        return read_shapes_file(shapes_file, shapes_format, default_dtype, problem=kernel.problem)
+    if not shapes:
+        shapes = kernel.default_shapes.get("gpu" if target.is_gpu else "cpu")
+        if not shapes:
+            raise HarnessError("kernel %s has no default shapes; pass --shapes %s" % (kernel.name, kernel.problem.syntax()))
+    return parse_shape_list(shapes, default_dtype, problem=kernel.problem)
 
 
 def kernel_of(target_name: str, kernel: Optional[str]) -> str:

@@ -207,9 +207,9 @@ def _meta_and_shapes(tgt, bundle: Path, refresh: bool, local: Path) -> tuple:
     """The Meta fields of every tuned file, and the manifest's shapes (weights, extra columns)."""
     import json
 
+    from .. import kernels
     from ..bundle import Manifest
     from ..devinfo import device_facts, meta_for
-    from ..shapes import make_shape
 
     manifest = None
     if (bundle / "manifest.json").exists():
@@ -220,12 +220,16 @@ def _meta_and_shapes(tgt, bundle: Path, refresh: bool, local: Path) -> tuple:
     facts = device_facts(ROOT, tgt, refresh=refresh)
     meta = meta_for(tgt, manifest.toolchain if manifest else None, facts)
     shapes = []
-    for s in (manifest.shapes if manifest else []):
+    if manifest:
         try:
-            shapes.append(make_shape(s.M, s.N, s.K, dtype=s.dtype, layout=s.layout, weight=s.weight,
-                                     extra=tuple((s.extra or {}).items())))
-        except HarnessError:
-            continue
+            problem = kernels.get(manifest.kernel).problem
+        except HarnessError:  # a kernel this checkout does not have: its shapes only name its rows
+            problem = None
+        for s in (manifest.shapes if problem else []):
+            try:
+                shapes.append(s.to_shape(problem))
+            except HarnessError:
+                continue
     if local.parent.exists():  # the results folder records where its rows were measured
         (local.parent / "meta.json").write_text(json.dumps(dict(meta, facts=facts), indent=1))
     return meta, shapes

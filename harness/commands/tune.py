@@ -113,12 +113,10 @@ def tune(
              timeout=timeout, min_time_ms=min_time_ms, targets_file=targets_file)
         if top:
             from ..bundle import Manifest, bundle_dir
-            from ..shapes import make_shape
 
             bundle = bundle_dir(ROOT, tgt.name, kern.name)
             manifest_text = (bundle / "manifest.json").read_text()
-            shape_list = [make_shape(s.M, s.N, s.K, dtype=s.dtype, layout=s.layout, weight=s.weight)
-                          for s in Manifest.load(bundle / "manifest.json").shapes]
+            shape_list = [s.to_shape(kern.problem) for s in Manifest.load(bundle / "manifest.json").shapes]
             session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, long_lived=long_lived)
             try:
                 session.sync()
@@ -129,7 +127,7 @@ def tune(
                 session.close()
                 (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
     else:
-        shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, None, thr, None)
+        shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, None, thr, None, kern)
         session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=library,
                           long_lived=long_lived)
         try:

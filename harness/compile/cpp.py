@@ -1,7 +1,8 @@
 """C++ toolchain: the kernel rendered from Jinja, compiled natively or cross-compiled to a static ELF.
 
 One ELF per (config, dtype); it serves every shape (sizes, layout and grid are arguments).
-The launcher and main are compiled once per (target, dtype) and linked into every ELF.
+The launcher and main are rendered from the kernel's declaration (its operands, scalars and
+checks) and compiled once per (target, kernel, dtype), then linked into every ELF.
 """
 
 from __future__ import annotations
@@ -17,17 +18,13 @@ from pathlib import Path
 
 import jinja2
 
+from remote_agent.contract import DTYPE_BYTES, NAN_BITS
+
 from ..errors import HarnessError
 from ..kernels.base import TEMPLATES
 from .common import CompileResult, first_error_line, run_compiler
 
-MATMUL_PARAMS = [
-    ("const void*", "a"), ("const void*", "b"), ("void*", "c"),
-    ("int32_t", "M"), ("int32_t", "N"), ("int32_t", "K"),
-    ("int32_t", "stride_am"), ("int32_t", "stride_ak"), ("int32_t", "stride_bk"),
-    ("int32_t", "stride_bn"), ("int32_t", "stride_cm"), ("int32_t", "stride_cn"),
-]
-ENTRY = "matmul_kernel"
+CHECKABLE = ("fp32", "fp64", "fp16", "bf16")  # dtypes the rendered main reads as numbers
 CROSS_TRIPLES = {"riscv64": "riscv64-linux-gnu", "aarch64": "aarch64-linux-gnu", "x86_64": "x86_64-linux-gnu"}
 
 
@@ -106,7 +103,6 @@ class CppCompiler:
                                                          str(TEMPLATES)]
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(dirs),
                                       undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-        self.params = [{"ctype": c, "name": n} for c, n in MATMUL_PARAMS]
         self._support_lock = threading.Lock()
 
     def describe(self) -> dict:
@@ -119,17 +115,18 @@ class CppCompiler:
     def render_kernel(self, config: dict, dtype: str) -> str:
         text = ", ".join("%s=%s" % kv for kv in sorted(config.items()))
         return self.env.get_template(self._kernel_template_name()).render(
-            entry=ENTRY, dtype=dtype, config_text=text, **config)
+            entry=self.kernel.entry, dtype=dtype, config_text=text, **config)
 
-    def render_support(self, dtype: str) -> dict:
-        ctx = dict(entry=ENTRY, params=self.params, threads=self.target.threads, dtype=dtype)
+    def render_support(self, shape) -> dict:
+        params = [{"ctype": c, "name": n} for c, n in self.kernel.cpu_params(shape)]
+        ctx = dict(entry=self.kernel.entry, params=params, threads=self.target.threads, dtype=shape.dtype)
         return {
             "launcher.cpp": self.env.get_template("cpu/launcher.cpp.j2").render(**ctx),
-            "main.cpp": self.env.get_template("cpu/matmul_main.cpp.j2").render(**ctx),
+            "main.cpp": render_main(self.env, self.kernel, shape),
         }
 
-    def artifact_hash(self, source: str, dtype: str) -> str:
-        support = self.render_support(dtype)
+    def artifact_hash(self, source: str, shape) -> str:
+        support = self.render_support(shape)
         h = hashlib.sha256()
         for part in (source, support["launcher.cpp"], support["main.cpp"], _header_text(),
                      repr(self.tc.describe()), self.target.resolved_arch):
@@ -147,7 +144,7 @@ class CppCompiler:
     def compile(self, config: dict, shape, timeout: float) -> CompileResult:
         dtype = shape.dtype
         source = self.render_kernel(config, dtype)
-        digest = self.artifact_hash(source, dtype)
+        digest = self.artifact_hash(source, shape)
         artifact = self.out_dir / "artifacts" / ("%s.elf" % digest[:20])
         cached = CompileResult.load_cached(artifact)
         if cached:
@@ -157,21 +154,53 @@ class CppCompiler:
         kernel_src = src_dir / ("%s.cpp" % digest[:20])
         kernel_src.write_text(source)
         with self._support_lock:
-            support_objs = self._support_objects(dtype, timeout)
+            support_objs = self._support_objects(shape, timeout)
         if isinstance(support_objs, CompileResult):
             return support_objs
         artifact.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.tc.cxx + self.tc.flags + ["-I", str(TEMPLATES / "cpu"), str(kernel_src)] + support_objs \
             + self.tc.link_flags + ["-o", str(artifact) + ".tmp"]
         result = run_compiler(cmd, timeout, artifact)
-        result.launch = {"entry": ENTRY, "params": [p["ctype"] + " " + p["name"] for p in self.params],
+        result.launch = {"entry": self.kernel.entry,
+                         "params": ["%s %s" % p for p in self.kernel.cpu_params(shape)],
                          "threads": self.target.threads, "source": str(kernel_src.relative_to(self.out_dir))}
         result.save_cached(artifact)
         return result
 
-    def _support_objects(self, dtype: str, timeout: float):
-        """launcher.o and main.o for this dtype, compiled once and reused."""
-        return compile_objects(self.tc, self.render_support(dtype), self.out_dir / "objs", timeout)
+    def _support_objects(self, shape, timeout: float):
+        """launcher.o and main.o for this shape's dtype, compiled once and reused."""
+        return compile_objects(self.tc, self.render_support(shape), self.out_dir / "objs", timeout)
+
+
+def render_main(env, kernel, shape, dtype: str = None) -> str:
+    """The C++ main of a kernel (templates/cpu/main.cpp.j2) for the problem dtype of ``shape``:
+    its operands in declaration order, the scalar arguments, the checks. The agent's ELF runner
+    passes the files, element counts and scalar values in the same order, from the manifest."""
+    dtype = dtype or shape.dtype
+    operands = []
+    for op in kernel.operands:
+        op_dtype = op.dtype_of(dtype)
+        if op_dtype not in DTYPE_BYTES:
+            raise HarnessError("kernel %s: operand %s has dtype %s, which the harness does not know (known: %s)"
+                               % (kernel.name, op.name, op_dtype, ", ".join(DTYPE_BYTES)))
+        operands.append({"name": op.name, "role": op.role, "dtype": op_dtype, "elem_bytes": DTYPE_BYTES[op_dtype],
+                         "nan_bits": "0x%X" % NAN_BITS.get(op_dtype, 0)})
+    index = {op["name"]: i for i, op in enumerate(operands)}
+    checks = []
+    for c in kernel.checks:
+        for name in (c.output, c.reference):
+            if operands[index[name]]["dtype"] not in CHECKABLE:
+                raise HarnessError("kernel %s: the CPU main checks %s operands only; %s is %s" % (
+                    kernel.name, ", ".join(CHECKABLE), name, operands[index[name]]["dtype"]))
+        checks.append({"output": c.output, "reference": c.reference, "output_index": index[c.output],
+                       "reference_index": index[c.reference], "output_dtype": operands[index[c.output]]["dtype"],
+                       "reference_dtype": operands[index[c.reference]]["dtype"]})
+    scalars = list(kernel.scalars(shape))
+    params = [{"ctype": c, "name": n} for c, n in kernel.cpu_params(shape)]
+    call_args = ["op_%d" % index[op.name] for op in kernel.pointer_operands()] + \
+        ["sc_%d" % i for i in range(len(scalars))]
+    return env.get_template("cpu/main.cpp.j2").render(params=params, operands=operands, scalars=scalars,
+                                                      checks=checks, call_args=call_args)
 
 
 def compile_objects(tc: Toolchain, texts: dict, obj_dir: Path, timeout: float):

@@ -47,8 +47,15 @@ from ..kernels.base import TEMPLATES
 from ..space import Rule
 from . import disasm, ir_import
 from .common import CompileResult, first_error_line, run_compiler, run_python_child
-from .cpp import MATMUL_PARAMS, compile_objects, toolchain_for
+from .cpp import compile_objects, render_main, toolchain_for
 
+# the matmul's C++ arguments (harness/kernels/matmul's declaration: pointers, dims, strides)
+MATMUL_PARAMS = [
+    ("const void*", "a"), ("const void*", "b"), ("void*", "c"),
+    ("int32_t", "M"), ("int32_t", "N"), ("int32_t", "K"),
+    ("int32_t", "stride_am"), ("int32_t", "stride_ak"), ("int32_t", "stride_bk"),
+    ("int32_t", "stride_bn"), ("int32_t", "stride_cm"), ("int32_t", "stride_cn"),
+]
 HARNESS_ARGS = [name for _, name in MATMUL_PARAMS]  # the matmul main passes these, in this order
 ALIASES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "c"}
 UNIT_ARGS = ("stride_ak", "stride_bn", "stride_cn")  # equal to 1 in the NN layout: Triton drops them
@@ -315,9 +322,7 @@ class TritonCpuCompiler:
             name = self._names[ir.name]
         support = {
             "launcher.cpp": render_launcher(ir, MATMUL_PARAMS, self.target.threads, self.env),
-            "main.cpp": self.env.get_template("cpu/matmul_main.cpp.j2").render(
-                entry=ir.function, params=[{"ctype": c, "name": n} for c, n in MATMUL_PARAMS],
-                threads=self.target.threads, dtype=ir.dtype),
+            "main.cpp": render_main(self.env, self.kernel, shape, dtype=ir.dtype),
         }
         digest = self._digest(ir, support)
         artifact = self.out_dir / "artifacts" / ("%s.elf" % digest[:20])

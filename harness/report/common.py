@@ -14,7 +14,7 @@ from typing import Optional
 
 import pandas as pd
 
-from remote_agent.contract import CONFIG_PREFIX, COUNTER_PREFIX, OK
+from remote_agent.contract import CONFIG_PREFIX, COUNTER_PREFIX, MATMUL_DIMS, OK
 
 from ..errors import HarnessError
 
@@ -123,9 +123,25 @@ def kernel_name(kernel: str, config: dict) -> str:
     return "_".join([str(kernel)] + ["%s%s" % (k, v) for k, v in config.items()])
 
 
+def dim_columns(df: pd.DataFrame) -> list:
+    """The kernel's problem dimension columns of a results frame: those between ``shape_id`` and
+    ``dtype``, where the results header puts them (matmul: M, N, K)."""
+    cols = list(df.columns)
+    if "shape_id" in cols and "dtype" in cols and cols.index("shape_id") < cols.index("dtype"):
+        return cols[cols.index("shape_id") + 1:cols.index("dtype")]
+    return [c for c in MATMUL_DIMS if c in cols]
+
+
+def shape_order(df: pd.DataFrame) -> list:
+    """Columns tuned files sort by: dtype, layout, then the dimensions with the first one last
+    (matmul: N, K, M, so that the M buckets of one N x K lie together)."""
+    dims = dim_columns(df)
+    return ["dtype", "layout"] + dims[1:] + dims[:1]
+
+
 def tuned_best(df: pd.DataFrame, best: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """The row a tuned file holds per shape: one ok, non-library row per shape_id, sorted by
-    dtype, layout, N, K, M.
+    dtype, layout and dimensions (``shape_order``: matmul N, K, M).
 
     Without ``best``: every shape with an ok kernel row in ``df``, its fastest one. With ``best``
     (e.g. aggregate.best_per_shape, or uplift.keep_faster_than_library): exactly the shapes of
@@ -149,7 +165,7 @@ def tuned_best(df: pd.DataFrame, best: Optional[pd.DataFrame] = None) -> pd.Data
     if not chosen:
         return ok.iloc[0:0].copy()
     out = pd.DataFrame(list(chosen.values()))
-    return out.sort_values(["dtype", "layout", "N", "K", "M"], kind="stable").reset_index(drop=True)
+    return out.sort_values(shape_order(df), kind="stable").reset_index(drop=True)
 
 
 def require_columns(df: pd.DataFrame, columns, what: str) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from .aggregate import config_columns
+from .common import dim_columns
 
 
 def write_tuned(df: pd.DataFrame, best: pd.DataFrame, out_dir: Path, kernel: str, meta: dict) -> tuple:
@@ -16,11 +17,13 @@ def write_tuned(df: pd.DataFrame, best: pd.DataFrame, out_dir: Path, kernel: str
     json_path = out_dir / ("%s.json" % kernel)
     df.to_csv(csv_path, index=False)
     cfg_cols = config_columns(best)
+    dims = dim_columns(df)
     entries = []
     for _, row in best.iterrows():
         entries.append({
-            "shape": row["shape_id"], "M": int(row["M"]), "N": int(row["N"]), "K": int(row["K"]),
-            "dtype": row["dtype"], "layout": row["layout"], "device": row["device"],
+            "shape": row["shape_id"], **{d: int(row[d]) for d in dims},
+            "dtype": row["dtype"], "layout": _plain(row["layout"]) if not pd.isna(row["layout"]) else "",
+            "device": row["device"],
             "config": {c[len("cfg_"):]: _plain(row[c]) for c in cfg_cols if not pd.isna(row[c])},
             "variant_id": row["variant_id"], "time_ns_median": float(row["time_ns_median"]),
             "spread_ns": float(row["spread_ns"]), "tied_with": int(row["tied_with"]),

@@ -30,10 +30,15 @@ import pandas as pd
 from remote_agent.contract import OK
 
 from ..errors import HarnessError
-from .common import library_rows, tuned_best
+from .common import dim_columns, library_rows, tuned_best
 
 COLUMNS = ["shape_id", "M", "N", "K", "dtype", "layout", "weight", "library", "library_ns", "tuned_variant",
-           "tuned_ns", "speedup", "uplift_pct", "err_ratio", "kept", "reason", "uses"]
+           "tuned_ns", "speedup", "uplift_pct", "err_ratio", "kept", "reason", "uses"]  # matmul's; other kernels: columns()
+
+
+def columns(dims) -> list:
+    """The uplift table's columns, the kernel's dimensions in place of M, N, K."""
+    return COLUMNS[:1] + list(dims) + COLUMNS[4:]
 
 
 def read_weights(source) -> dict:
@@ -67,6 +72,7 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
     dropped, fell_back (shape ids that use the library), mean_uplift_pct (kept entries),
     weighted_speedup, weighted_uplift_pct."""
     w = read_weights(weights)
+    dims = dim_columns(df)
     tuned = tuned_best(df, best)
     lib = library_rows(df[df["status"] == OK])
     lib_best = {}
@@ -79,7 +85,7 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
         t = by_id.get(shape_id)
         l = lib_best.get(shape_id)
         ref = t if t is not None else l
-        row = {"shape_id": shape_id, "M": int(ref["M"]), "N": int(ref["N"]), "K": int(ref["K"]),
+        row = {"shape_id": shape_id, **{d: int(ref[d]) for d in dims},
                "dtype": ref["dtype"], "layout": ref["layout"], "weight": w.get(shape_id, 1.0 if not w else 0.0),
                "library": l["variant_id"] if l is not None else None,
                "library_ns": float(l["time_ns_median"]) if l is not None else None,
@@ -94,7 +100,7 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
         row["kept"], row["reason"] = _verdict(t, row, max_err_ratio)
         row["uses"] = "tuned" if row["kept"] else "library" if row["library_ns"] is not None else "-"
         rows.append(row)
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows, columns=columns(dims))
     return table, _summary(table)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import HarnessError
-from . import dedupe, parse_shape
+from . import MATMUL, Problem, dedupe, parse_shape
 
 FORMATS = ("auto", "list", "tune_gemm", "aiter_csv", "hipblaslt")
 
@@ -35,17 +35,23 @@ def detect(text: str) -> str:
 
 
 def read(path: Path, fmt: str, default_dtype: str, thr: Optional[float] = None, summary_path=None,
-         warn: Optional[Callable[[str], None]] = None) -> list:
+         warn: Optional[Callable[[str], None]] = None, problem: Problem = MATMUL) -> list:
     """The shapes of a file. ``thr`` (percent) and ``summary_path`` apply to hipBLASLt logs only;
-    ``warn`` receives one line per skipped log line (default: printed on stderr)."""
+    ``warn`` receives one line per skipped log line (default: printed on stderr). A kernel whose
+    problem is not M, N, K (``problem``) reads lists only: the other formats hold GEMMs."""
     path = Path(path)
     if fmt not in FORMATS:
         raise HarnessError("unknown shapes format %r (known: %s)" % (fmt, ", ".join(FORMATS)))
     text = _read_text(path)
+    if problem.dims != MATMUL.dims:
+        if fmt not in ("auto", "list"):
+            raise HarnessError("shapes format %s holds M, N, K GEMMs; this kernel's shapes are %s: write a list"
+                               % (fmt, problem.syntax()), where=str(path))
+        fmt = "list"
     if fmt == "auto":
         fmt = detect(text)
     if fmt == "list":
-        return read_list(path, text, default_dtype)
+        return read_list(path, text, default_dtype, problem)
     if fmt == "tune_gemm":
         from . import tune_gemm_yaml
 
@@ -66,14 +72,14 @@ def _default_warn(message: str) -> None:
     console.print("warning: %s" % message, markup=False, highlight=False, soft_wrap=True, style="yellow")
 
 
-def read_list(path: Path, text: str, default_dtype: str) -> list:
+def read_list(path: Path, text: str, default_dtype: str, problem: Problem = MATMUL) -> list:
     shapes = []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         for part in line.replace(",", " ").split():
-            shapes.append(parse_shape(part, default_dtype, where="%s:%d" % (path, number)))
+            shapes.append(parse_shape(part, default_dtype, where="%s:%d" % (path, number), problem=problem))
     if not shapes:
         raise HarnessError("no shapes in the file", where=str(path))
     return dedupe(shapes)

@@ -1,6 +1,7 @@
 """ELF runner: one process per variant and shape, under the profiler and ``run_under``.
 
-The program (rendered from templates/cpu/matmul_main.cpp.j2) prints one line
+The program (rendered from templates/cpu/main.cpp.j2 and the kernel's declaration) takes its
+operands' files and element counts and its scalar arguments in the manifest's order, and prints one line
 ``HARNESS_RESULT {json}`` with its error figures and per-iteration times; exit code 3 means
 it could not load its data. A signal, a missing result line or a timeout are statuses.
 """
@@ -33,13 +34,17 @@ class ElfRunner:
         return ["cpu"]
 
     def command(self, variant, shape, grid, warmup, iters):
+        """argv of the rendered main: warm-up, iterations, tolerances and grid; then per operand
+        (declaration order) its data file ("-" for an output) and element count; then the scalars."""
         dtype = shape["dtype"]
-        path = lambda rel: os.path.join(self.bundle, rel)
-        return self.run_under + [
-            path(variant["artifact"]), str(shape["M"]), str(shape["N"]), str(shape["K"]), shape["layout"],
-            path(shape["data"]["a"]), path(shape["data"]["b"]), path(shape["data"]["ref"]),
-            str(warmup), str(iters), repr(self.tolerances["rtol"][dtype]), repr(self.tolerances["atol"][dtype]),
-        ] + [str(g) for g in grid]
+        argv = [os.path.join(self.bundle, variant["artifact"]), str(warmup), str(iters),
+                repr(self.tolerances["rtol"][dtype]), repr(self.tolerances["atol"][dtype])]
+        argv += [str(g) for g in grid]
+        for op in shape["operands"]:
+            rel = shape["data"].get(op["name"])
+            argv += [os.path.join(self.bundle, rel) if rel else "-", str(op["elements"])]
+        argv += [str(v) for v in shape["scalars"].values()]
+        return self.run_under + argv
 
     def run(self, variant, shape, grid, warmup, iters):
         """Returns a dict of result columns (status, times, errors, counters, message)."""

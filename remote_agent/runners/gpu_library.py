@@ -90,8 +90,8 @@ def torch_matmul_launcher(torch, stream, data):
     """torch.matmul(A, B, out=C) on the worker's own stream (so the events and the L2 flush
     bracket it as they bracket a variant), on the same buffers and layouts, torch's defaults."""
     s = data.shape
-    operands = [data.torch_operands(torch, r) for r in range(len(data.a))]
-    c = torch_view(torch, data.c, s["M"], s["N"], s["dtype"])
+    operands = [data.torch_operands(torch, r) for r in range(data.sets)]
+    c = torch_view(torch, data.ptr("c"), s["dims"]["M"], s["dims"]["N"], s["dtype"])
     stream = torch.cuda.ExternalStream(stream)
 
     def launch(i, stream_=None):

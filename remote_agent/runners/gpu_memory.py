@@ -1,14 +1,13 @@
-"""Device memory of one shape in a GPU worker: the input buffers (rotated copies), the output,
-the fp32 reference, the split-K workspace, the argument values that point at them, NaN poison
-for the output, and torch views of the buffers (no copy) where the node has torch.
+"""Device memory of one shape in a GPU worker, from the operands the manifest declares: the input
+buffers (rotated copies), the outputs, the fp32 references, the split-K workspace, the argument
+values that point at them, NaN poison for the outputs, and torch views of the buffers (no copy)
+where the node has torch.
 Standard library only (torch only when the caller passes it)."""
 
 import zlib
 
+from ..contract import DTYPE_BYTES, NAN_BITS
 from .gpu_api import GpuError
-
-ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-NAN_BITS = {"fp16": 0x7E00, "bf16": 0x7FC0, "fp32": 0x7FC00000}
 
 
 def strides(M, N, K, layout):
@@ -19,44 +18,59 @@ def strides(M, N, K, layout):
 
 
 def data_seed(seed, shape, role):
-    text = "%d:%d:%d:%d:%s:%s:%s" % (seed, shape["M"], shape["N"], shape["K"], shape["dtype"],
-                                       shape["layout"], role)
+    """The fill kernel's seed of one operand of a shape (matmul: the text it always was)."""
+    dims = ":".join("%d" % v for v in shape["dims"].values())
+    text = "%d:%s:%s:%s:%s" % (seed, dims, shape["dtype"], shape["layout"], role)
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
+def input_bytes(shape):
+    return sum(op["bytes"] for op in shape["operands"] if op["role"] == "input")
+
+
 class ShapeData(object):
-    """Device buffers of one shape: inputs (rotated copies), C, the fp32 reference, workspace."""
+    """Device buffers of one shape, as the manifest declares its operands: each input in ``sets``
+    copies (launches rotate over them), each output, each reference, and the split-K workspace.
+    A kernel's pointer argument ``<name>_ptr`` gets the operand ``name``."""
 
     def __init__(self, api, shape, sets):
         self.api = api
         self.shape = shape
-        M, N, K, dtype = shape["M"], shape["N"], shape["K"], shape["dtype"]
-        e = ELEM_BYTES[dtype]
-        self.a_bytes, self.b_bytes, self.c_bytes = M * K * e, K * N * e, M * N * e
-        self.a, self.b = [], []
         self.buffers = []
-        for _ in range(sets):
-            self.a.append(self._alloc(self.a_bytes))
-            self.b.append(self._alloc(self.b_bytes))
-        self.c = self._alloc(self.c_bytes)
-        self.ref = self._alloc(M * N * 4)
+        self.operands = dict((op["name"], op) for op in shape["operands"])
+        self.inputs = {}  # name -> [pointer of each copy]
+        self.single = {}  # name -> pointer (outputs and references)
+        for op in shape["operands"]:
+            if op["role"] == "input":
+                self.inputs[op["name"]] = [self._alloc(op["bytes"]) for _ in range(sets)]
+            else:
+                self.single[op["name"]] = self._alloc(op["bytes"])
+        self.sets = sets
+        self.crosscheck = None
         self.ws = None
         self.ws_count = 0
         self.locks = None
         self.locks_count = 0
-        self.strides = strides(M, N, K, shape["layout"])
 
     def _alloc(self, nbytes):
         ptr = self.api.alloc(nbytes)
         self.buffers.append(ptr)
         return ptr
 
+    def ptr(self, name, rotation=0):
+        if name in self.inputs:
+            copies = self.inputs[name]
+            return copies[rotation % len(copies)]
+        return self.single[name]
+
+    def outputs(self):
+        return [op for op in self.shape["operands"] if op["role"] == "output"]
+
     def workspace(self, tiles, splits):
-        """Split-K buffers: an fp32 workspace of ``splits`` x M x N (one slice per split) and one
-        zeroed counter per tile (the kernel leaves them zero again). Grown, never shrunk, across
-        the variants of the shape."""
-        M, N = self.shape["M"], self.shape["N"]
-        need = splits * M * N
+        """Split-K buffers: an fp32 workspace of ``splits`` x the first output's elements (one
+        slice per split) and one zeroed counter per tile (the kernel leaves them zero again).
+        Grown, never shrunk, across the variants of the shape."""
+        need = splits * self.outputs()[0]["elements"]
         if self.ws_count < need:
             self.ws = self._alloc(need * 4)
             self.ws_count = need
@@ -68,30 +82,32 @@ class ShapeData(object):
         return self.ws, self.locks
 
     def values(self, rotation=0):
-        s = self.shape
-        v = {"a_ptr": self.a[rotation % len(self.a)], "b_ptr": self.b[rotation % len(self.b)],
-             "c_ptr": self.c, "M": s["M"], "N": s["N"], "K": s["K"]}
-        v.update(self.strides)
+        """The kernel's argument values: ``<operand>_ptr`` for inputs (copy ``rotation``) and
+        outputs, then the shape's scalars (dims, strides)."""
+        v = dict(("%s_ptr" % op["name"], self.ptr(op["name"], rotation)) for op in self.shape["operands"]
+                 if op["role"] != "reference")
+        v.update(self.shape["scalars"])
         return v
 
     def poison(self):
-        """Fill C with NaN, so that a kernel that writes nothing cannot pass the check."""
-        dtype = self.shape["dtype"]
-        n = self.shape["M"] * self.shape["N"]
-        if ELEM_BYTES[dtype] == 2:
-            self.api.memset16(self.c, NAN_BITS[dtype], n)
-        else:
-            self.api.memset32(self.c, NAN_BITS[dtype], n)
+        """Fill every output with NaN, so that a kernel that writes nothing cannot pass the check."""
+        for op in self.outputs():
+            bits, width = NAN_BITS.get(op["dtype"]), DTYPE_BYTES[op["dtype"]]
+            if bits is None or width not in (2, 4):
+                raise GpuError("output %s is %s; the worker poisons 2- and 4-byte floats only"
+                               % (op["name"], op["dtype"]), load=True)
+            (self.api.memset16 if width == 2 else self.api.memset32)(self.ptr(op["name"]), bits, op["elements"])
 
     def torch_operands(self, torch, rotation=0):
-        """A (MxK) and B (KxN) of the shape as torch views of the device buffers, in its layout
-        (a T operand is the transpose of a row-major view: no copy)."""
+        """A (MxK) and B (KxN) of a matmul shape as torch views of the device buffers, in its
+        layout (a T operand is the transpose of a row-major view: no copy)."""
         s = self.shape
-        M, N, K, dtype = s["M"], s["N"], s["K"], s["dtype"]
-        a_ptr, b_ptr = self.a[rotation % len(self.a)], self.b[rotation % len(self.b)]
-        a = torch_view(torch, a_ptr, K if s["layout"][0] == "T" else M, M if s["layout"][0] == "T" else K, dtype)
-        b = torch_view(torch, b_ptr, N if s["layout"][1] == "T" else K, K if s["layout"][1] == "T" else N, dtype)
-        return (a.t() if s["layout"][0] == "T" else a), (b.t() if s["layout"][1] == "T" else b)
+        d, dtype, layout = s["dims"], s["dtype"], s["layout"]
+        M, N, K = d["M"], d["N"], d["K"]
+        a_ptr, b_ptr = self.ptr("a", rotation), self.ptr("b", rotation)
+        a = torch_view(torch, a_ptr, K if layout[0] == "T" else M, M if layout[0] == "T" else K, dtype)
+        b = torch_view(torch, b_ptr, N if layout[1] == "T" else K, K if layout[1] == "T" else N, dtype)
+        return (a.t() if layout[0] == "T" else a), (b.t() if layout[1] == "T" else b)
 
     def release(self):
         for ptr in self.buffers:

@@ -1,4 +1,5 @@
-"""The fp32 reference a GPU worker checks every answer against: torch where the node has it
+"""The fp32 reference a GPU worker checks every answer against, for kernels whose manifest says
+``device_reference: matmul`` (C = A @ B; other kernels bring their own): torch where the node has it
 (cross-checked against the bundle's conservative reference kernel on every shape), else that
 kernel, itself checked against the host (numpy or plain Python, fp64) on small odd shapes at
 start. Standard library only (torch and numpy where present)."""
@@ -7,14 +8,22 @@ import array
 import math
 import struct
 
+from ..contract import DTYPE_BYTES
 from .gpu_api import GpuError
 from .gpu_launch import cdiv
-from .gpu_memory import ShapeData, torch_view
+from .gpu_memory import ShapeData, strides, torch_view
+
+
+MATMUL = "matmul"  # the manifest's device_reference of C = A @ B kernels
 
 
 def pick_reference(worker, mode):
     """``"torch"`` (and sets ``worker.torch``) or ``"kernel"``."""
     mode = mode or "auto"
+    if worker.manifest.get("device_reference") != MATMUL:
+        raise _fatal("the bundle's kernel %s declares no reference the GPU worker computes (device_reference "
+                     "%r; this worker knows %r)" % (worker.manifest.get("kernel"),
+                                                    worker.manifest.get("device_reference"), MATMUL))
     if mode in ("auto", "torch") and worker.manifest["target"]["backend"] in ("cuda", "hip"):
         try:
             import torch  # noqa: F401
@@ -29,38 +38,44 @@ def pick_reference(worker, mode):
     return "kernel"
 
 
+def _fatal(message):
+    exc = GpuError(message)
+    exc.fatal = True
+    return exc
+
+
 def compute_reference(worker, data):
-    """Write the shape's reference into ``data.ref``; with torch, also record in
+    """Write the shape's reference (``ref``, fp32) into its buffer; with torch, also record in
     ``data.crosscheck`` how far the conservative kernel is from it on this very shape."""
-    s = data.shape
+    ref = data.ptr("ref")
+    n = data.operands["ref"]["elements"]
     data.crosscheck = None
     if worker.reference_mode == "torch":
         worker.api.synchronize()  # torch works on its own stream: the inputs must be there
         torch_reference(worker.torch, data)
-        tmp = worker.api.alloc(s["M"] * s["N"] * 4)
+        tmp = worker.api.alloc(n * 4)
         try:
             run_reference_kernel(worker, data, tmp)
             worker.api.synchronize()
-            data.crosscheck = worker.errors(tmp, data.ref, s["M"] * s["N"], "fp32", 0.0, 0.0)[0]
+            data.crosscheck = worker.errors(tmp, ref, n, "fp32", 0.0, 0.0)[0]
         finally:
             worker.api.free(tmp)
     else:
-        run_reference_kernel(worker, data, data.ref)
+        run_reference_kernel(worker, data, ref)
 
 
 def run_reference_kernel(worker, data, out_ptr):
     s = data.shape
     k = worker.support_kernel("reference", s["dtype"])
     cfg = worker.manifest["toolchain"]["support"]["reference_%s" % s["dtype"]]["config"]
-    grid = (cdiv(s["M"], cfg["BLOCK_M"]) * cdiv(s["N"], cfg["BLOCK_N"]), 1, 1)
+    grid = (cdiv(s["dims"]["M"], cfg["BLOCK_M"]) * cdiv(s["dims"]["N"], cfg["BLOCK_N"]), 1, 1)
     values = data.values(0)
     values.update(c_ptr=out_ptr, ws_ptr=0, lock_ptr=0)
     k.run(grid, k.params(values, grid))
 
 
 def torch_reference(torch, data):
-    s = data.shape
-    M, N = s["M"], s["N"]
+    d = data.shape["dims"]
     a, b = data.torch_operands(torch)
     allow = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -68,8 +83,23 @@ def torch_reference(torch, data):
         ref = torch.matmul(a.float(), b.float())
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow
-    torch_view(torch, data.ref, M, N, "fp32").copy_(ref)
+    torch_view(torch, data.ptr("ref"), d["M"], d["N"], "fp32").copy_(ref)
     torch.cuda.synchronize()
+
+
+def matmul_shape(M, N, K, dtype, layout, shape_id="selfcheck"):
+    """A matmul shape as the manifest writes it (harness/kernels/matmul's declaration)."""
+    def op(name, role, dims, op_dtype):
+        n = dims[0] * dims[1]
+        return {"name": name, "role": role, "dtype": op_dtype, "shape": list(dims), "elements": n,
+                "bytes": n * DTYPE_BYTES[op_dtype]}
+
+    scalars = {"M": M, "N": N, "K": K}
+    scalars.update(strides(M, N, K, layout))
+    return {"id": shape_id, "dims": {"M": M, "N": N, "K": K}, "dtype": dtype, "layout": layout,
+            "operands": [op("a", "input", (M, K), dtype), op("b", "input", (K, N), dtype),
+                         op("c", "output", (M, N), dtype), op("ref", "reference", (M, N), "fp32")],
+            "scalars": scalars}
 
 
 def check_reference_kernel(worker):
@@ -82,16 +112,16 @@ def check_reference_kernel(worker):
         if key in seen:
             continue
         seen.add(key)
-        small = {"M": 67, "N": 45, "K": 83, "dtype": s["dtype"], "layout": s["layout"], "id": "selfcheck"}
+        small = matmul_shape(67, 45, 83, s["dtype"], s["layout"])
         data = ShapeData(api, small, 1)
         try:
-            worker.fill(data.a[0], 67 * 83, s["dtype"], 11)
-            worker.fill(data.b[0], 83 * 45, s["dtype"], 12)
-            run_reference_kernel(worker, data, data.ref)
+            worker.fill(data.ptr("a"), 67 * 83, s["dtype"], 11)
+            worker.fill(data.ptr("b"), 83 * 45, s["dtype"], 12)
+            run_reference_kernel(worker, data, data.ptr("ref"))
             api.synchronize()
-            a = decode(api.dtoh(data.a[0], data.a_bytes), s["dtype"])
-            b = decode(api.dtoh(data.b[0], data.b_bytes), s["dtype"])
-            got = decode(api.dtoh(data.ref, 67 * 45 * 4), "fp32")
+            a = decode(api.dtoh(data.ptr("a"), data.operands["a"]["bytes"]), s["dtype"])
+            b = decode(api.dtoh(data.ptr("b"), data.operands["b"]["bytes"]), s["dtype"])
+            got = decode(api.dtoh(data.ptr("ref"), 67 * 45 * 4), "fp32")
         finally:
             data.release()
         want = host_matmul(a, b, 67, 45, 83, s["layout"])
@@ -100,10 +130,8 @@ def check_reference_kernel(worker):
         rel = math.sqrt(d2 / r2) if r2 else float("inf")
         report["%s_%s" % key] = rel
         if not rel <= 1e-5:
-            exc = GpuError("the reference kernel disagrees with the host on a 67x45x83 %s %s product "
-                           "(relative error %.3g); no answer can be checked" % (key[0], key[1], rel))
-            exc.fatal = True
-            raise exc
+            raise _fatal("the reference kernel disagrees with the host on a 67x45x83 %s %s product "
+                         "(relative error %.3g); no answer can be checked" % (key[0], key[1], rel))
     return report
 
 

@@ -33,16 +33,12 @@ class L2Flush(object):
 
 
 def check_and_time(worker, data, shape, launch, counters, kernel, variant, grid):
-    """Poison C, launch once and check; time with the profiler; poison, launch and check again.
-    ``launch(i)`` runs the product once on input copy ``i`` (a variant's kernel, or the library)."""
-    dtype = shape["dtype"]
-    n = shape["M"] * shape["N"]
-    tolerances = worker.tolerances
-    rtol, atol = tolerances["rtol"][dtype], tolerances["atol"][dtype]
-    tol = tolerances["rel_err"][dtype]
+    """Poison the outputs, launch once and check; time with the profiler; poison, launch and check
+    again. ``launch(i)`` runs the kernel once on input copy ``i`` (a variant, or the library)."""
+    tol = worker.tolerances["rel_err"][shape["dtype"]]
 
     def check():
-        return worker.errors(data.c, data.ref, n, dtype, rtol, atol)
+        return worker.check(data)
 
     data.poison()
     launch(0)
@@ -70,8 +66,8 @@ def check_and_time(worker, data, shape, launch, counters, kernel, variant, grid)
         return result
     result["status"] = contract.OK
     notes = []
-    if len(data.a) > 1:
-        notes.append("inputs rotated over %d copies" % len(data.a))
+    if data.sets > 1:
+        notes.append("inputs rotated over %d copies" % data.sets)
     if data.crosscheck is not None:
         notes.append("ref torch (kernel ref rel %.1e)" % data.crosscheck)
     result["message"] = "; ".join(notes)

@@ -25,7 +25,7 @@ from ..stats import summarize
 from .gpu_api import GpuError, api_for
 from .gpu_launch import Kernel, cdiv, specialization_problem
 from .gpu_library import run_library
-from .gpu_memory import ELEM_BYTES, ShapeData, data_seed
+from .gpu_memory import ShapeData, data_seed, input_bytes
 from .gpu_reference import check_reference_kernel, compute_reference, pick_reference
 from .gpu_timing import L2Flush, check_and_time
 
@@ -83,6 +83,27 @@ class Worker(object):
 
     def errors(self, c_ptr, ref_ptr, n, dtype, rtol, atol):
         """(rel_err, max_abs_err, err_ratio) of c against ref, reduced on the device."""
+        return _figures(*self._error_sums(c_ptr, ref_ptr, n, dtype, rtol, atol), n=n)
+
+    def check(self, data):
+        """(rel_err, max_abs_err, err_ratio) over every check the manifest declares (each output
+        against its reference), with the tolerances of the shape's dtype."""
+        dtype = data.shape["dtype"]
+        rtol, atol = self.tolerances["rtol"][dtype], self.tolerances["atol"][dtype]
+        d2 = r2 = bad = 0.0
+        maxabs, n = 0.0, 0
+        for c in self.manifest["checks"]:
+            out = data.operands[c["output"]]
+            sums = self._error_sums(data.ptr(c["output"]), data.ptr(c["reference"]), out["elements"], out["dtype"],
+                                    rtol, atol)
+            d2, r2, bad = d2 + sums[0], r2 + sums[1], bad + sums[3]
+            maxabs = max(maxabs, sums[2])
+            n += out["elements"]
+        return _figures(d2, r2, maxabs, bad, n=n)
+
+    def _error_sums(self, c_ptr, ref_ptr, n, dtype, rtol, atol):
+        """(sum of squared differences, sum of squared references, max |difference|, elements
+        outside atol + rtol |ref|), by the bundle's error kernel on the device."""
         k = self.support_kernel("error", dtype)
         block = int(self.manifest["toolchain"].get("support_block", 1024))
         programs = cdiv(n, block)
@@ -96,15 +117,8 @@ class Worker(object):
             raw.frombytes(self.api.dtoh(out, programs * 16))
         finally:
             self.api.free(out)
-        d2 = math.fsum(raw[0::4])
-        r2 = math.fsum(raw[1::4])
         maxabs = max(raw[2::4]) if programs else 0.0
-        bad = math.fsum(raw[3::4])
-        if r2 > 0:
-            rel = math.sqrt(d2 / r2) if d2 == d2 else float("nan")
-        else:
-            rel = 0.0 if d2 == 0 else float("inf")
-        return rel, maxabs, bad / n
+        return math.fsum(raw[0::4]), math.fsum(raw[1::4]), maxabs, math.fsum(raw[3::4])
 
     # ---- shapes and variants ----
     def data_for(self, shape):
@@ -112,21 +126,22 @@ class Worker(object):
         if data is not None:
             self.shapes[shape["id"]] = data  # the most recently used last
             return data
-        M, N, K, dtype = shape["M"], shape["N"], shape["K"], shape["dtype"]
-        sets = self.l2_flush.input_sets((M * K + K * N) * ELEM_BYTES[dtype])
+        sets = self.l2_flush.input_sets(input_bytes(shape))
         # shapes' data stay on the device up to a quarter of its memory (a long-lived agent's
         # rounds come back to the same shapes); the least recently used go first
-        need = sets * (M * K + K * N) * ELEM_BYTES[dtype] + M * N * (ELEM_BYTES[dtype] + 4)
+        need = sets * input_bytes(shape) + sum(op["bytes"] for op in shape["operands"] if op["role"] != "input")
         budget = int(os.environ.get("HARNESS_GPU_DATA_BYTES") or int(self.device.get("memory_bytes") or 0) // 4)
         while self.shapes and sum(d.nbytes + 4 * d.ws_count for d in self.shapes.values()) + need > budget:
             self.shapes.pop(next(iter(self.shapes))).release()
         data = ShapeData(self.api, shape, sets)
         seed = int(self.manifest.get("seed", 0))
-        self.fill(data.a[0], M * K, dtype, data_seed(seed, shape, "a"))
-        self.fill(data.b[0], K * N, dtype, data_seed(seed, shape, "b"))
-        for i in range(1, sets):
-            self.api.dtod(data.a[i], data.a[0], data.a_bytes)
-            self.api.dtod(data.b[i], data.b[0], data.b_bytes)
+        for op in shape["operands"]:
+            if op["role"] != "input":
+                continue
+            first = data.ptr(op["name"])
+            self.fill(first, op["elements"], op["dtype"], data_seed(seed, shape, op["name"]))
+            for i in range(1, sets):
+                self.api.dtod(data.ptr(op["name"], i), first, op["bytes"])
         compute_reference(self, data)
         self.api.synchronize()
         data.nbytes = need
@@ -165,7 +180,7 @@ class Worker(object):
         else:
             ws, locks = 0, 0
         param_sets = []
-        for r in range(len(data.a)):
+        for r in range(data.sets):
             v = data.values(r)
             v.update(ws_ptr=ws, lock_ptr=locks)
             param_sets.append(kernel.params(v, grid))
@@ -175,6 +190,16 @@ class Worker(object):
             kernel.run(grid, param_sets[i % len(param_sets)], stream)
 
         return check_and_time(self, data, shape, launch, counters, kernel, variant, grid)
+
+
+def _figures(d2, r2, maxabs, bad, n):
+    """rel_err = sqrt(sum d^2 / sum ref^2) (NaN stays NaN; a zero reference: 0 or inf),
+    max_abs_err, err_ratio = share of elements outside tolerance."""
+    if r2 > 0:
+        rel = math.sqrt(d2 / r2) if d2 == d2 else float("nan")
+    else:
+        rel = 0.0 if d2 == 0 else float("inf")
+    return rel, maxabs, (bad / n if n else 0.0)
 
 
 def serve(handler, infile=None, outfile=None):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import TEMPLATES, Kernel
+from ...shapes import Problem
+from ..base import TEMPLATES, Kernel, Operand
 from . import rules, seeds
 
 ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -39,6 +40,17 @@ GPU_SPACE_HIP = {
     "matrix_instr_nonkdim": [16, 32],
     "kpack": [1, 2],
 }
+
+
+PROBLEM = Problem(dims=("M", "N", "K"), dtypes=("fp32", "fp16", "bf16"), layouts=("NN", "NT", "TN", "TT"))
+OPERANDS = (
+    Operand("a", "input", ("M", "K"), transposed=lambda s: s.layout[0] == "T"),
+    Operand("b", "input", ("K", "N"), transposed=lambda s: s.layout[1] == "T"),
+    Operand("c", "output", ("M", "N")),
+    Operand("ref", "reference", ("M", "N"), dtype="fp32"),
+)
+DEFAULT_SHAPES = {"cpu": "64x64x64,128x128x128,256x256x128",
+                  "gpu": "4096x4096x4096:fp16,64x4096x4096:fp16,1024x1024x1024:fp16"}
 
 
 def strides(shape) -> dict:
@@ -109,6 +121,10 @@ KERNEL = Kernel(
     cpu_rules=rules.CPU_RULES,
     cpu_template=TEMPLATES / "cpu" / "matmul_kernel.cpp.j2",
     make_data=make_data,
+    operands=OPERANDS,
+    problem=PROBLEM,
+    default_shapes=DEFAULT_SHAPES,
+    device_reference="matmul",
     strides=strides,
     flops=flops,
     bytes_moved=bytes_moved,
