@@ -1,0 +1,96 @@
+"""The row-wise softmax end to end, declared in this folder only: natively, and on the emulated
+RVV board over the loopback sshd. Its operands, dims and check come from its declaration."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tests.conftest import needs
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+SHAPES = "8x100,33x257:fp16,64x64:bf16"
+IDS = ["8x100_fp32", "33x257_fp16", "64x64_bf16"]
+SPACE = "BLOCK_ROWS: [1, 4]\nVEC: [1, 8]\n"
+TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 2e-2}
+
+
+def _results(ws, target):
+    return pd.read_csv(ws.path / "results" / target / "softmax" / "results.csv")
+
+
+def _assert_all_ok(ws, target):
+    df = _results(ws, target)
+    ran = df[df.status != "pruned"]
+    assert set(ran.status) == {"ok"}, ran[["variant_id", "shape_id", "status", "message"]]
+    assert sorted(set(ran.shape_id)) == sorted(IDS)
+    for _, row in ran.iterrows():
+        assert row.rel_err <= TOL[row["dtype"]] and row.err_ratio == 0.0
+    # the results carry the kernel's own dimensions in place of M, N, K
+    assert {"ROWS", "COLS"} <= set(df.columns) and not {"M", "N", "K"} & set(df.columns)
+    assert sorted(zip(ran.ROWS, ran.COLS)) == sorted(zip(ran.ROWS, ran.COLS)) and set(ran.ROWS) == {8, 33, 64}
+    best = json.loads((ws.path / "tuned" / target / "softmax.json").read_text())["best"]
+    assert sorted(b["shape"] for b in best) == sorted(IDS)
+    assert {(b["ROWS"], b["COLS"]) for b in best} == {(8, 100), (33, 257), (64, 64)}
+
+
+def test_tune_on_the_local_target_and_the_check_reads_the_declared_reference(local_workspace):
+    ws = local_workspace
+    (ws.path / "space.yaml").write_text(SPACE)
+    ws.harness("tune", "softmax", "--target", "local", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3")
+    _assert_all_ok(ws, "local")
+    manifest = json.loads((ws.path / "build/local/softmax/manifest.json").read_text())
+    shape = next(s for s in manifest["shapes"] if s["id"] == "33x257_fp16")
+    assert shape["dims"] == {"ROWS": 33, "COLS": 257} and shape["layout"] == ""
+    assert [(o["name"], o["role"], o["dtype"]) for o in shape["operands"]] == [
+        ("x", "input", "fp16"), ("y", "output", "fp16"), ("ref", "reference", "fp32")]
+    assert list(shape["scalars"]) == ["ROWS", "COLS", "stride_x", "stride_y"] and sorted(shape["data"]) == ["ref", "x"]
+    assert manifest["checks"] == [{"output": "y", "reference": "ref", "kind": "rel_err"}]
+    # the stored reference is what the answer is checked against: doubled, every variant is wrong
+    ref_file = ws.path / "build/local/softmax" / shape["data"]["ref"]
+    ref = np.fromfile(ref_file, dtype=np.float32)
+    assert np.allclose(ref.reshape(33, 257).sum(axis=1), 1.0, atol=1e-5)
+    (ref * 2).tofile(ref_file)
+    (ws.path / "results/local/softmax/results.csv").unlink()
+    ws.harness("run", "--iters", "2")
+    df = _results(ws, "local")
+    bad = df[(df.shape_id == "33x257_fp16") & (df.status != "pruned")]
+    assert len(bad) and set(bad.status) == {"wrong_answer"} and (bad.rel_err > 0.4).all()
+    others = df[(df.shape_id != "33x257_fp16") & (df.status != "pruned")]
+    assert set(others.status) == {"ok"}
+
+
+def test_shapes_are_written_as_the_kernel_declares_them(local_workspace):
+    ws = local_workspace
+    proc = ws.harness("build", "softmax", "--target", "local", "--shapes", "64x64x64", check=False)
+    assert proc.returncode == 2 and "bad shape '64x64x64': write ROWSxCOLS[:dtype]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = ws.harness("build", "softmax", "--target", "local", "--shapes", "64x64:fp16:NT", check=False)
+    assert proc.returncode == 2 and "bad shape" in proc.stderr
+
+
+@needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
+def test_tune_on_the_emulated_rvv_board_over_ssh(workspace):
+    ws = workspace
+    (ws.path / "space.yaml").write_text(SPACE)
+    ws.harness("tune", "softmax", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3")
+    manifest = json.loads((ws.path / "build/rv/softmax/manifest.json").read_text())
+    assert manifest["target"]["vlen"] == 256
+    assert (ws.path / "remote-rv/results/rv/softmax/results.csv").exists()  # measured on the remote side
+    _assert_all_ok(ws, "rv")
+
+
+def test_this_folder_is_the_only_place_that_names_the_kernel():
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split()
+    naming = []
+    for rel in files:
+        path = REPO / rel
+        if HERE in path.parents or not path.is_file():
+            continue
+        if b"softmax" in path.read_bytes().lower():
+            naming.append(rel)
+    assert naming == []
