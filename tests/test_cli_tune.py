@@ -162,6 +162,16 @@ def test_bad_tune_options_are_one_line(ws, args, needle):
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
 
 
+def test_without_strategy_a_big_space_gets_the_budgeted_default(ws):
+    # CPU spaces are small (exhaustive by default); past 1000 configs the default is a budgeted search
+    (ws.path / "big.yaml").write_text("BLOCK_M: [4, 8, 16, 32, 64, 128]\nBLOCK_N: [8, 16, 32, 64, 128, 256]\n"
+                                      "BLOCK_K: [8, 16, 32, 64, 128, 256]\nGROUP_M: [1, 2, 4, 8, 16]\n")
+    out = ws.harness("tune", "matmul", "--target", TARGET, "--space", "big.yaml", "--shapes", "40x24x32",
+                     "--iters", "2", "--warmup", "1", "--budget", "2", "--top", "0").stdout
+    assert "strategy genetic, --budget 2 per shape (the default here" in out and "search: genetic" in out
+    assert len([r for r in rows(ws) if r["shape_id"] == "40x24x32_fp32_NN"]) == 2
+
+
 def test_simulate_command_is_deterministic(local_workspace):
     args = ["simulate", RECORDED, "--strategy", "random,halving", "--seeds", "3", "--shape", "256x256x256_fp32_NN"]
     first = local_workspace.harness(*args).stdout
