@@ -28,6 +28,8 @@ NEAREST = 2  # tuned shapes whose winners are seeded
 
 
 class Seeded(Strategy):
+    """``inner`` preceded by the feasible, unmeasured ``seeds`` (see the module docstring)."""
+
     def __init__(self, inner: Strategy, seeds: Sequence[dict]):
         super().__init__(inner.seed, inner.batch_size)
         self.inner = inner
