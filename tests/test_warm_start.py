@@ -94,7 +94,8 @@ def test_nearest_tuned_winners_are_seeded(tmp_path):
     other_dtype = entry(3000, 3000, 3000, "bf16", "NN", BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=2,
                         num_stages=5)
     far = entry(16, 64, 64, "fp16", "NN", BLOCK_M=16, BLOCK_N=32, BLOCK_K=64, num_warps=2, num_stages=5)
-    entries = [far, other_dtype, second, near]
+    no_dims = {"shape": "?", "config": dict(near["config"], BLOCK_M=128)}  # not a tuned entry of this problem
+    entries = [no_dims, far, other_dtype, second, near]
     shape = parse_shape("3000x3000x3072:fp16")
     assert nearest_tuned(shape, entries) == [near["config"], second["config"]]  # same dtype first, then log-distance
     tuned = tmp_path / "tuned" / H200.name

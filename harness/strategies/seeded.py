@@ -6,7 +6,7 @@ Two sources, in this order (``warm_start``):
   persistent TMA tile for a big square product on sm90, SWAP_AB tiles for a skinny one);
 * the winners of the nearest shapes already tuned on the same target
   (``tuned/<target>/<kernel>.json``): same dtype and layout first, then distance in log space
-  of (M, N, K).
+  of the problem's dimensions (matmul: M, N, K).
 
 ``Seeded`` wraps any strategy: the first rounds measure the seeds that are feasible (in the
 space, not pruned for this shape and target) and not yet measured; then the wrapped strategy
@@ -58,21 +58,23 @@ def read_tuned(path) -> list:
         return []
     try:
         data = json.loads(path.read_text())
-        return [e for e in data.get("best", []) if isinstance(e.get("config"), dict)
-                and all(isinstance(e.get(d), int) and e[d] > 0 for d in "MNK")]
+        return [e for e in data.get("best", []) if isinstance(e, dict) and isinstance(e.get("config"), dict)]
     except (ValueError, AttributeError):
         return []
 
 
 def nearest_tuned(shape, entries: list, n: int = NEAREST) -> List[dict]:
     """The configs of the ``n`` tuned entries nearest to ``shape``: those of its dtype and layout
-    first, then by Euclidean distance of log2(M, N, K); ties keep the file's order."""
+    first, then by Euclidean distance of the log2 of its dimensions (matmul: M, N, K); ties keep
+    the file's order. Entries without the shape's dimensions are left out."""
+    dims = shape.dim_values
+    usable = [e for e in entries if all(isinstance(e.get(d), int) and e[d] > 0 for d in dims)]
+
     def distance(e):
         same = e.get("dtype") == shape.dtype and e.get("layout") == shape.layout
-        return (0 if same else 1, math.dist([math.log2(e[d]) for d in "MNK"],
-                                            [math.log2(getattr(shape, d)) for d in "MNK"]))
+        return (0 if same else 1, math.dist([math.log2(e[d]) for d in dims], [math.log2(v) for v in dims.values()]))
 
-    return [dict(e["config"]) for e in sorted(entries, key=distance)[:n]]
+    return [dict(e["config"]) for e in sorted(usable, key=distance)[:n]]
 
 
 def warm_start(kernel, target, shape, tuned_entries: Optional[list] = None) -> List[dict]:
