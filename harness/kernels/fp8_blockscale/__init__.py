@@ -1,0 +1,97 @@
+"""C = (A * a_scale) @ (B * b_scale)^T: fp8 e4m3 inputs with per-block fp32 scales, bf16 output.
+
+The layout of DeepSeek-V3's fp8 inference and aiter's a8w8 blockscale GEMM: A (activations) is
+M x K row-major with one scale per 1 x 128 block (a_scale M x cdiv(K, 128)); B (the weight) is
+stored N x K row-major with one scale per 128 x 128 block (b_scale cdiv(N, 128) x cdiv(K, 128));
+C is M x N bf16. GPU only (Triton): e4m3fn on NVIDIA sm89+ and AMD gfx950, e4m3fnuz on gfx942.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import fp8, rules
+from .fp8 import SCALE_BLOCK, cdiv
+
+NAME = "fp8_blockscale"
+
+# the answer is bf16: its rounding alone is 2^-9 relative per element (rel. error norm about 1e-3);
+# 1e-2 leaves room for the fp8 MMA's accumulation inside a K block, and an element is outside
+# when |c - ref| > atol + rtol * |ref| (aiter's checkAllclose defaults, its errRatio)
+TOLERANCE = {"rel_err": 1e-2, "rtol": 1e-2, "atol": 1e-2}
+
+GPU_SPACE = {
+    "BLOCK_M": [16, 32, 64, 128],
+    "BLOCK_N": [32, 64, 128, 256],
+    "BLOCK_K": [64, 128],
+    "GROUP_M": [1, 8],
+    "SPLIT_K": [1, 2, 4, 8],
+    "num_warps": [4, 8],
+    "num_stages": [2, 3, 4, 5],
+}
+GPU_SPACE_HIP = {
+    "waves_per_eu": [0, 2],
+    "matrix_instr_nonkdim": [16, 32],
+    "kpack": [1, 2],
+}
+
+
+def fp8_format(target) -> str:
+    """The e4m3 format the target's fp8 matrix instructions take."""
+    if getattr(target, "backend", "cuda") == "hip":
+        return rules.HIP_FP8.get(str(target.gpu_arch), "e4m3fn")
+    return "e4m3fn"
+
+
+def operand_shapes(M: int, N: int, K: int) -> dict:
+    """Operand -> (dtype, rows, columns), every one row-major."""
+    return {
+        "a": ("fp8", M, K),
+        "a_scale": ("fp32", M, cdiv(K, SCALE_BLOCK)),
+        "b": ("fp8", N, K),
+        "b_scale": ("fp32", cdiv(N, SCALE_BLOCK), cdiv(K, SCALE_BLOCK)),
+        "c": ("bf16", M, N),
+    }
+
+
+def strides(shape) -> dict:
+    """Element strides of A (M x K), B (N x K), C (M x N) and the two scale matrices."""
+    sk = cdiv(shape.K, SCALE_BLOCK)
+    return {"stride_am": shape.K, "stride_ak": 1, "stride_bn": shape.K, "stride_bk": 1,
+            "stride_cm": shape.N, "stride_cn": 1, "stride_asm": sk, "stride_ask": 1,
+            "stride_bsn": sk, "stride_bsk": 1}
+
+
+def make_data(shape, seed: int, fmt: str = "e4m3fn") -> dict:
+    """Seeded inputs and the reference: A and B (uniform in [-1, 1]) quantized per block as
+    DeepSeek-V3 does (scale = block amax / fp8 max, codes = round(x / scale)); ``ref`` is
+    dequantize(A) @ dequantize(B)^T computed in float64 from the codes and scales, stored fp32."""
+    M, N, K = shape.M, shape.N, shape.K
+    rng = np.random.default_rng([seed, M, N, K])
+    a, a_scale = fp8.quantize_rows(rng.uniform(-1, 1, (M, K)), fmt)
+    b, b_scale = fp8.quantize_blocks(rng.uniform(-1, 1, (N, K)), fmt)
+    ref = reference(a, a_scale, b, b_scale, fmt)
+    return {"a": a, "a_scale": a_scale, "b": b, "b_scale": b_scale, "ref": ref.astype(np.float32)}
+
+
+def reference(a, a_scale, b, b_scale, fmt: str = "e4m3fn") -> np.ndarray:
+    """float64 dequantize(A) @ dequantize(B)^T."""
+    a_deq = fp8.dequantize(a, a_scale, 1, SCALE_BLOCK, fmt)
+    b_deq = fp8.dequantize(b, b_scale, SCALE_BLOCK, SCALE_BLOCK, fmt)
+    return a_deq @ b_deq.T
+
+
+def flops(shape) -> int:
+    return 2 * shape.M * shape.N * shape.K
+
+
+def bytes_moved(shape) -> int:
+    """fp8 A and B, fp32 scales, bf16 C, each once."""
+    sk = cdiv(shape.K, SCALE_BLOCK)
+    return (shape.M * shape.K + shape.N * shape.K + 4 * (shape.M * sk + cdiv(shape.N, SCALE_BLOCK) * sk)
+            + 2 * shape.M * shape.N)
+
+
+def grid(config: dict, shape, target=None) -> tuple:
+    tiles = cdiv(shape.M, config["BLOCK_M"]) * cdiv(shape.N, config["BLOCK_N"])
+    return (tiles, config.get("SPLIT_K", 1), 1)

@@ -1,0 +1,75 @@
+"""Pruning rules for the fp8 block-scaled GEMM: a config is pruned for a shape when a rule says so."""
+
+from __future__ import annotations
+
+from ...space import Rule
+from .fp8 import SCALE_BLOCK, cdiv
+
+# AMD arches with fp8 matrix instructions, and the e4m3 format each takes
+HIP_FP8 = {"gfx942": "e4m3fnuz", "gfx950": "e4m3fn"}
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _tile_m_too_big(c, s, t):
+    return c["BLOCK_M"] > max(16, _pow2_at_least(s.M))
+
+
+def _tile_n_too_big(c, s, t):
+    return c["BLOCK_N"] > max(32, _pow2_at_least(s.N))
+
+
+def _block_k_splits_scale(c, s, t):
+    # one K step must lie inside one 128-wide scale block: BLOCK_K divides 128
+    return SCALE_BLOCK % c["BLOCK_K"] != 0
+
+
+def _split_k_too_deep(c, s, t):
+    return c["SPLIT_K"] > 1 and s.K // c["SPLIT_K"] < c["BLOCK_K"]
+
+
+def _split_k_on_full_grid(c, s, t):
+    # split-K pays off when the M x N grid alone leaves multiprocessors idle
+    units = getattr(t, "multiprocessors", None) or 132
+    return c["SPLIT_K"] > 1 and cdiv(s.M, c["BLOCK_M"]) * cdiv(s.N, c["BLOCK_N"]) >= units
+
+
+def _group_m_useless(c, s, t):
+    return c["GROUP_M"] > 1 and cdiv(s.M, c["BLOCK_M"]) <= 1
+
+
+def _accumulator_spills(c, s, t):
+    # the fp32 accumulator alone takes BLOCK_M x BLOCK_N / threads registers of each thread
+    warp = 64 if getattr(t, "backend", "") == "hip" else 32
+    return c["BLOCK_M"] * c["BLOCK_N"] > 128 * c["num_warps"] * warp
+
+
+def _no_fp8_mma(c, s, t):
+    """NVIDIA before sm89 and AMD other than gfx942 / gfx950 have no fp8 matrix instructions."""
+    backend = getattr(t, "backend", "")
+    arch = str(getattr(t, "gpu_arch", "") or "")
+    if backend == "cuda":
+        return not arch.isdigit() or int(arch) < 89
+    if backend == "hip":
+        return arch not in HIP_FP8
+    return False
+
+
+GPU_RULES = [
+    Rule("no_fp8_mma", "the target has no fp8 matrix instructions (NVIDIA sm89+ and AMD gfx942 / gfx950 have)",
+         _no_fp8_mma),
+    Rule("block_k_splits_scale", "BLOCK_K does not divide the 128-wide scale block (a K step must have one scale)",
+         _block_k_splits_scale),
+    Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _tile_m_too_big),
+    Rule("tile_n_exceeds_dim", "BLOCK_N larger than the next power of two of N", _tile_n_too_big),
+    Rule("split_k_too_deep", "each split of K is shorter than BLOCK_K", _split_k_too_deep),
+    Rule("split_k_on_full_grid", "SPLIT_K > 1 where the M x N grid alone fills the multiprocessors",
+         _split_k_on_full_grid),
+    Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _group_m_useless),
+    Rule("accumulator_spills", "the fp32 accumulator needs more than 128 registers per thread", _accumulator_spills),
+]

@@ -1,0 +1,356 @@
+"""The fp8 block-scaled GEMM kernel: the numpy e4m3 codec, seeded data and its fp64 reference
+(checked against a direct blockwise computation), pruning, real host compiles for sm90 and
+gfx942, and the aiter a8w8 blockscale tuned CSV read back the way aiter reads it."""
+
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.errors import HarnessError
+from harness.kernels import fp8_blockscale as fk
+from harness.kernels.fp8_blockscale import fp8, rules
+from harness.report import aiter_blockscale_csv as abs_csv
+from harness.shapes import make_shape
+from harness.space import expand, first_pruning_rule
+from harness.targets import load_targets
+from remote_agent import contract
+from remote_agent.results import ResultsWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---- the e4m3 codec --------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", fp8.FORMATS)
+def test_every_finite_code_round_trips(fmt):
+    table = fp8.decode_table(fmt)
+    codes = np.arange(256, dtype=np.uint8)
+    finite = ~np.isnan(table)
+    assert finite.sum() == (254 if fmt == "e4m3fn" else 255)  # fn: 0x7F, 0xFF NaN; fnuz: 0x80 NaN
+    # e4m3fn's 0x80 decodes to -0.0 and encodes back to 0x80
+    assert (fp8.encode(table[finite], fmt) == codes[finite]).all()
+
+
+def test_known_values_of_both_formats():
+    x = np.array([1.0, -1.0, 448.0, 240.0, 2.0 ** -9, 2.0 ** -6, 0.0, np.nan])
+    assert list(fp8.encode(x, "e4m3fn")) == [0x38, 0xB8, 0x7E, 0x77, 0x01, 0x08, 0x00, 0x7F]
+    # fnuz: bias 8, so the same code is half the value; 448 saturates to 240
+    assert list(fp8.encode(x, "e4m3fnuz")) == [0x40, 0xC0, 0x7F, 0x7F, 0x02, 0x10, 0x00, 0x80]
+    assert fp8.decode(np.array([0x7E, 0x7F], dtype=np.uint8), "e4m3fnuz").tolist() == [224.0, 240.0]
+
+
+@pytest.mark.parametrize("fmt", fp8.FORMATS)
+def test_rounding_is_nearest_ties_to_even_and_saturating(fmt):
+    table = fp8.decode_table(fmt)
+    pos = table[:128][~np.isnan(table[:128])]
+    lo, hi = pos[:-1], pos[1:]
+    mid = (lo + hi) / 2
+    codes_lo = np.arange(len(lo))
+    even = np.where(codes_lo % 2 == 0, codes_lo, codes_lo + 1)
+    assert (fp8.encode(mid, fmt) == even).all()
+    assert (fp8.encode(np.nextafter(mid, np.inf), fmt) == codes_lo + 1).all()
+    assert (fp8.encode(np.nextafter(mid, -np.inf), fmt) == codes_lo).all()
+    assert (fp8.encode(-np.nextafter(mid, np.inf), fmt) == (codes_lo + 1) | 0x80).all()
+    big = np.array([fp8.MAX[fmt] * 1.5, 1e30, -1e30])
+    assert fp8.decode(fp8.encode(big, fmt), fmt).tolist() == [fp8.MAX[fmt], fp8.MAX[fmt], -fp8.MAX[fmt]]
+    tiny = -np.array([1e-30])  # rounds to zero; fnuz has no -0 (0x80 is its NaN)
+    assert fp8.encode(tiny, fmt)[0] == (0x80 if fmt == "e4m3fn" else 0x00)
+
+
+def test_block_quantization_uses_amax_over_fp8_max():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (3, 300))
+    codes, scale = fp8.quantize_rows(x, "e4m3fn")
+    assert scale.shape == (3, 3) and scale.dtype == np.float32
+    assert np.allclose(scale[:, 0], np.abs(x[:, :128]).max(axis=1) / 448.0, rtol=1e-6)
+    assert np.allclose(scale[:, 2], np.abs(x[:, 256:]).max(axis=1) / 448.0, rtol=1e-6)
+    back = fp8.dequantize(codes, scale, 1, 128, "e4m3fn")
+    assert np.all(np.abs(back - x) <= np.abs(x) * 2.0 ** -4 + 2.0 ** -9 * np.repeat(scale, 128, 1)[:, :300])
+    w = rng.uniform(-1, 1, (200, 300))
+    codes, scale = fp8.quantize_blocks(w, "e4m3fnuz")
+    assert scale.shape == (2, 3)
+    assert np.isclose(scale[1, 2], np.abs(w[128:, 256:]).max() / 240.0, rtol=1e-6)
+    assert np.abs(fp8.decode(codes, "e4m3fnuz")).max() <= 240.0
+
+
+# ---- seeded data and the reference -------------------------------------------------------------
+def _blockwise(a, a_scale, b, b_scale, fmt):
+    """The kernel's own formula: per 128-wide K block, an exact product of the fp8 values, then
+    the block's A scale per row and B scale per column, summed over blocks (fp64)."""
+    M, K = a.shape
+    N = b.shape[0]
+    av, bv = fp8.decode(a, fmt), fp8.decode(b, fmt)
+    out = np.zeros((M, N))
+    for kb in range(fp8.cdiv(K, 128)):
+        ks = slice(kb * 128, min(K, (kb + 1) * 128))
+        part = av[:, ks] @ bv[:, ks].T
+        out += part * a_scale[:, kb][:, None] * np.repeat(b_scale[:, kb], 128)[:N][None, :]
+    return out
+
+
+@pytest.mark.parametrize("fmt", fp8.FORMATS)
+def test_reference_is_the_dequantized_product(fmt):
+    shape = make_shape(37, 200, 300, "bf16")  # partial scale blocks along N and K
+    data = fk.make_data(shape, 7, fmt)
+    assert data["a"].dtype == np.uint8 and data["a"].shape == (37, 300)
+    assert data["b"].dtype == np.uint8 and data["b"].shape == (200, 300)
+    assert data["a_scale"].shape == (37, 3) and data["b_scale"].shape == (2, 3)
+    assert data["ref"].dtype == np.float32 and data["ref"].shape == (37, 200)
+    direct = _blockwise(data["a"], data["a_scale"], data["b"], data["b_scale"], fmt)
+    assert np.abs(data["ref"] - direct).max() <= 1e-6 * np.abs(direct).max()
+    # ... and close to the unquantized product (quantization error only)
+    rng = np.random.default_rng([7, 37, 200, 300])
+    exact = rng.uniform(-1, 1, (37, 300)) @ rng.uniform(-1, 1, (200, 300)).T
+    assert np.linalg.norm(data["ref"] - exact) / np.linalg.norm(exact) < 0.05
+
+
+def test_data_is_seeded():
+    shape = make_shape(16, 128, 256, "bf16")
+    one, two, other = fk.make_data(shape, 1), fk.make_data(shape, 1), fk.make_data(shape, 2)
+    assert all((one[k] == two[k]).all() for k in one)
+    assert not (one["a"] == other["a"]).all()
+
+
+def test_flops_bytes_grid():
+    shape = make_shape(16, 7168, 2048, "bf16")
+    assert fk.flops(shape) == 2 * 16 * 7168 * 2048
+    assert fk.bytes_moved(shape) == 16 * 2048 + 7168 * 2048 + 4 * (16 * 16 + 56 * 16) + 2 * 16 * 7168
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT_K": 4}
+    assert fk.grid(cfg, shape) == (112, 4, 1)
+
+
+# ---- pruning ----------------------------------------------------------------------------------
+def _targets():
+    return load_targets(ROOT / "targets.yaml")
+
+
+def _why(config, shape, target):
+    rule = first_pruning_rule(rules.GPU_RULES, config, shape, target)
+    return rule.name if rule else None
+
+
+def test_pruning_rules_name_what_is_wrong():
+    import dataclasses
+
+    gpu = _targets()["gpu-node"]
+    base = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=3)
+    big = make_shape(4096, 7168, 2048, "bf16")
+    small = make_shape(16, 2112, 7168, "bf16")
+    assert _why(base, big, gpu) is None
+    assert _why(dict(base, BLOCK_K=256), big, gpu) == "block_k_splits_scale"
+    assert _why(dict(base, BLOCK_K=96), big, gpu) == "block_k_splits_scale"
+    assert _why(dict(base, BLOCK_M=64), small, gpu) == "tile_m_exceeds_dim"
+    assert _why(dict(base, BLOCK_M=16, SPLIT_K=8), small, gpu) is None  # 17 tiles of 132 SMs: split-K pays
+    assert _why(dict(base, SPLIT_K=2), big, gpu) == "split_k_on_full_grid"
+    assert _why(dict(base, BLOCK_M=16, SPLIT_K=8), make_shape(16, 2112, 512, "bf16"), gpu) == "split_k_too_deep"
+    assert _why(dict(base, BLOCK_M=128, BLOCK_N=256, num_warps=4), big, gpu) == "accumulator_spills"
+    assert _why(base, big, dataclasses.replace(gpu, gpu_arch="80")) == "no_fp8_mma"
+    mi300 = _targets()["mi300"]
+    assert _why(base, big, mi300) is None
+    assert _why(base, big, dataclasses.replace(mi300, gpu_arch="gfx90a")) == "no_fp8_mma"
+    assert fk.fp8_format(mi300) == "e4m3fnuz" and fk.fp8_format(gpu) == "e4m3fn"
+
+
+def test_space_keeps_aiter_like_tiles_for_deepseek_shapes():
+    gpu = _targets()["gpu-node"]
+    configs = expand(fk.GPU_SPACE)
+    for M, N, K in ((16, 2112, 7168), (128, 7168, 2048), (4096, 24576, 1536)):
+        shape = make_shape(M, N, K, "bf16")
+        kept = [c for c in configs if first_pruning_rule(rules.GPU_RULES, c, shape, gpu) is None]
+        assert kept and len(kept) < len(configs) / 2
+        assert all(128 % c["BLOCK_K"] == 0 for c in kept)
+    skinny = make_shape(16, 2112, 7168, "bf16")
+    kept = [c for c in configs if first_pruning_rule(rules.GPU_RULES, c, skinny, gpu) is None]
+    # aiter's gfx942 pick for M <= 16 on N=2112, K=7168: a 16-row tile with K split in pieces
+    assert any(c["BLOCK_M"] == 16 and c["BLOCK_K"] == 128 and c["SPLIT_K"] == 8 for c in kept)
+
+
+# ---- real compiles on this host (Triton, no GPU) ----------------------------------------------
+def _job(fn, backend, arch, config, fp8_type, c_type="*bf16"):
+    from harness.kernels.fp8_blockscale import triton_kernel as tk
+
+    args = tk.ARGS if fn == "fp8_blockscale_kernel" else tuple(a for a in tk.ARGS if a not in ("ws_ptr", "lock_ptr"))
+    types = {"a_ptr": "*" + fp8_type, "b_ptr": "*" + fp8_type, "c_ptr": c_type, "a_scale_ptr": "*fp32",
+             "b_scale_ptr": "*fp32", "ws_ptr": "*fp32", "lock_ptr": "*i32"}
+    unit = ("stride_ak", "stride_bk", "stride_cn", "stride_ask", "stride_bsk")
+    signature, constexprs, divisible = {}, {}, []
+    for i, name in enumerate(args):
+        if name in types:
+            signature[name] = types[name]
+            divisible.append(i)
+        elif name in unit:
+            signature[name], constexprs[name] = "constexpr", 1
+        else:
+            signature[name] = "i32"
+            divisible.append(i)
+    for name, value in config.items():
+        if name not in ("num_warps", "num_stages"):
+            signature[name], constexprs[name] = "constexpr", value
+    return {"module": tk.__name__, "fn": fn, "signature": signature, "constexprs": constexprs,
+            "divisible": divisible, "options": {k: config[k] for k in ("num_warps", "num_stages") if k in config},
+            "backend": backend, "arch": arch, "warp_size": 32 if backend == "cuda" else 64}
+
+
+def _compile(job, tmp_path, name):
+    pytest.importorskip("triton")
+    from harness.compile.triton_gpu import run_compile_process
+
+    result = run_compile_process(job, tmp_path / name, 300)
+    assert result.status == "ok", result.message
+    return result
+
+
+def test_compiles_for_sm90_with_fp8_warpgroup_mma(tmp_path):
+    from remote_agent.runners.gpu import elf_facts
+
+    cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=2, EVEN_K=True, num_warps=4, num_stages=3)
+    job = _job("fp8_blockscale_kernel", "cuda", "90", cfg, "fp8e4nv")
+    res = _compile(job, tmp_path, "main.cubin")
+    facts = elf_facts(res.artifact.read_bytes())
+    assert facts["format"] == "cubin" and facts["arch"] == "sm_90"
+    assert res.launch["entry"] in facts["kernels"]
+    # the pointer and integer arguments, then the two hidden scratch pointers
+    names = [p["name"] for p in res.launch["params"]]
+    assert names[:7] == ["a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "ws_ptr", "lock_ptr"]
+    assert "stride_ak" not in names and names[-2:] == ["global_scratch", "profile_scratch"]
+    assert len(facts["kernels"][res.launch["entry"]]["params"]) == len(names)
+    assert 0 < res.launch["shared"] <= 232448
+    ptx = _asm(job, "ptx")
+    assert "wgmma.mma_async" in ptx and "e4m3" in ptx  # fp8 tensor-core MMA, not an upcast
+
+
+def _asm(job, kind):
+    """The PTX or AMDGCN text of a job, compiled in this process (the harness keeps binaries only)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from harness.kernels.fp8_blockscale import triton_kernel as tk
+
+    attrs = {(i,): [["tt.divisibility", 16]] for i in job["divisible"]}
+    src = ASTSource(fn=getattr(tk, job["fn"]), signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
+    with tempfile.TemporaryDirectory() as cache:
+        import os
+
+        old = os.environ.get("TRITON_CACHE_DIR")
+        os.environ["TRITON_CACHE_DIR"] = cache
+        try:
+            arch = int(job["arch"]) if job["backend"] == "cuda" else job["arch"]
+            target = GPUTarget(job["backend"], arch, job["warp_size"])
+            compiled = triton.compile(src, target=target, options=job["options"])
+        finally:
+            if old is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = old
+    return compiled.asm[kind]
+
+
+def test_compiles_for_gfx942_with_native_fp8_mfma(tmp_path):
+    from remote_agent.runners.gpu import elf_facts
+
+    cfg = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, EVEN_K=False, num_warps=4, num_stages=2)
+    job = _job("fp8_blockscale_kernel", "hip", "gfx942", cfg, "fp8e4b8")
+    res = _compile(job, tmp_path, "main.hsaco")
+    facts = elf_facts(res.artifact.read_bytes())
+    assert facts["format"] == "hsaco" and facts["arch"] == "gfx942"
+    # e4m3fnuz feeds gfx942's fp8 MFMA; e4m3fn there would be upcast to fp16 MMAs
+    assert re.search(r"v_mfma_f32_\w+_fp8_fp8", _asm(job, "amdgcn"))
+
+
+def test_support_kernels_compile_for_sm90(tmp_path):
+    ref = _job("reference_kernel", "cuda", "90", dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4),
+               "fp8e4nv", c_type="*fp32")
+    _compile(ref, tmp_path, "ref.cubin")
+    from harness.kernels.fp8_blockscale import triton_kernel as tk
+
+    for out in ("*fp8e4nv", "*fp32"):
+        fill = {"module": tk.__name__, "fn": "fill_kernel", "signature": {"out_ptr": out, "n": "i64", "seed": "i32",
+                "BLOCK": "constexpr"}, "constexprs": {"BLOCK": 1024}, "divisible": [0], "options": {"num_warps": 4},
+                "backend": "cuda", "arch": "90", "warp_size": 32}
+        _compile(fill, tmp_path, "fill%s.cubin" % out[1:])
+
+
+# ---- the aiter a8w8 blockscale tuned CSV ----------------------------------------------------------
+META = {"arch": "sm90", "device": "NVIDIA H200", "cu_num": 132, "driver": "580", "toolchain": "triton 3.6.0",
+        "triton": "3.6.0"}
+SHAPES = [(16, 7168, 2048), (128, 2112, 7168), (4096, 24576, 1536)]
+
+
+def _results(path):
+    names = list(fk.GPU_SPACE)
+    writer = ResultsWriter(str(path), contract.results_header(names, []))
+    for M, N, K in SHAPES:
+        for i, split in enumerate((1, 2, 4)):
+            cfg = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=split, num_warps=4, num_stages=3)
+            ns = 10000.0 + 1000.0 * ((i + M) % 3)
+            row = {"schema_version": contract.RESULTS_SCHEMA, "target": "h200", "kernel": "fp8_blockscale",
+                   "variant_id": "v%03d%d" % (M % 997, i), "shape_id": "%dx%dx%d_bf16_NT" % (M, N, K), "M": M, "N": N,
+                   "K": K, "dtype": "bf16", "layout": "NT", "device": "NVIDIA H200", "status": contract.OK,
+                   "time_ns_median": ns, "time_ns_min": ns, "time_ns_p20": ns, "time_ns_p80": ns, "iterations": 10,
+                   "tflops": 2.0 * M * N * K / ns / 1e3, "gbps": 1.0, "rel_err": 1e-3, "max_abs_err": 0.01,
+                   "err_ratio": 0.00125 * i, "profiler": "events"}
+            row.update({contract.CONFIG_PREFIX + k: v for k, v in cfg.items()})
+            writer.write(row)
+        writer.write({"schema_version": contract.RESULTS_SCHEMA, "target": "h200", "kernel": "fp8_blockscale",
+                      "variant_id": "lib:torch._scaled_mm", "shape_id": "%dx%dx%d_bf16_NT" % (M, N, K), "M": M,
+                      "N": N, "K": K, "dtype": "bf16", "layout": "NT", "device": "NVIDIA H200",
+                      "status": contract.OK, "time_ns_median": 1.0, "iterations": 10, "profiler": "events"})
+    writer.close()
+    return pd.read_csv(path)
+
+
+def test_aiter_blockscale_csv_reads_back_as_aiter_reads_it(tmp_path):
+    df = _results(tmp_path / "results.csv")
+    path = abs_csv.write_tuned_csv(df, None, META, tmp_path / "fp8_blockscale.aiter_blockscale.csv")
+    header = path.read_text().splitlines()[0]
+    assert header == "gfx,cu_num,M,N,K,libtype,kernelId,splitK,us,kernelName,tflops,bw,errRatio"
+    table = abs_csv.read_tuned_csv(path)
+    assert len(table) == len(SHAPES)  # one per shape; library rows never
+    for M, N, K in SHAPES:
+        row = table[("sm90", 132, M, N, K)]
+        ours = df[(df["M"] == M) & ~df["variant_id"].str.startswith("lib:")]
+        best = ours.loc[ours["time_ns_median"].idxmin()]
+        assert row["kernelId"] == best["variant_id"] and row["libtype"] == "triton"
+        assert row["us"] == round(best["time_ns_median"] / 1e3, 4)
+        assert row["splitK"] == {1: 0, 2: 1, 4: 2}[int(best["cfg_SPLIT_K"])]
+        assert row["kernelName"].startswith("fp8_blockscale_BLOCK_M16_") and "SPLIT_K%d" % best["cfg_SPLIT_K"] in \
+            row["kernelName"]
+        us = row["us"]
+        assert row["tflops"] == round(2 * M * N * K / (us * 1e6), 2)
+        assert row["bw"] == round((M * K + N * K + 2 * M * N) / (us * 1e-6) / 1e9, 2)
+        assert row["errRatio"] == round(float(best["err_ratio"]), 4)
+    order = pd.read_csv(path)[["N", "M"]].values.tolist()
+    assert order == sorted(order)
+
+
+def test_aiter_blockscale_csv_refusals(tmp_path):
+    df = _results(tmp_path / "results.csv")
+    with pytest.raises(HarnessError, match="cu_num"):
+        abs_csv.write_tuned_csv(df, None, dict(META, cu_num=None), tmp_path / "x.csv")
+    with pytest.raises(HarnessError, match="no shape has an ok"):
+        abs_csv.write_tuned_csv(df[df["status"] == "crash"], None, META, tmp_path / "x.csv")
+    with pytest.raises(HarnessError, match="SPLIT_K=3"):
+        abs_csv.aiter_split_k(3)
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(HarnessError, match="no gfx|no cu_num"):
+        abs_csv.read_tuned_csv(tmp_path / "bad.csv")
+
+
+def test_reader_matches_aiters_own_file(tmp_path):
+    """A few lines of aiter's shipped a8w8_blockscale_tuned_gemm.csv, whitespace as such files have."""
+    text = ("gfx,cu_num,M,N,K,libtype,kernelId,splitK,us,kernelName,tflops,bw,errRatio\n"
+            "gfx950,256,1,2048,3072,ck,8,2,4.8294,a8w8_blockscale_1x128x128_256x16x64x256_16x16_16x16_1x1_16x16x1_"
+            "16x16x1_1x16x1x16_4_1x1_intrawave_v1,2.61,1304.22,0.0\n"
+            "gfx950,256,8,2048,3072, cktile ,20,3,8.9575,a8w8_blockscale_cktile_32x128x128_1x4x1_16x16x64_intrawave_"
+            "0x1x0_4,11.24,708.77,0.0001\n"
+            "gfx950,256,8,2048,3072, cktile ,20,3,8.9575,a8w8_blockscale_cktile_32x128x128_1x4x1_16x16x64_intrawave_"
+            "0x1x0_4,11.24,708.77,0.0001\n")
+    (tmp_path / "aiter.csv").write_text(text)
+    table = abs_csv.read_tuned_csv(tmp_path / "aiter.csv")
+    assert set(table) == {("gfx950", 256, 1, 2048, 3072), ("gfx950", 256, 8, 2048, 3072)}
+    assert table[("gfx950", 256, 8, 2048, 3072)]["libtype"] == "cktile"
+    assert abs_csv.aiter_tflops_bw(8, 2048, 3072, 8.9575) == (11.24, 708.77)  # aiter's own numbers
