@@ -14,7 +14,6 @@ from harness.errors import HarnessError
 from harness.kernels import fp8_blockscale as fk
 from harness.kernels.fp8_blockscale import fp8, rules
 from harness.report import aiter_blockscale_csv as abs_csv
-from harness.shapes import make_shape
 from harness.space import expand, first_pruning_rule
 from harness.targets import load_targets
 from remote_agent import contract
@@ -23,23 +22,29 @@ from remote_agent.results import ResultsWriter
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def make_shape(M, N, K, dtype="fp8e4m3fn"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(M=M, N=N, K=K, dtype=dtype)
+
+
 # ---- the e4m3 codec --------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", fp8.FORMATS)
 def test_every_finite_code_round_trips(fmt):
     table = fp8.decode_table(fmt)
     codes = np.arange(256, dtype=np.uint8)
     finite = ~np.isnan(table)
-    assert finite.sum() == (254 if fmt == "e4m3fn" else 255)  # fn: 0x7F, 0xFF NaN; fnuz: 0x80 NaN
+    assert finite.sum() == (254 if fmt == "fp8e4m3fn" else 255)  # fn: 0x7F, 0xFF NaN; fnuz: 0x80 NaN
     # e4m3fn's 0x80 decodes to -0.0 and encodes back to 0x80
     assert (fp8.encode(table[finite], fmt) == codes[finite]).all()
 
 
 def test_known_values_of_both_formats():
     x = np.array([1.0, -1.0, 448.0, 240.0, 2.0 ** -9, 2.0 ** -6, 0.0, np.nan])
-    assert list(fp8.encode(x, "e4m3fn")) == [0x38, 0xB8, 0x7E, 0x77, 0x01, 0x08, 0x00, 0x7F]
+    assert list(fp8.encode(x, "fp8e4m3fn")) == [0x38, 0xB8, 0x7E, 0x77, 0x01, 0x08, 0x00, 0x7F]
     # fnuz: bias 8, so the same code is half the value; 448 saturates to 240
-    assert list(fp8.encode(x, "e4m3fnuz")) == [0x40, 0xC0, 0x7F, 0x7F, 0x02, 0x10, 0x00, 0x80]
-    assert fp8.decode(np.array([0x7E, 0x7F], dtype=np.uint8), "e4m3fnuz").tolist() == [224.0, 240.0]
+    assert list(fp8.encode(x, "fp8e4m3fnuz")) == [0x40, 0xC0, 0x7F, 0x7F, 0x02, 0x10, 0x00, 0x80]
+    assert fp8.decode(np.array([0x7E, 0x7F], dtype=np.uint8), "fp8e4m3fnuz").tolist() == [224.0, 240.0]
 
 
 @pytest.mark.parametrize("fmt", fp8.FORMATS)
@@ -57,23 +62,23 @@ def test_rounding_is_nearest_ties_to_even_and_saturating(fmt):
     big = np.array([fp8.MAX[fmt] * 1.5, 1e30, -1e30])
     assert fp8.decode(fp8.encode(big, fmt), fmt).tolist() == [fp8.MAX[fmt], fp8.MAX[fmt], -fp8.MAX[fmt]]
     tiny = -np.array([1e-30])  # rounds to zero; fnuz has no -0 (0x80 is its NaN)
-    assert fp8.encode(tiny, fmt)[0] == (0x80 if fmt == "e4m3fn" else 0x00)
+    assert fp8.encode(tiny, fmt)[0] == (0x80 if fmt == "fp8e4m3fn" else 0x00)
 
 
 def test_block_quantization_uses_amax_over_fp8_max():
     rng = np.random.default_rng(3)
     x = rng.uniform(-1, 1, (3, 300))
-    codes, scale = fp8.quantize_rows(x, "e4m3fn")
+    codes, scale = fp8.quantize_rows(x, "fp8e4m3fn")
     assert scale.shape == (3, 3) and scale.dtype == np.float32
     assert np.allclose(scale[:, 0], np.abs(x[:, :128]).max(axis=1) / 448.0, rtol=1e-6)
     assert np.allclose(scale[:, 2], np.abs(x[:, 256:]).max(axis=1) / 448.0, rtol=1e-6)
-    back = fp8.dequantize(codes, scale, 1, 128, "e4m3fn")
+    back = fp8.dequantize(codes, scale, 1, 128, "fp8e4m3fn")
     assert np.all(np.abs(back - x) <= np.abs(x) * 2.0 ** -4 + 2.0 ** -9 * np.repeat(scale, 128, 1)[:, :300])
     w = rng.uniform(-1, 1, (200, 300))
-    codes, scale = fp8.quantize_blocks(w, "e4m3fnuz")
+    codes, scale = fp8.quantize_blocks(w, "fp8e4m3fnuz")
     assert scale.shape == (2, 3)
     assert np.isclose(scale[1, 2], np.abs(w[128:, 256:]).max() / 240.0, rtol=1e-6)
-    assert np.abs(fp8.decode(codes, "e4m3fnuz")).max() <= 240.0
+    assert np.abs(fp8.decode(codes, "fp8e4m3fnuz")).max() <= 240.0
 
 
 # ---- seeded data and the reference -------------------------------------------------------------
@@ -93,8 +98,8 @@ def _blockwise(a, a_scale, b, b_scale, fmt):
 
 @pytest.mark.parametrize("fmt", fp8.FORMATS)
 def test_reference_is_the_dequantized_product(fmt):
-    shape = make_shape(37, 200, 300, "bf16")  # partial scale blocks along N and K
-    data = fk.make_data(shape, 7, fmt)
+    shape = make_shape(37, 200, 300, fmt)  # partial scale blocks along N and K
+    data = fk.make_data(shape, 7)
     assert data["a"].dtype == np.uint8 and data["a"].shape == (37, 300)
     assert data["b"].dtype == np.uint8 and data["b"].shape == (200, 300)
     assert data["a_scale"].shape == (37, 3) and data["b_scale"].shape == (2, 3)
@@ -108,14 +113,14 @@ def test_reference_is_the_dequantized_product(fmt):
 
 
 def test_data_is_seeded():
-    shape = make_shape(16, 128, 256, "bf16")
+    shape = make_shape(16, 128, 256)
     one, two, other = fk.make_data(shape, 1), fk.make_data(shape, 1), fk.make_data(shape, 2)
     assert all((one[k] == two[k]).all() for k in one)
     assert not (one["a"] == other["a"]).all()
 
 
 def test_flops_bytes_grid():
-    shape = make_shape(16, 7168, 2048, "bf16")
+    shape = make_shape(16, 7168, 2048)
     assert fk.flops(shape) == 2 * 16 * 7168 * 2048
     assert fk.bytes_moved(shape) == 16 * 2048 + 7168 * 2048 + 4 * (16 * 16 + 56 * 16) + 2 * 16 * 7168
     cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT_K": 4}
@@ -137,32 +142,34 @@ def test_pruning_rules_name_what_is_wrong():
 
     gpu = _targets()["gpu-node"]
     base = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=3)
-    big = make_shape(4096, 7168, 2048, "bf16")
-    small = make_shape(16, 2112, 7168, "bf16")
+    big = make_shape(4096, 7168, 2048)
+    small = make_shape(16, 2112, 7168)
     assert _why(base, big, gpu) is None
     assert _why(dict(base, BLOCK_K=256), big, gpu) == "block_k_splits_scale"
     assert _why(dict(base, BLOCK_K=96), big, gpu) == "block_k_splits_scale"
     assert _why(dict(base, BLOCK_M=64), small, gpu) == "tile_m_exceeds_dim"
     assert _why(dict(base, BLOCK_M=16, SPLIT_K=8), small, gpu) is None  # 17 tiles of 132 SMs: split-K pays
     assert _why(dict(base, SPLIT_K=2), big, gpu) == "split_k_on_full_grid"
-    assert _why(dict(base, BLOCK_M=16, SPLIT_K=8), make_shape(16, 2112, 512, "bf16"), gpu) == "split_k_too_deep"
+    assert _why(dict(base, BLOCK_M=16, SPLIT_K=8), make_shape(16, 2112, 512), gpu) == "split_k_too_deep"
     assert _why(dict(base, BLOCK_M=128, BLOCK_N=256, num_warps=4), big, gpu) == "accumulator_spills"
     assert _why(base, big, dataclasses.replace(gpu, gpu_arch="80")) == "no_fp8_mma"
     mi300 = _targets()["mi300"]
-    assert _why(base, big, mi300) is None
+    assert _why(base, big, mi300) == "fp8_format_not_native"  # gfx942's MFMA takes e4m3fnuz
     assert _why(base, big, dataclasses.replace(mi300, gpu_arch="gfx90a")) == "no_fp8_mma"
-    assert fk.fp8_format(mi300) == "e4m3fnuz" and fk.fp8_format(gpu) == "e4m3fn"
+    assert _why(base, make_shape(4096, 7168, 2048, "fp8e4m3fnuz"), mi300) is None
+    assert _why(base, big, dataclasses.replace(mi300, gpu_arch="gfx950")) is None
+    assert _why(base, make_shape(4096, 7168, 2048, "fp8e4m3fnuz"), gpu) == "fp8_format_not_native"
 
 
 def test_space_keeps_aiter_like_tiles_for_deepseek_shapes():
     gpu = _targets()["gpu-node"]
     configs = expand(fk.GPU_SPACE)
     for M, N, K in ((16, 2112, 7168), (128, 7168, 2048), (4096, 24576, 1536)):
-        shape = make_shape(M, N, K, "bf16")
+        shape = make_shape(M, N, K)
         kept = [c for c in configs if first_pruning_rule(rules.GPU_RULES, c, shape, gpu) is None]
         assert kept and len(kept) < len(configs) / 2
         assert all(128 % c["BLOCK_K"] == 0 for c in kept)
-    skinny = make_shape(16, 2112, 7168, "bf16")
+    skinny = make_shape(16, 2112, 7168)
     kept = [c for c in configs if first_pruning_rule(rules.GPU_RULES, c, skinny, gpu) is None]
     # aiter's gfx942 pick for M <= 16 on N=2112, K=7168: a 16-row tile with K split in pieces
     assert any(c["BLOCK_M"] == 16 and c["BLOCK_K"] == 128 and c["SPLIT_K"] == 8 for c in kept)
@@ -204,7 +211,7 @@ def _compile(job, tmp_path, name):
 
 
 def test_compiles_for_sm90_with_fp8_warpgroup_mma(tmp_path):
-    from remote_agent.runners.gpu import elf_facts
+    from remote_agent.runners.gpu_artifact import elf_facts
 
     cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=2, EVEN_K=True, num_warps=4, num_stages=3)
     job = _job("fp8_blockscale_kernel", "cuda", "90", cfg, "fp8e4nv")
@@ -250,7 +257,7 @@ def _asm(job, kind):
 
 
 def test_compiles_for_gfx942_with_native_fp8_mfma(tmp_path):
-    from remote_agent.runners.gpu import elf_facts
+    from remote_agent.runners.gpu_artifact import elf_facts
 
     cfg = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, EVEN_K=False, num_warps=4, num_stages=2)
     job = _job("fp8_blockscale_kernel", "hip", "gfx942", cfg, "fp8e4b8")
@@ -288,16 +295,16 @@ def _results(path):
             cfg = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=split, num_warps=4, num_stages=3)
             ns = 10000.0 + 1000.0 * ((i + M) % 3)
             row = {"schema_version": contract.RESULTS_SCHEMA, "target": "h200", "kernel": "fp8_blockscale",
-                   "variant_id": "v%03d%d" % (M % 997, i), "shape_id": "%dx%dx%d_bf16_NT" % (M, N, K), "M": M, "N": N,
-                   "K": K, "dtype": "bf16", "layout": "NT", "device": "NVIDIA H200", "status": contract.OK,
+                   "variant_id": "v%03d%d" % (M % 997, i), "shape_id": "%dx%dx%d_fp8e4m3fn" % (M, N, K), "M": M, "N": N,
+                   "K": K, "dtype": "fp8e4m3fn", "layout": "", "device": "NVIDIA H200", "status": contract.OK,
                    "time_ns_median": ns, "time_ns_min": ns, "time_ns_p20": ns, "time_ns_p80": ns, "iterations": 10,
                    "tflops": 2.0 * M * N * K / ns / 1e3, "gbps": 1.0, "rel_err": 1e-3, "max_abs_err": 0.01,
                    "err_ratio": 0.00125 * i, "profiler": "events"}
             row.update({contract.CONFIG_PREFIX + k: v for k, v in cfg.items()})
             writer.write(row)
         writer.write({"schema_version": contract.RESULTS_SCHEMA, "target": "h200", "kernel": "fp8_blockscale",
-                      "variant_id": "lib:torch._scaled_mm", "shape_id": "%dx%dx%d_bf16_NT" % (M, N, K), "M": M,
-                      "N": N, "K": K, "dtype": "bf16", "layout": "NT", "device": "NVIDIA H200",
+                      "variant_id": "lib:torch._scaled_mm", "shape_id": "%dx%dx%d_fp8e4m3fn" % (M, N, K), "M": M,
+                      "N": N, "K": K, "dtype": "fp8e4m3fn", "layout": "", "device": "NVIDIA H200",
                       "status": contract.OK, "time_ns_median": 1.0, "iterations": 10, "profiler": "events"})
     writer.close()
     return pd.read_csv(path)

@@ -3,7 +3,8 @@
 The layout of DeepSeek-V3's fp8 inference and aiter's a8w8 blockscale GEMM: A (activations) is
 M x K row-major with one scale per 1 x 128 block (a_scale M x cdiv(K, 128)); B (the weight) is
 stored N x K row-major with one scale per 128 x 128 block (b_scale cdiv(N, 128) x cdiv(K, 128));
-C is M x N bf16. GPU only (Triton): e4m3fn on NVIDIA sm89+ and AMD gfx950, e4m3fnuz on gfx942.
+C is M x N bf16. GPU only (Triton). The shape's dtype is the e4m3 format of A and B: fp8e4m3fn
+(NVIDIA sm89+, AMD gfx950) or fp8e4m3fnuz (AMD gfx942).
 """
 
 from __future__ import annotations
@@ -36,24 +37,6 @@ GPU_SPACE_HIP = {
 }
 
 
-def fp8_format(target) -> str:
-    """The e4m3 format the target's fp8 matrix instructions take."""
-    if getattr(target, "backend", "cuda") == "hip":
-        return rules.HIP_FP8.get(str(target.gpu_arch), "e4m3fn")
-    return "e4m3fn"
-
-
-def operand_shapes(M: int, N: int, K: int) -> dict:
-    """Operand -> (dtype, rows, columns), every one row-major."""
-    return {
-        "a": ("fp8", M, K),
-        "a_scale": ("fp32", M, cdiv(K, SCALE_BLOCK)),
-        "b": ("fp8", N, K),
-        "b_scale": ("fp32", cdiv(N, SCALE_BLOCK), cdiv(K, SCALE_BLOCK)),
-        "c": ("bf16", M, N),
-    }
-
-
 def strides(shape) -> dict:
     """Element strides of A (M x K), B (N x K), C (M x N) and the two scale matrices."""
     sk = cdiv(shape.K, SCALE_BLOCK)
@@ -62,11 +45,11 @@ def strides(shape) -> dict:
             "stride_bsn": sk, "stride_bsk": 1}
 
 
-def make_data(shape, seed: int, fmt: str = "e4m3fn") -> dict:
+def make_data(shape, seed: int) -> dict:
     """Seeded inputs and the reference: A and B (uniform in [-1, 1]) quantized per block as
     DeepSeek-V3 does (scale = block amax / fp8 max, codes = round(x / scale)); ``ref`` is
     dequantize(A) @ dequantize(B)^T computed in float64 from the codes and scales, stored fp32."""
-    M, N, K = shape.M, shape.N, shape.K
+    M, N, K, fmt = shape.M, shape.N, shape.K, shape.dtype
     rng = np.random.default_rng([seed, M, N, K])
     a, a_scale = fp8.quantize_rows(rng.uniform(-1, 1, (M, K)), fmt)
     b, b_scale = fp8.quantize_blocks(rng.uniform(-1, 1, (N, K)), fmt)
@@ -74,7 +57,7 @@ def make_data(shape, seed: int, fmt: str = "e4m3fn") -> dict:
     return {"a": a, "a_scale": a_scale, "b": b, "b_scale": b_scale, "ref": ref.astype(np.float32)}
 
 
-def reference(a, a_scale, b, b_scale, fmt: str = "e4m3fn") -> np.ndarray:
+def reference(a, a_scale, b, b_scale, fmt: str = "fp8e4m3fn") -> np.ndarray:
     """float64 dequantize(A) @ dequantize(B)^T."""
     a_deq = fp8.dequantize(a, a_scale, 1, SCALE_BLOCK, fmt)
     b_deq = fp8.dequantize(b, b_scale, SCALE_BLOCK, SCALE_BLOCK, fmt)

@@ -1,10 +1,10 @@
 """fp8 e4m3 in numpy (no torch on the host): encode, decode, block quantization.
 
-Two e4m3 formats (1 sign, 4 exponent, 3 mantissa bits), told apart by name:
+Two e4m3 formats (1 sign, 4 exponent, 3 mantissa bits), named as the harness names dtypes:
 
-* ``e4m3fn`` (OCP FP8, torch.float8_e4m3fn, Triton ``fp8e4nv``; NVIDIA sm89+, AMD gfx950):
+* ``fp8e4m3fn`` (OCP FP8, torch.float8_e4m3fn, Triton ``fp8e4nv``; NVIDIA sm89+, AMD gfx950):
   exponent bias 7, largest finite 448, ``0x7F``/``0xFF`` NaN, no infinities, a negative zero.
-* ``e4m3fnuz`` (torch.float8_e4m3fnuz, Triton ``fp8e4b8``; what AMD gfx942's MFMA takes):
+* ``fp8e4m3fnuz`` (torch.float8_e4m3fnuz, Triton ``fp8e4b8``; what AMD gfx942's MFMA takes):
   exponent bias 8, largest finite 240, ``0x80`` the only NaN, no negative zero, no infinities.
 
 Encoding rounds to the nearest value, ties to the even code (the even mantissa), and saturates
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-FORMATS = ("e4m3fn", "e4m3fnuz")
-MAX = {"e4m3fn": 448.0, "e4m3fnuz": 240.0}
-_BIAS = {"e4m3fn": 7, "e4m3fnuz": 8}
-_NAN_CODE = {"e4m3fn": 0x7F, "e4m3fnuz": 0x80}
+FORMATS = ("fp8e4m3fn", "fp8e4m3fnuz")
+MAX = {"fp8e4m3fn": 448.0, "fp8e4m3fnuz": 240.0}
+_BIAS = {"fp8e4m3fn": 7, "fp8e4m3fnuz": 8}
+_NAN_CODE = {"fp8e4m3fn": 0x7F, "fp8e4m3fnuz": 0x80}
 SCALE_BLOCK = 128  # the quantization block: 1 x 128 for A, 128 x 128 for B
 
 
@@ -35,7 +35,7 @@ def _positive_values(fmt: str) -> np.ndarray:
     normal = (1.0 + mant / 8.0) * np.exp2(exp - bias)
     sub = (mant / 8.0) * np.exp2(1 - bias)
     values = np.where(exp == 0, sub, normal)
-    if fmt == "e4m3fn":
+    if fmt == "fp8e4m3fn":
         values[0x7F] = np.nan
     return values
 
@@ -49,18 +49,18 @@ def decode_table(fmt: str) -> np.ndarray:
     if fmt not in _TABLES:
         pos = _positive_values(fmt)
         neg = -pos
-        if fmt == "e4m3fnuz":
+        if fmt == "fp8e4m3fnuz":
             neg[0] = np.nan  # 0x80: NaN, not -0
         _TABLES[fmt] = np.concatenate([pos, neg])
     return _TABLES[fmt]
 
 
-def decode(codes: np.ndarray, fmt: str = "e4m3fn") -> np.ndarray:
+def decode(codes: np.ndarray, fmt: str = "fp8e4m3fn") -> np.ndarray:
     """uint8 codes -> float64 values."""
     return decode_table(fmt)[np.asarray(codes, dtype=np.uint8)]
 
 
-def encode(x: np.ndarray, fmt: str = "e4m3fn") -> np.ndarray:
+def encode(x: np.ndarray, fmt: str = "fp8e4m3fn") -> np.ndarray:
     """float values -> uint8 codes: nearest, ties to even, saturating, NaN kept."""
     _check(fmt)
     x = np.asarray(x, dtype=np.float64)
@@ -72,7 +72,7 @@ def encode(x: np.ndarray, fmt: str = "e4m3fn") -> np.ndarray:
     d_lo, d_hi = mag - finite[lo], finite[hi] - mag
     code = np.where(d_lo < d_hi, lo, np.where(d_hi < d_lo, hi, np.where(lo % 2 == 0, lo, hi)))
     code = np.where(mag == 0, 0, code).astype(np.uint8)
-    negative = np.signbit(x) & (code != 0) if fmt == "e4m3fnuz" else np.signbit(x)
+    negative = np.signbit(x) & (code != 0) if fmt == "fp8e4m3fnuz" else np.signbit(x)
     code = code | np.where(negative, 0x80, 0).astype(np.uint8)
     return np.where(np.isnan(x), _NAN_CODE[fmt], code).astype(np.uint8)
 

@@ -5,8 +5,19 @@ from __future__ import annotations
 from ...space import Rule
 from .fp8 import SCALE_BLOCK, cdiv
 
-# AMD arches with fp8 matrix instructions, and the e4m3 format each takes
-HIP_FP8 = {"gfx942": "e4m3fnuz", "gfx950": "e4m3fn"}
+# AMD arches with fp8 matrix instructions, and the e4m3 format each takes (NVIDIA sm89+: e4m3fn)
+HIP_FP8 = {"gfx942": "fp8e4m3fnuz", "gfx950": "fp8e4m3fn"}
+
+
+def native_format(target):
+    """The e4m3 format the target's fp8 matrix instructions take (None: it has none)."""
+    backend = getattr(target, "backend", "")
+    arch = str(getattr(target, "gpu_arch", "") or "")
+    if backend == "cuda":
+        return "fp8e4m3fn" if arch.isdigit() and int(arch) >= 89 else None
+    if backend == "hip":
+        return HIP_FP8.get(arch)
+    return None
 
 
 def _pow2_at_least(n: int) -> int:
@@ -50,19 +61,21 @@ def _accumulator_spills(c, s, t):
 
 
 def _no_fp8_mma(c, s, t):
-    """NVIDIA before sm89 and AMD other than gfx942 / gfx950 have no fp8 matrix instructions."""
-    backend = getattr(t, "backend", "")
-    arch = str(getattr(t, "gpu_arch", "") or "")
-    if backend == "cuda":
-        return not arch.isdigit() or int(arch) < 89
-    if backend == "hip":
-        return arch not in HIP_FP8
-    return False
+    # NVIDIA before sm89 and AMD other than gfx942 / gfx950 have no fp8 matrix instructions
+    return native_format(t) is None
+
+
+def _format_not_native(c, s, t):
+    # gfx942 multiplies e4m3fnuz only (Triton would upcast e4m3fn to fp16 MMAs); NVIDIA e4m3fn only
+    native = native_format(t)
+    return native is not None and s.dtype != native
 
 
 GPU_RULES = [
     Rule("no_fp8_mma", "the target has no fp8 matrix instructions (NVIDIA sm89+ and AMD gfx942 / gfx950 have)",
          _no_fp8_mma),
+    Rule("fp8_format_not_native", "the shape's fp8 format is not the one the target's fp8 MMA takes "
+         "(NVIDIA and gfx950: fp8e4m3fn; gfx942: fp8e4m3fnuz)", _format_not_native),
     Rule("block_k_splits_scale", "BLOCK_K does not divide the 128-wide scale block (a K step must have one scale)",
          _block_k_splits_scale),
     Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _tile_m_too_big),
