@@ -2,6 +2,7 @@
 (checked against a direct blockwise computation), pruning, real host compiles for sm90 and
 gfx942, and the aiter a8w8 blockscale tuned CSV read back the way aiter reads it."""
 
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -173,6 +174,83 @@ def test_space_keeps_aiter_like_tiles_for_deepseek_shapes():
     kept = [c for c in configs if first_pruning_rule(rules.GPU_RULES, c, skinny, gpu) is None]
     # aiter's gfx942 pick for M <= 16 on N=2112, K=7168: a 16-row tile with K split in pieces
     assert any(c["BLOCK_M"] == 16 and c["BLOCK_K"] == 128 and c["SPLIT_K"] == 8 for c in kept)
+
+
+# ---- the Triton kernels run by Triton's interpreter on this CPU -------------------------------------
+INTERPRET = r"""
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import numpy as np
+from types import SimpleNamespace
+from harness.kernels import fp8_blockscale as fk
+from harness.kernels.fp8_blockscale import fp8, triton_kernel as tk
+
+class Tensor:
+    # numpy memory dressed as the torch tensor the interpreter expects
+    def __init__(self, array, dtype):
+        self.array = array
+        self.dtype = type("dtype", (), {"__str__": lambda s: "torch." + dtype})()
+    def data_ptr(self): return self.array.ctypes.data
+    def untyped_storage(self): return self
+    def cpu(self): return self
+    def new_empty(self, *a, **k): return self
+    def set_(self, *a): return self
+    def storage_offset(self): return 0
+    def size(self): return self.array.shape
+    def stride(self): return tuple(s // self.array.itemsize for s in self.array.strides)
+    def copy_(self, other): return self
+
+def rel(c, ref):
+    return float(np.linalg.norm(c.astype(np.float64) - ref) / np.linalg.norm(ref))
+
+out = {}
+M, N, K = 20, 160, 300  # partial tiles and a partial last scale block
+for fmt, torch_name in (("fp8e4m3fn", "float8_e4m3fn"), ("fp8e4m3fnuz", "float8_e4m3fnuz")):
+    shape = SimpleNamespace(M=M, N=N, K=K, dtype=fmt)
+    d = fk.make_data(shape, 3)
+    t = {k: Tensor(d[k], torch_name if k in ("a", "b") else "float32") for k in ("a", "b", "a_scale", "b_scale")}
+    scalars = [M, N, K] + [fk.strides(shape)[k] for k in tk.ARGS[10:]]
+    for bm, bn, bk, gm in ((16, 64, 64, 1), (32, 32, 128, 2)):
+        c = np.zeros((M, N), np.float32)
+        grid = (fp8.cdiv(M, bm) * fp8.cdiv(N, bn), 1, 1)
+        tk.fp8_blockscale_kernel[grid](t["a"], t["b"], Tensor(c, "float32"), t["a_scale"], t["b_scale"], None, None,
+                                       *scalars, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, SPLIT_K=1,
+                                       EVEN_K=K % bk == 0)
+        out["%s kernel %dx%dx%d" % (fmt, bm, bn, bk)] = rel(c, d["ref"])
+    c = np.zeros((M, N), np.float32)
+    tk.reference_kernel[(fp8.cdiv(M, 32) * fp8.cdiv(N, 32), 1, 1)](
+        t["a"], t["b"], Tensor(c, "float32"), t["a_scale"], t["b_scale"], *scalars, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    out["%s reference" % fmt] = rel(c, d["ref"])
+    codes = np.zeros(3000, np.uint8)
+    tk.fill_kernel[(3, 1, 1)](Tensor(codes, torch_name), 3000, 5, BLOCK=1024)
+    scales = np.zeros(3000, np.float32)
+    tk.fill_kernel[(3, 1, 1)](Tensor(scales, "float32"), 3000, 5, BLOCK=1024)
+    values = fp8.decode(codes, fmt)
+    out["%s fill" % fmt] = [float(values.min()), float(values.max()), len(set(codes.tolist())),
+                            float(scales.min()), float(scales.max())]
+print(json.dumps(out))
+"""
+
+
+def test_kernels_run_right_under_tritons_interpreter():
+    """The Triton source itself, run by Triton's CPU interpreter (fp8 decoded by Triton's own
+    tables), against the numpy fp64 reference; split-K's fp32 atomic exchange is not interpreted."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", INTERPRET], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key, value in out.items():
+        if key.endswith("fill"):
+            lo, hi, distinct, s_lo, s_hi = value
+            assert -224 <= lo < -150 and 150 < hi <= 224 and distinct > 100, (key, value)
+            assert 2.0 ** -8 <= s_lo and s_hi <= 2.0 ** -4 and s_hi / s_lo > 8, (key, value)
+        else:
+            assert value < 1e-6, (key, value)  # fp32 output: the fp8 products are exact
 
 
 # ---- real compiles on this host (Triton, no GPU) ----------------------------------------------

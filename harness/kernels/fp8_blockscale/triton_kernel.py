@@ -74,7 +74,8 @@ def fp8_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
             k_left = K - k * BLOCK_K * SPLIT_K
             a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-        k_scale = k_start // SCALE_BLOCK_K
+        # a split's last step may start past K (all masked): clamp so the scale load stays in bounds
+        k_scale = tl.minimum(k_start, K - 1) // SCALE_BLOCK_K
         a_s = tl.load(a_scale_ptrs + k_scale * stride_ask)
         b_s = tl.load(b_scale_ptrs + k_scale * stride_bsk)
         acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
