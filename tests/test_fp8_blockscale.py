@@ -153,6 +153,9 @@ def test_pruning_rules_name_what_is_wrong():
     assert _why(dict(base, SPLIT_K=2), big, gpu) == "split_k_on_full_grid"
     assert _why(dict(base, BLOCK_M=16, SPLIT_K=8), make_shape(16, 2112, 512), gpu) == "split_k_too_deep"
     assert _why(dict(base, BLOCK_M=128, BLOCK_N=256, num_warps=4), big, gpu) == "accumulator_spills"
+    assert _why(dict(base, TMA=1), big, gpu) is None
+    assert _why(dict(base, TMA=1), make_shape(4096, 7168, 2056), gpu) == "tma_unaligned"
+    assert _why(dict(base, TMA=1), make_shape(4096, 7168, 2048, "fp8e4m3fnuz"), _targets()["mi300"]) == "tma_needs_sm90"
     assert _why(base, big, dataclasses.replace(gpu, gpu_arch="80")) == "no_fp8_mma"
     mi300 = _targets()["mi300"]
     assert _why(base, big, mi300) == "fp8_format_not_native"  # gfx942's MFMA takes e4m3fnuz
@@ -164,7 +167,7 @@ def test_pruning_rules_name_what_is_wrong():
 
 def test_space_keeps_aiter_like_tiles_for_deepseek_shapes():
     gpu = _targets()["gpu-node"]
-    configs = expand(fk.GPU_SPACE)
+    configs = expand(dict(fk.GPU_SPACE, **fk.GPU_SPACE_CUDA))
     for M, N, K in ((16, 2112, 7168), (128, 7168, 2048), (4096, 24576, 1536)):
         shape = make_shape(M, N, K)
         kept = [c for c in configs if first_pruning_rule(rules.GPU_RULES, c, shape, gpu) is None]
@@ -185,11 +188,17 @@ from types import SimpleNamespace
 from harness.kernels import fp8_blockscale as fk
 from harness.kernels.fp8_blockscale import fp8, triton_kernel as tk
 
+class DType:
+    def __init__(self, name): self.name = name
+    def __str__(self): return "torch." + self.name
+
+DTYPES = {}  # one object per dtype, kept alive: Triton caches a pointer type by the dtype object
+
 class Tensor:
     # numpy memory dressed as the torch tensor the interpreter expects
     def __init__(self, array, dtype):
         self.array = array
-        self.dtype = type("dtype", (), {"__str__": lambda s: "torch." + dtype})()
+        self.dtype = DTYPES.setdefault(dtype, DType(dtype))
     def data_ptr(self): return self.array.ctypes.data
     def untyped_storage(self): return self
     def cpu(self): return self
@@ -204,19 +213,20 @@ def rel(c, ref):
     return float(np.linalg.norm(c.astype(np.float64) - ref) / np.linalg.norm(ref))
 
 out = {}
-M, N, K = 20, 160, 300  # partial tiles and a partial last scale block
+M, N = 20, 160
 for fmt, torch_name in (("fp8e4m3fn", "float8_e4m3fn"), ("fp8e4m3fnuz", "float8_e4m3fnuz")):
-    shape = SimpleNamespace(M=M, N=N, K=K, dtype=fmt)
-    d = fk.make_data(shape, 3)
-    t = {k: Tensor(d[k], torch_name if k in ("a", "b") else "float32") for k in ("a", "b", "a_scale", "b_scale")}
-    scalars = [M, N, K] + [fk.strides(shape)[k] for k in tk.ARGS[10:]]
-    for bm, bn, bk, gm in ((16, 64, 64, 1), (32, 32, 128, 2)):
+    # K = 300: a partial last scale block and masked K steps; TMA needs 16-byte rows: K = 272
+    for K, bm, bn, bk, gm, tma in ((300, 16, 64, 64, 1, 0), (300, 32, 32, 128, 2, 0), (272, 16, 64, 64, 1, 1)):
+        shape = SimpleNamespace(M=M, N=N, K=K, dtype=fmt)
+        d = fk.make_data(shape, 3)
+        t = {k: Tensor(d[k], torch_name if k in ("a", "b") else "float32") for k in ("a", "b", "a_scale", "b_scale")}
+        scalars = [M, N, K] + [fk.strides(shape)[k] for k in tk.ARGS[10:]]
         c = np.zeros((M, N), np.float32)
         grid = (fp8.cdiv(M, bm) * fp8.cdiv(N, bn), 1, 1)
         tk.fp8_blockscale_kernel[grid](t["a"], t["b"], Tensor(c, "float32"), t["a_scale"], t["b_scale"], None, None,
                                        *scalars, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, SPLIT_K=1,
-                                       EVEN_K=K % bk == 0)
-        out["%s kernel %dx%dx%d" % (fmt, bm, bn, bk)] = rel(c, d["ref"])
+                                       EVEN_K=K % bk == 0, TMA=tma)
+        out["%s kernel K%d %dx%dx%d tma %d" % (fmt, K, bm, bn, bk, tma)] = rel(c, d["ref"])
     c = np.zeros((M, N), np.float32)
     tk.reference_kernel[(fp8.cdiv(M, 32) * fp8.cdiv(N, 32), 1, 1)](
         t["a"], t["b"], Tensor(c, "float32"), t["a_scale"], t["b_scale"], *scalars, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
@@ -291,7 +301,8 @@ def _compile(job, tmp_path, name):
 def test_compiles_for_sm90_with_fp8_warpgroup_mma(tmp_path):
     from remote_agent.runners.gpu_artifact import elf_facts
 
-    cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=2, EVEN_K=True, num_warps=4, num_stages=3)
+    cfg = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=2, EVEN_K=True, TMA=0, num_warps=4,
+               num_stages=3)
     job = _job("fp8_blockscale_kernel", "cuda", "90", cfg, "fp8e4nv")
     res = _compile(job, tmp_path, "main.cubin")
     facts = elf_facts(res.artifact.read_bytes())
@@ -305,6 +316,9 @@ def test_compiles_for_sm90_with_fp8_warpgroup_mma(tmp_path):
     assert 0 < res.launch["shared"] <= 232448
     ptx = _asm(job, "ptx")
     assert "wgmma.mma_async" in ptx and "e4m3" in ptx  # fp8 tensor-core MMA, not an upcast
+    tma = _compile(_job("fp8_blockscale_kernel", "cuda", "90", dict(cfg, TMA=1, SPLIT_K=1), "fp8e4nv"), tmp_path,
+                   "tma.cubin")
+    assert tma.launch["global_scratch_size"] > 0  # the tensor descriptors live there
 
 
 def _asm(job, kind):
@@ -337,7 +351,8 @@ def _asm(job, kind):
 def test_compiles_for_gfx942_with_native_fp8_mfma(tmp_path):
     from remote_agent.runners.gpu_artifact import elf_facts
 
-    cfg = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, EVEN_K=False, num_warps=4, num_stages=2)
+    cfg = dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, EVEN_K=False, TMA=0, num_warps=4,
+               num_stages=2)
     job = _job("fp8_blockscale_kernel", "hip", "gfx942", cfg, "fp8e4b8")
     res = _compile(job, tmp_path, "main.hsaco")
     facts = elf_facts(res.artifact.read_bytes())

@@ -30,6 +30,7 @@ GPU_SPACE = {
     "num_warps": [4, 8],
     "num_stages": [2, 3, 4, 5],
 }
+GPU_SPACE_CUDA = {"TMA": [0, 1]}  # A and B through tensor descriptors (sm90+)
 GPU_SPACE_HIP = {
     "waves_per_eu": [0, 2],
     "matrix_instr_nonkdim": [16, 32],

@@ -71,6 +71,17 @@ def _format_not_native(c, s, t):
     return native is not None and s.dtype != native
 
 
+def _tma_needs_hopper(c, s, t):
+    # device-side tensor descriptors (the bulk tensor copy engine) exist on NVIDIA sm90 and newer
+    arch = str(getattr(t, "gpu_arch", "") or "")
+    return bool(c.get("TMA")) and (getattr(t, "backend", "") != "cuda" or not arch.isdigit() or int(arch) < 90)
+
+
+def _tma_rows_unaligned(c, s, t):
+    # a tensor descriptor's row pitch must be a multiple of 16 bytes: K fp8 elements for A and B
+    return bool(c.get("TMA")) and s.K % 16 != 0
+
+
 GPU_RULES = [
     Rule("no_fp8_mma", "the target has no fp8 matrix instructions (NVIDIA sm89+ and AMD gfx942 / gfx950 have)",
          _no_fp8_mma),
@@ -84,5 +95,8 @@ GPU_RULES = [
     Rule("split_k_on_full_grid", "SPLIT_K > 1 where the M x N grid alone fills the multiprocessors",
          _split_k_on_full_grid),
     Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _group_m_useless),
+    Rule("tma_needs_sm90", "TMA = 1 (tensor descriptors) on a target that is not NVIDIA sm90 or newer",
+         _tma_needs_hopper),
+    Rule("tma_unaligned", "TMA = 1 where a row of A or B (K bytes) is not a multiple of 16 bytes", _tma_rows_unaligned),
     Rule("accumulator_spills", "the fp32 accumulator needs more than 128 registers per thread", _accumulator_spills),
 ]

@@ -19,6 +19,9 @@ so a K step lies inside one scale block. The fp8 type is that of the pointers: `
   split atomically adds its fp32 partial tile into ``ws_ptr`` (fp32 M x N, zero) and bumps the
   tile's counter in ``lock_ptr``; the last split stores C and leaves both zero again.
 * EVEN_K: K is a multiple of BLOCK_K * SPLIT_K: no masks along K.
+* TMA (NVIDIA sm90+): A and B tiles come through device-side tensor descriptors (the bulk tensor
+  copy engine; rows and K past the edges read as zeros, so no masks); the descriptors live in the
+  launch's global scratch. Scales are small loads either way.
 
 Support kernels: ``fill_kernel`` writes seeded test data in the pointer's type (fp8: uniform in
 [-FILL_FP8, FILL_FP8] rounded by the conversion; fp32 scales: 2^u with u uniform in [-8, -4]),
@@ -37,6 +40,8 @@ ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "ws_ptr", "lock
         "stride_asm", "stride_ask", "stride_bsn", "stride_bsk")
 # The constexpr arguments a config provides (everything else in a config is a compile option).
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
+# Constexprs a config may leave out, with their defaults (the compiler passes them always).
+OPTIONAL_CONSTEXPRS = {"TMA": 0}
 SCALE_BLOCK = 128
 FILL_FP8 = 224.0  # inside both formats' range (e4m3fnuz tops out at 240)
 SCALE_BLOCK_K = tl.constexpr(SCALE_BLOCK)  # the kernels read these as compile-time globals
@@ -49,7 +54,7 @@ def fp8_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
                           stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
                           stride_asm, stride_ask, stride_bsn, stride_bsk,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr):
+                          GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, TMA: tl.constexpr):
     tl.static_assert(SCALE_BLOCK_K % BLOCK_K == 0, "BLOCK_K must divide the 128-wide scale block")
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -59,15 +64,23 @@ def fp8_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
     # rows and columns past the edge wrap onto valid memory: loads need no mask on M and N
     rm = tl.max_contiguous(tl.multiple_of(offs_m % M, BLOCK_M), BLOCK_M)
     rn = tl.max_contiguous(tl.multiple_of(offs_n % N, BLOCK_N), BLOCK_N)
+    a_scale_ptrs = a_scale_ptr + rm * stride_asm
+    b_scale_ptrs = b_scale_ptr + (rn // SCALE_BLOCK_N) * stride_bsn
+    if TMA:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, stride_ak],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, stride_bk],
+                                           block_shape=[BLOCK_N, BLOCK_K])
     rk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
     b_ptrs = b_ptr + rn[None, :] * stride_bn + rk[:, None] * stride_bk
-    a_scale_ptrs = a_scale_ptr + rm * stride_asm
-    b_scale_ptrs = b_scale_ptr + (rn // SCALE_BLOCK_N) * stride_bsn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
         k_start = (k * SPLIT_K + pid_k) * BLOCK_K
-        if EVEN_K:
+        if TMA:  # the bulk tensor copy engine zero-fills rows and K past the edges
+            a = a_desc.load([pid_m * BLOCK_M, k_start])
+            b = b_desc.load([pid_n * BLOCK_N, k_start]).T
+        elif EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
