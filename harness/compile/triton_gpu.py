@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from remote_agent.contract import DTYPE_BYTES
+
 from ..errors import HarnessError
 from ..space import Rule
 from .common import CompileResult, run_python_child
@@ -36,8 +38,10 @@ from .common import CompileResult, run_python_child
 # Options a config may carry that are compile options rather than constexpr arguments.
 CUDA_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 HIP_OPTIONS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
-TRITON_TYPES = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32"}
-ELEM_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+TRITON_TYPES = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32", "fp8e4m3fn": "*fp8e4nv",
+                "fp8e4m3fnuz": "*fp8e4b8", "i32": "*i32"}
+# the split-K workspace and tile counters a GEMM kernel may take besides its operands
+WORKSPACE_TYPES = {"ws_ptr": "*fp32", "lock_ptr": "*i32"}
 
 # The conservative reference: small tiles, no specialization, masks everywhere, fp32 output.
 REFERENCE_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1,
@@ -88,7 +92,12 @@ class TritonGpuCompiler:
         self.module_name = module_name
         self.module = importlib.import_module(module_name)
         self.source_text = Path(inspect.getsourcefile(self.module)).read_text()
-        self.args = list(self.module.MATMUL_ARGS)
+        # the module names its run-time arguments, constexprs and optional constexprs (ARGS,
+        # CONSTEXPRS, OPTIONAL_CONSTEXPRS; the matmul's spell them MATMUL_...)
+        self.args = list(_module_attr(self.module, "ARGS"))
+        self.constexpr_names = tuple(_module_attr(self.module, "CONSTEXPRS"))
+        self.optional_constexprs = dict(_module_attr(self.module, "OPTIONAL_CONSTEXPRS", {}))
+        self.takes = set(getattr(self.module, self.fn_name).arg_names)  # EVEN_K, IEEE, A_T ... where it has them
         self.version = triton_version()
         self._dtypes_seen = set()
         self._lock = threading.Lock()
@@ -100,6 +109,26 @@ class TritonGpuCompiler:
         ints.update(self.kernel.strides(shape))
         return ints
 
+    def pointer_types(self, dtype: str, out_dtype=None) -> dict:
+        """Triton pointer type of every pointer argument for a shape of ``dtype``: each operand's
+        declared dtype (outputs: ``out_dtype`` when given), the split-K workspace and counters."""
+        operands = [op for op in getattr(self.kernel, "operands", ()) if op.role != "reference"]
+        if not operands:  # a kernel without a declaration: the matmul's A, B, C of the shape's dtype
+            types = {"a_ptr": TRITON_TYPES[dtype], "b_ptr": TRITON_TYPES[dtype],
+                     "c_ptr": TRITON_TYPES[out_dtype or dtype]}
+        else:
+            types = {"%s_ptr" % op.name: TRITON_TYPES[out_dtype if out_dtype and op.role == "output"
+                                                      else op.dtype_of(dtype)] for op in operands}
+        types.update(WORKSPACE_TYPES)
+        return types
+
+    def operand_dtypes(self, dtype: str, role: str) -> set:
+        """The dtypes of a shape's inputs or outputs (``role``) for a shape of ``dtype``."""
+        operands = getattr(self.kernel, "operands", ())
+        if not operands:
+            return {dtype}
+        return {op.dtype_of(dtype) for op in operands if op.role == role}
+
     def specialization(self, config: dict, shape) -> tuple:
         """The JIT's cache key for this shape: dtype, the class of every integer argument
         (``1``: a constant, ``16``: divisible by 16, ``x``: neither) and EVEN_K."""
@@ -109,6 +138,8 @@ class TritonGpuCompiler:
             if name in ints:
                 v = ints[name]
                 classes.append("%s=%s" % (name, "1" if v == 1 else "16" if v % 16 == 0 else "x"))
+        if "EVEN_K" not in self.takes:
+            return (shape.dtype,) + tuple(classes)
         even_k = shape.K % config["BLOCK_K"] == 0  # split-K splits whole BLOCK_K steps
         return (shape.dtype,) + tuple(classes) + ("EVEN_K=%d" % even_k,)
 
@@ -123,7 +154,7 @@ class TritonGpuCompiler:
         """Shared memory the software pipeline needs at least: (num_stages - 1) buffered
         A and B tiles. Triton allocates more (all stages on sm90, epilogue scratch), never less."""
         stages = max(1, config.get("num_stages", 2) - 1)
-        e = ELEM_BYTES[dtype]
+        e = DTYPE_BYTES[dtype]
         if self.backend == "hip" and config.get("num_stages", 2) <= 2:
             stages = 1  # one LDS buffer; loads go through registers
         return stages * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * e
@@ -154,7 +185,7 @@ class TritonGpuCompiler:
     # ---- compile -------------------------------------------------------------------------
     def _options(self, config: dict) -> dict:
         allowed = CUDA_OPTIONS if self.backend == "cuda" else HIP_OPTIONS
-        constexprs = set(self.module.MATMUL_CONSTEXPRS) | set(getattr(self.module, "MATMUL_OPTIONAL_CONSTEXPRS", {}))
+        constexprs = set(self.constexpr_names) | set(self.optional_constexprs)
         options = {}
         for key, value in config.items():
             if key in constexprs:
@@ -168,9 +199,7 @@ class TritonGpuCompiler:
     def _job(self, config: dict, spec, c_dtype=None, generic=False) -> dict:
         """What the compile process gets: signature, constants, divisibility attributes, options."""
         dtype = spec[0]
-        ptr = TRITON_TYPES[dtype]
-        types = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": TRITON_TYPES[c_dtype or dtype],
-                 "ws_ptr": "*fp32", "lock_ptr": "*i32"}
+        types = self.pointer_types(dtype, c_dtype)
         classes = {} if generic else self._spec_dict(spec)
         signature, constexprs, divisible = {}, {}, []
         for index, name in enumerate(self.args):
@@ -187,18 +216,20 @@ class TritonGpuCompiler:
                 signature[name] = "i32"
                 if cls == "16":
                     divisible.append(index)
-        for name in self.module.MATMUL_CONSTEXPRS:
+        for name in self.constexpr_names:
             signature[name] = "constexpr"
             constexprs[name] = config.get(name, 1)
-        signature["EVEN_K"] = "constexpr"
-        constexprs["EVEN_K"] = False if generic else classes.get("EVEN_K") == "1"
-        signature["IEEE"] = "constexpr"
-        constexprs["IEEE"] = dtype == "fp32" or generic
+        if "EVEN_K" in self.takes:
+            signature["EVEN_K"] = "constexpr"
+            constexprs["EVEN_K"] = False if generic else classes.get("EVEN_K") == "1"
+        if "IEEE" in self.takes:
+            signature["IEEE"] = "constexpr"
+            constexprs["IEEE"] = dtype == "fp32" or generic
         # optional constexprs (TMA); A_T / B_T: the specialization made the M stride of A / the K stride of B 1
-        for name, default in getattr(self.module, "MATMUL_OPTIONAL_CONSTEXPRS", {}).items():
+        for name, default in self.optional_constexprs.items():
             signature[name] = "constexpr"
             constexprs[name] = config.get(name, default)
-        if "TMA" in getattr(self.module, "MATMUL_OPTIONAL_CONSTEXPRS", {}):
+        if "A_T" in self.takes:
             for name, stride in (("A_T", "stride_am"), ("B_T", "stride_bk")):
                 signature[name] = "constexpr"
                 constexprs[name] = classes.get(stride) == "1"
@@ -248,39 +279,64 @@ class TritonGpuCompiler:
     # ---- support kernels and the manifest's toolchain record ----------------------------------
     def support(self, timeout: float = 300.0) -> dict:
         """Fill, error and reference kernels for every dtype this build saw (compiled once, cached):
-        the agent generates data, checks answers and computes a reference with them."""
-        dtypes = sorted(self._dtypes_seen) or ["fp16"]
+        the agent generates data, checks answers and computes a reference with them. A fill kernel
+        per input dtype, an error kernel per output dtype and fp32 (the agent compares its two fp32
+        references, torch and kernel, with it), a reference kernel per shape dtype."""
+        shape_dtypes = sorted(self._dtypes_seen) or ["fp16"]
+        fills = sorted(set().union(*(self.operand_dtypes(d, "input") for d in shape_dtypes)))
+        errors = sorted(set().union(*(self.operand_dtypes(d, "output") for d in shape_dtypes)) | {"fp32"})
+        jobs = [("fill", d, self._fill_job(d), None) for d in fills]
+        jobs += [("error", d, self._error_job(d), None) for d in errors]
+        jobs += [("reference", d) + self._reference_job(d) for d in shape_dtypes]
         out = {}
-        # fp32 error kernel too: the agent compares its two fp32 references (torch, kernel) with it
-        for dtype in dtypes + (["fp32"] if "fp32" not in dtypes else []):
-            ptr = TRITON_TYPES[dtype]
-            jobs = {
-                "fill": {"module": self.module_name, "fn": "fill_kernel",
-                         "signature": {"out_ptr": ptr, "n": "i64", "seed": "i32", "BLOCK": "constexpr"},
-                         "constexprs": {"BLOCK": SUPPORT_BLOCK}, "divisible": [0], "options": {"num_warps": 4}},
-                "error": {"module": self.module_name, "fn": "error_kernel",
-                          "signature": {"c_ptr": ptr, "ref_ptr": "*fp32", "out_ptr": "*fp32", "n": "i64",
-                                        "rtol": "fp32", "atol": "fp32", "BLOCK": "constexpr"},
-                          "constexprs": {"BLOCK": SUPPORT_BLOCK}, "divisible": [0, 1, 2], "options": {"num_warps": 4}},
-            }
-            for job in jobs.values():
-                job.update(backend=self.backend, arch=self.arch, warp_size=self.warp_size)
-            if dtype in self._dtypes_seen or not self._dtypes_seen:
-                ref_job = self._job(REFERENCE_CONFIG, (dtype,), c_dtype="fp32", generic=True)
-                ref_job["options"]["num_stages"] = 2
-                jobs["reference"] = ref_job
-            else:
-                del jobs["fill"]
-            for role, job in jobs.items():
-                res = self._compile_job(job, timeout)
-                if res.status != "ok":
-                    raise HarnessError("support kernel %s for %s did not compile: %s" % (role, dtype, res.message))
-                key = "%s_%s" % (role, dtype)
-                out[key] = {"artifact": str(res.artifact.relative_to(self.out_dir)),
-                            "sha256": _sha256(res.artifact), "launch": res.launch}
-                if role == "reference":
-                    out[key]["config"] = dict(REFERENCE_CONFIG)
+        for role, dtype, job, config in jobs:
+            job.update(backend=self.backend, arch=self.arch, warp_size=self.warp_size)
+            res = self._compile_job(job, timeout)
+            if res.status != "ok":
+                raise HarnessError("support kernel %s for %s did not compile: %s" % (role, dtype, res.message))
+            key = "%s_%s" % (role, dtype)
+            out[key] = {"artifact": str(res.artifact.relative_to(self.out_dir)),
+                        "sha256": _sha256(res.artifact), "launch": res.launch}
+            if config is not None:
+                out[key]["config"] = dict(config)
         return out
+
+    def _fill_job(self, dtype: str) -> dict:
+        return {"module": self.module_name, "fn": "fill_kernel",
+                "signature": {"out_ptr": TRITON_TYPES[dtype], "n": "i64", "seed": "i32", "BLOCK": "constexpr"},
+                "constexprs": {"BLOCK": SUPPORT_BLOCK}, "divisible": [0], "options": {"num_warps": 4}}
+
+    def _error_job(self, dtype: str) -> dict:
+        return {"module": self.module_name, "fn": "error_kernel",
+                "signature": {"c_ptr": TRITON_TYPES[dtype], "ref_ptr": "*fp32", "out_ptr": "*fp32", "n": "i64",
+                              "rtol": "fp32", "atol": "fp32", "BLOCK": "constexpr"},
+                "constexprs": {"BLOCK": SUPPORT_BLOCK}, "divisible": [0, 1, 2], "options": {"num_warps": 4}}
+
+    def _reference_job(self, dtype: str) -> tuple:
+        """(job, config) of the reference kernel: the module's own (``REFERENCE = {"fn", "config"}``:
+        a plain kernel taking the same pointers, the output fp32, and the same integers, none of
+        them specialized), else the kernel itself at the conservative REFERENCE_CONFIG, unspecialized,
+        with an fp32 output."""
+        own = getattr(self.module, "REFERENCE", None)
+        if own is None:
+            job = self._job(REFERENCE_CONFIG, (dtype,), c_dtype="fp32", generic=True)
+            job["options"]["num_stages"] = 2
+            return job, REFERENCE_CONFIG
+        fn = getattr(self.module, own["fn"])
+        types = self.pointer_types(dtype, "fp32")
+        config = dict(own["config"])
+        signature, constexprs, divisible = {}, {}, []
+        for index, param in enumerate(fn.params):
+            if param.is_constexpr:
+                signature[param.name], constexprs[param.name] = "constexpr", config[param.name]
+            elif param.name in types:
+                signature[param.name] = types[param.name]
+                divisible.append(index)
+            else:
+                signature[param.name] = "i32"
+        options = {k: v for k, v in config.items() if k not in constexprs}
+        return {"module": self.module_name, "fn": own["fn"], "signature": signature, "constexprs": constexprs,
+                "divisible": divisible, "options": options}, config
 
     def describe(self) -> dict:
         if self._support is None:
@@ -289,6 +345,16 @@ class TritonGpuCompiler:
                 "arch": self.arch, "warp_size": self.warp_size, "format": self.ext,
                 "python": sys.version.split()[0], "support_block": SUPPORT_BLOCK,
                 "support": self._support}
+
+
+def _module_attr(module, name: str, default=None):
+    """A kernel module's ``NAME``, or the matmul's spelling ``MATMUL_NAME``."""
+    value = getattr(module, name, None)
+    if value is None:
+        value = getattr(module, "MATMUL_" + name, default)
+    if value is None:
+        raise HarnessError("Triton module %s names no %s (nor MATMUL_%s)" % (module.__name__, name, name))
+    return value
 
 
 def _sha256(path: Path) -> str:

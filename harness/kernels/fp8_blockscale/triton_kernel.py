@@ -42,6 +42,9 @@ ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "ws_ptr", "lock
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
 # Constexprs a config may leave out, with their defaults (the compiler passes them always).
 OPTIONAL_CONSTEXPRS = {"TMA": 0}
+# The agent's reference: reference_kernel at this config (the grid: BLOCK_M x BLOCK_N tiles of C).
+REFERENCE = {"fn": "reference_kernel",
+             "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1}}
 SCALE_BLOCK = 128
 FILL_FP8 = 224.0  # inside both formats' range (e4m3fnuz tops out at 240)
 SCALE_BLOCK_K = tl.constexpr(SCALE_BLOCK)  # the kernels read these as compile-time globals

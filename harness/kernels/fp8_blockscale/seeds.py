@@ -1,0 +1,111 @@
+"""Configs known to be good for the fp8 block-scaled GEMM's shape classes: the first round of
+every search (harness.strategies.seeded).
+
+From aiter's tuned Triton configs for this kernel (aiter/ops/triton/configs/gemm/
+gfx942-GEMM-A8W8_BLOCKSCALE-N=*-K=*.json) and the usual sm90 fp8 tiles (vLLM's and DeepSeek's
+Triton fp8 GEMMs: BLOCK_K 128, one scale per K step):
+
+* **skinny** (M <= 64, decode): the narrowest BLOCK_M that covers M, 64 or 128 columns, BLOCK_K
+  128, 4 warps; where the columns of tiles leave most multiprocessors idle, K split so that tiles
+  x splits about fills them (aiter: 16-row tiles with K split 7 to 14 ways for N=2112, K=7168);
+* **large** (128 x 128 tiles alone fill every multiprocessor, prefill): 128 x 128 and 128 x 256
+  tiles on 8 warps through TMA, and 64 x 128 on 4 warps;
+* **medium**: 64 x 128 and 128 x 128 tiles, with a split of K where the tiles are few.
+
+On AMD (hip) the space has no TMA and the stage count of the AMD pipeliner (2). Every seed is
+completed with the first value of each parameter it does not name, and kept only when its values
+are in the target's space and no pruning rule rejects it for the shape.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from ...space import first_pruning_rule
+from .fp8 import cdiv
+
+LARGE = [
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=3, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
+]
+MEDIUM = [
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
+]
+
+
+def _skinny_tile(m: int) -> int:
+    """The narrowest BLOCK_M (16 to 64) that covers M."""
+    tile = 16
+    while tile < min(m, 64):
+        tile *= 2
+    return tile
+
+
+def _split(tiles: int, multiprocessors: int) -> int:
+    """The split of K (1, 2, 4, 8) that brings tiles x splits nearest to the multiprocessors."""
+    return min((1, 2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
+
+
+def shape_class(shape, multiprocessors: int) -> str:
+    if shape.M <= 64:
+        return "skinny"
+    if cdiv(shape.M, 128) * cdiv(shape.N, 128) >= multiprocessors:
+        return "large"
+    return "medium"
+
+
+def rule_seeds(shape, multiprocessors: int) -> List[dict]:
+    kind = shape_class(shape, multiprocessors)
+    if kind == "large":
+        return LARGE
+    if kind == "medium":
+        out = list(MEDIUM)
+        tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
+        split = _split(tiles, multiprocessors)
+        if split > 1:
+            out.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SPLIT_K=split))
+        return out
+    bm = _skinny_tile(shape.M)
+    out = []
+    for bn in (64, 128):
+        split = _split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
+        for tma in (0, 1):
+            out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=5, SPLIT_K=split,
+                            TMA=tma))
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=5))
+    return out
+
+
+def seed_configs(shape, target) -> List[dict]:
+    """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
+    from . import KERNEL
+
+    if not target.is_gpu:
+        return []
+    space = KERNEL.space_for(target)
+    rules = KERNEL.rules_for(target)
+    hip = target.backend == "hip"
+    multiprocessors = getattr(target, "multiprocessors", None) or (304 if hip else 132)
+    out, seen = [], set()
+    for seed in rule_seeds(shape, multiprocessors):
+        seed = dict(seed)
+        if hip:
+            seed.pop("TMA", None)
+            seed["num_stages"] = 2
+        if set(seed) - set(space):
+            continue
+        cfg = {name: seed.get(name, values[0]) for name, values in space.items()}
+        if any(cfg[name] not in values for name, values in space.items()):
+            continue
+        if first_pruning_rule(rules, cfg, shape, target) is not None:
+            continue
+        k = tuple(sorted(cfg.items()))
+        if k not in seen:
+            seen.add(k)
+            out.append(cfg)
+    return out
