@@ -215,18 +215,25 @@ def rel(c, ref):
 out = {}
 M, N = 20, 160
 for fmt, torch_name in (("fp8e4m3fn", "float8_e4m3fn"), ("fp8e4m3fnuz", "float8_e4m3fnuz")):
-    # K = 300: a partial last scale block and masked K steps; TMA needs 16-byte rows: K = 272
-    for K, bm, bn, bk, gm, tma in ((300, 16, 64, 64, 1, 0), (300, 32, 32, 128, 2, 0), (272, 16, 64, 64, 1, 1)):
+    # K = 300: a partial last scale block and masked K steps; TMA needs 16-byte rows: K = 272;
+    # split-K 2 (3 + 2 steps of 64) and 4 (2 + 2 + 1 + an empty split)
+    for K, bm, bn, bk, gm, split, tma in ((300, 16, 64, 64, 1, 1, 0), (300, 32, 32, 128, 2, 1, 0),
+                                          (272, 16, 64, 64, 1, 1, 1), (300, 16, 64, 64, 1, 2, 0),
+                                          (300, 16, 32, 64, 1, 4, 0), (272, 16, 64, 64, 2, 2, 1)):
         shape = SimpleNamespace(M=M, N=N, K=K, dtype=fmt)
         d = fk.make_data(shape, 3)
         t = {k: Tensor(d[k], torch_name if k in ("a", "b") else "float32") for k in ("a", "b", "a_scale", "b_scale")}
         scalars = [M, N, K] + [fk.strides(shape)[k] for k in tk.ARGS[10:]]
         c = np.zeros((M, N), np.float32)
-        grid = (fp8.cdiv(M, bm) * fp8.cdiv(N, bn), 1, 1)
-        tk.fp8_blockscale_kernel[grid](t["a"], t["b"], Tensor(c, "float32"), t["a_scale"], t["b_scale"], None, None,
-                                       *scalars, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, SPLIT_K=1,
-                                       EVEN_K=K % bk == 0, TMA=tma)
-        out["%s kernel K%d %dx%dx%d tma %d" % (fmt, K, bm, bn, bk, tma)] = rel(c, d["ref"])
+        tiles = fp8.cdiv(M, bm) * fp8.cdiv(N, bn)
+        ws, locks = np.zeros(split * M * N, np.float32), np.zeros(tiles, np.int32)
+        tk.fp8_blockscale_kernel[(tiles, split, 1)](
+            t["a"], t["b"], Tensor(c, "float32"), t["a_scale"], t["b_scale"], Tensor(ws, "float32"),
+            Tensor(locks, "int32"), *scalars, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, SPLIT_K=split,
+            EVEN_K=K % bk == 0, TMA=tma)
+        key = "%s kernel K%d %dx%dx%d split %d tma %d" % (fmt, K, bm, bn, bk, split, tma)
+        out[key] = rel(c, d["ref"])
+        out[key + " counters left"] = float(np.abs(locks).max())
     c = np.zeros((M, N), np.float32)
     tk.reference_kernel[(fp8.cdiv(M, 32) * fp8.cdiv(N, 32), 1, 1)](
         t["a"], t["b"], Tensor(c, "float32"), t["a_scale"], t["b_scale"], *scalars, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
@@ -259,6 +266,8 @@ def test_kernels_run_right_under_tritons_interpreter():
             lo, hi, distinct, s_lo, s_hi = value
             assert -224 <= lo < -150 and 150 < hi <= 224 and distinct > 100, (key, value)
             assert 2.0 ** -8 <= s_lo and s_hi <= 2.0 ** -4 and s_hi / s_lo > 8, (key, value)
+        elif key.endswith("counters left"):
+            assert value == 0, key  # the last split resets its tile's counter
         else:
             assert value < 1e-6, (key, value)  # fp32 output: the fp8 products are exact
 
@@ -316,8 +325,7 @@ def test_compiles_for_sm90_with_fp8_warpgroup_mma(tmp_path):
     assert 0 < res.launch["shared"] <= 232448
     ptx = _asm(job, "ptx")
     assert "wgmma.mma_async" in ptx and "e4m3" in ptx  # fp8 tensor-core MMA, not an upcast
-    tma = _compile(_job("fp8_blockscale_kernel", "cuda", "90", dict(cfg, TMA=1, SPLIT_K=1), "fp8e4nv"), tmp_path,
-                   "tma.cubin")
+    tma = _compile(_job("fp8_blockscale_kernel", "cuda", "90", dict(cfg, TMA=1), "fp8e4nv"), tmp_path, "tma.cubin")
     assert tma.launch["global_scratch_size"] > 0  # the tensor descriptors live there
 
 

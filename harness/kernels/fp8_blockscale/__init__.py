@@ -26,7 +26,7 @@ GPU_SPACE = {
     "BLOCK_N": [32, 64, 128, 256],
     "BLOCK_K": [64, 128],
     "GROUP_M": [1, 8],
-    "SPLIT_K": [1, 2, 4, 8],
+    "SPLIT_K": [1, 2, 4, 8, 16],  # powers of two: aiter's tuned CSV records log2 of the split
     "num_warps": [4, 8],
     "num_stages": [2, 3, 4, 5],
 }

@@ -40,14 +40,28 @@ def _block_k_splits_scale(c, s, t):
     return SCALE_BLOCK % c["BLOCK_K"] != 0
 
 
+def _multiprocessors(t) -> int:
+    return getattr(t, "multiprocessors", None) or (304 if getattr(t, "backend", "") == "hip" else 132)
+
+
+def _tiles(c, s) -> int:
+    return cdiv(s.M, c["BLOCK_M"]) * cdiv(s.N, c["BLOCK_N"])
+
+
 def _split_k_too_deep(c, s, t):
-    return c["SPLIT_K"] > 1 and s.K // c["SPLIT_K"] < c["BLOCK_K"]
+    # splits take whole BLOCK_K steps, ceil(steps / SPLIT_K) each: some split would get none
+    steps = cdiv(s.K, c["BLOCK_K"])
+    return c["SPLIT_K"] > 1 and cdiv(steps, cdiv(steps, c["SPLIT_K"])) < c["SPLIT_K"]
 
 
 def _split_k_on_full_grid(c, s, t):
     # split-K pays off when the M x N grid alone leaves multiprocessors idle
-    units = getattr(t, "multiprocessors", None) or 132
-    return c["SPLIT_K"] > 1 and cdiv(s.M, c["BLOCK_M"]) * cdiv(s.N, c["BLOCK_N"]) >= units
+    return c["SPLIT_K"] > 1 and _tiles(c, s) >= _multiprocessors(t)
+
+
+def _split_k_overfills(c, s, t):
+    # more than four programs per multiprocessor: a smaller split already fills the GPU
+    return c["SPLIT_K"] > 1 and _tiles(c, s) * c["SPLIT_K"] > 4 * _multiprocessors(t)
 
 
 def _group_m_useless(c, s, t):
@@ -91,9 +105,10 @@ GPU_RULES = [
          _block_k_splits_scale),
     Rule("tile_m_exceeds_dim", "BLOCK_M larger than the next power of two of M", _tile_m_too_big),
     Rule("tile_n_exceeds_dim", "BLOCK_N larger than the next power of two of N", _tile_n_too_big),
-    Rule("split_k_too_deep", "each split of K is shorter than BLOCK_K", _split_k_too_deep),
+    Rule("split_k_too_deep", "some split of K would get no BLOCK_K step", _split_k_too_deep),
     Rule("split_k_on_full_grid", "SPLIT_K > 1 where the M x N grid alone fills the multiprocessors",
          _split_k_on_full_grid),
+    Rule("split_k_overfills", "SPLIT_K > 1 with more than four programs per multiprocessor", _split_k_overfills),
     Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1", _group_m_useless),
     Rule("tma_needs_sm90", "TMA = 1 (tensor descriptors) on a target that is not NVIDIA sm90 or newer",
          _tma_needs_hopper),

@@ -15,10 +15,12 @@ so a K step lies inside one scale block. The fp8 type is that of the pointers: `
 (e4m3fn) on NVIDIA sm89+ and AMD gfx950, ``fp8e4b8`` (e4m3fnuz) on AMD gfx942.
 
 * GROUP_M: program ids are swizzled so that GROUP_M rows of tiles share B columns in L2.
-* SPLIT_K: as in the matmul: the grid's second axis splits K (interleaved BLOCK_K steps), each
-  split atomically adds its fp32 partial tile into ``ws_ptr`` (fp32 M x N, zero) and bumps the
-  tile's counter in ``lock_ptr``; the last split stores C and leaves both zero again.
-* EVEN_K: K is a multiple of BLOCK_K * SPLIT_K: no masks along K.
+* SPLIT_K: as in the matmul: the grid's second axis splits K into SPLIT_K contiguous ranges of
+  whole BLOCK_K steps; each split stores its fp32 partial tile into its own slice of ``ws_ptr``
+  (fp32 SPLIT_K x M x N) and bumps the tile's counter in ``lock_ptr``; the split that arrives
+  last sums the partials in split order (deterministic, no float atomics), stores C and resets
+  the counter.
+* EVEN_K: K is a multiple of BLOCK_K: no masks along K.
 * TMA (NVIDIA sm90+): A and B tiles come through device-side tensor descriptors (the bulk tensor
   copy engine; rows and K past the edges read as zeros, so no masks); the descriptors live in the
   launch's global scratch. Scales are small loads either way.
@@ -32,7 +34,8 @@ Support kernels: ``fill_kernel`` writes seeded test data in the pointer's type (
 import triton
 import triton.language as tl
 
-from ..matmul.triton_kernel import error_kernel  # noqa: F401  (the agent's error reduction, shared)
+# the agent's error reduction and the deterministic split-K reduction, shared with the matmul
+from ..matmul.triton_kernel import _reduce_splits, error_kernel  # noqa: F401
 
 # The run-time arguments of fp8_blockscale_kernel, in order (the compiler and the agent agree on them).
 ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
@@ -74,12 +77,17 @@ def fp8_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
                                            block_shape=[BLOCK_M, BLOCK_K])
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, stride_bk],
                                            block_shape=[BLOCK_N, BLOCK_K])
-    rk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-    b_ptrs = b_ptr + rn[None, :] * stride_bn + rk[:, None] * stride_bk
+    # this split's K steps: contiguous, the last split may have fewer (or none)
+    k_steps = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_steps, SPLIT_K)
+    first = pid_k * per_split
+    steps = max(0, min(k_steps - first, per_split))
+    rk = first * BLOCK_K + tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rn[None, :].to(tl.int64) * stride_bn + rk[:, None] * stride_bk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
-        k_start = (k * SPLIT_K + pid_k) * BLOCK_K
+    for k in range(0, steps):
+        k_start = (first + k) * BLOCK_K  # < K: every step has at least one valid element
         if TMA:  # the bulk tensor copy engine zero-fills rows and K past the edges
             a = a_desc.load([pid_m * BLOCK_M, k_start])
             b = b_desc.load([pid_n * BLOCK_N, k_start]).T
@@ -87,30 +95,28 @@ def fp8_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
-            k_left = K - k * BLOCK_K * SPLIT_K
+            k_left = K - k * BLOCK_K  # rk is where this split starts
             a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-        # a split's last step may start past K (all masked): clamp so the scale load stays in bounds
-        k_scale = tl.minimum(k_start, K - 1) // SCALE_BLOCK_K
+        k_scale = k_start // SCALE_BLOCK_K  # BLOCK_K divides 128: the whole step has this scale
         a_s = tl.load(a_scale_ptrs + k_scale * stride_ask)
         b_s = tl.load(b_scale_ptrs + k_scale * stride_bsk)
         acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
-        a_ptrs += BLOCK_K * SPLIT_K * stride_ak
-        b_ptrs += BLOCK_K * SPLIT_K * stride_bk
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
 
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
     if SPLIT_K == 1:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
     else:
-        # fp32 workspace reduce, finished by the split that arrives last at this tile
-        ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
-        tl.atomic_add(ws_ptrs, acc, mask=mask, sem="relaxed")
-        tl.debug_barrier()  # every thread's partial is issued before the counter is bumped
+        # this split's partial into its own slice of the workspace; the last to arrive reduces
+        ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+        tl.store(ws_ptrs + pid_k.to(tl.int64) * M * N, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is written before the counter is bumped
         arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
-            total = tl.atomic_xchg(ws_ptrs, tl.zeros_like(acc), mask=mask, sem="acquire")
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+            _reduce_splits(ws_ptr, c_ptr, M, N, stride_cm, stride_cn, pid_m, pid_n, BLOCK_M, BLOCK_N, SPLIT_K)
             tl.atomic_xchg(lock_ptr + pid, 0)
 
 
