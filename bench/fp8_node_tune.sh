@@ -1,13 +1,14 @@
 #!/bin/bash
 # On an H200 node, from the repository root: `harness tune fp8_blockscale --library` on six
 # DeepSeek-V3 shapes, the whole harness running on the node (target h200 of bench/fp8_targets.yaml:
-# the node's Triton compiles, the agent runs locally). Wheels in .whl/ (optuna for --strategy
-# bayes, fabric) are installed first where present. Writes results/, tuned/ and, with $OUT set,
-# copies the results CSV, the tuned files and the log there.
+# the node's Triton compiles, the agent runs locally), with tune's default search on GPU targets
+# (genetic, 96 configs per shape, warm-started with the kernel's seeds). Wheels in .whl/ (fabric,
+# optuna) are installed first where present. Writes results/, tuned/ and, with $OUT set, copies
+# the results CSV, the tuned files and the log there.
 #
-#   bash bench/fp8_node_tune.sh [BUDGET]        # evaluations per shape, default 64
+#   bash bench/fp8_node_tune.sh [BUDGET]        # evaluations per shape (default: tune's, 96)
 set -u
-BUDGET=${1:-64}
+BUDGET=${1:+--budget $1}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -19,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 start=$(date +%s)
 python3 -m harness tune fp8_blockscale --target h200 --targets bench/fp8_targets.yaml --shapes "$SHAPES" \
-  --library --strategy bayes --budget "$BUDGET" --format aiter-blockscale 2>&1 | tee /tmp/fp8_tune.log
+  --library $BUDGET --format aiter-blockscale 2>&1 | tee /tmp/fp8_tune.log
 rc=${PIPESTATUS[0]}
 echo "harness tune exit $rc, $(( $(date +%s) - start )) s"
 if [ -n "${OUT:-}" ]; then

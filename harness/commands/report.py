@@ -11,14 +11,14 @@ from .. import state, ui
 from ..errors import HarnessError
 from .common import ROOT, TargetsOpt, kernel_of, pick_target
 
-FORMATS = ("aiter", "triton", "yaml")
+FORMATS = ("aiter", "aiter-blockscale", "triton", "yaml")
 
 
 def report(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="target to report (default: the last run)"),
     kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel to report (default: the last built)"),
     no_fetch: bool = typer.Option(False, "--no-fetch", help="use the local results only"),
-    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="also write: aiter (tuned CSV in the aiter/CK layout), triton (JSON configs per N,K bucketed by M), yaml (tune_gemm); repeat or comma-separate"),
+    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="also write: aiter (tuned CSV in the aiter/CK layout), aiter-blockscale (aiter's a8w8 blockscale tuned CSV: gfx, cu_num, M, N, K, libtype, kernelId, splitK, us, kernelName, tflops, bw, errRatio), triton (JSON configs per N,K bucketed by M), yaml (tune_gemm); repeat or comma-separate"),
     all_candidates: bool = typer.Option(False, "--all-candidates", help="aiter: also write every candidate, failures included (aiter's -o2; KERNEL.aiter.all.csv)"),
     sort: bool = typer.Option(False, "--sort", help="aiter: sort rows by arch, cu_num, M, N, K"),
     tag: Optional[str] = typer.Option(None, "--tag", help="triton: the tag in {arch}-GEMM-{tag}.json (default from the dtype)"),
@@ -245,6 +245,10 @@ def _write_formats(fmts, df, best, meta, out_dir: Path, kern: str, shapes, all_c
                                    sort=sort, shapes=shapes)
     elif all_candidates or sort:
         ui.out.print("[yellow]--all-candidates and --sort go with --format aiter[/]")
+    if "aiter-blockscale" in fmts:
+        from ..report.aiter_blockscale_csv import write_tuned_csv as write_blockscale_csv
+
+        written.append(write_blockscale_csv(df, best, meta, out_dir / ("%s.aiter_blockscale.csv" % kern)))
     if "triton" in fmts:
         from ..report.triton_json import write_triton_json
 
