@@ -149,6 +149,7 @@ def meta_for(target, manifest_toolchain: Optional[dict], facts: dict) -> dict:
         gpus = facts.get("gpus") or []
         gpu = gpus[0] if gpus else {}
         device, cu_num, driver = gpu.get("name", ""), gpu.get("cu_num"), gpu.get("driver", "")
+        cu_num = cu_num or getattr(target, "multiprocessors", None)  # not probed: the target's count
         tool = "triton %s (%s %s)" % (triton, toolchain.get("backend", target.backend),
                                       toolchain.get("arch", target.gpu_arch)) if triton else ""
     else:

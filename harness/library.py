@@ -45,7 +45,7 @@ def add_reference(kernel, target, shapes: Iterable, manifest, bundle: Path, comp
 
     shapes = list(shapes)
     if target.is_gpu:
-        return request_gpu_library(manifest, shapes)
+        return request_gpu_library(manifest, shapes, getattr(kernel, "gpu_library", GPU_LIBRARY))
     if not shapes:
         return []
     if compiler is None:

@@ -24,7 +24,9 @@ if ROOT not in sys.path:
 
 from remote_agent.runners.gpu_api import GpuApi, GpuError  # noqa: E402
 
-NP = {"*fp16": np.float16, "*fp32": np.float32, "*i32": np.int32, "*bf16": np.uint16, "*i8": np.int8}
+NP = {"*fp16": np.float16, "*fp32": np.float32, "*i32": np.int32, "*bf16": np.uint16, "*i8": np.int8,
+      "*fp8e4nv": np.uint8, "*fp8e4b8": np.uint8}
+FP8_FORMATS = {"*fp8e4nv": "fp8e4m3fn", "*fp8e4b8": "fp8e4m3fnuz"}  # Triton pointer type -> the harness's dtype
 
 
 def _bf16_to_f32(u16):
@@ -173,6 +175,11 @@ class StandinApi(GpuApi):
         n = int(v["n"])
         x = np.random.default_rng(int(v["seed"])).uniform(-1, 1, n)
         out = self._array(v["out_ptr"], t["out_ptr"], n)
+        if t["out_ptr"] in FP8_FORMATS:  # fp8 codes as the fp8 kernel's fill writes them
+            from harness.kernels.fp8_blockscale import fp8
+
+            out[:] = fp8.encode(x * 224.0, FP8_FORMATS[t["out_ptr"]])
+            return
         out[:] = _f32_to_bf16(x) if t["out_ptr"] == "*bf16" else x.astype(out.dtype)
 
     def _load(self, ptr, ty, n):
@@ -250,12 +257,40 @@ class StandinApi(GpuApi):
         return total
 
 
+    # the fp8 block-scaled GEMM (harness/kernels/fp8_blockscale): codes decoded with its numpy codec
+    def _fp8(self, v, t, name, rows, cols):
+        from harness.kernels.fp8_blockscale import fp8
+
+        codes = self._array(v[name], t[name], rows * cols).reshape(rows, cols)
+        return fp8.decode(codes, FP8_FORMATS[t[name]])
+
+    def _fp8_product(self, v, t):
+        from harness.kernels.fp8_blockscale import fp8
+
+        M, N, K = int(v["M"]), int(v["N"]), int(v["K"])
+        sk, sn = fp8.cdiv(K, 128), fp8.cdiv(N, 128)
+        a = self._fp8(v, t, "a_ptr", M, K) * fp8.expand_scales(
+            self._array(v["a_scale_ptr"], "*fp32", M * sk).reshape(M, sk), M, K, 1, 128)
+        b = self._fp8(v, t, "b_ptr", N, K) * fp8.expand_scales(
+            self._array(v["b_scale_ptr"], "*fp32", sn * sk).reshape(sn, sk), N, K, 128, 128)
+        return M, N, a @ b.T
+
+    def _fp8_blockscale_kernel(self, facts, v, t, grid):
+        M, N, C = self._fp8_product(v, t)
+        out = self._array(v["c_ptr"], t["c_ptr"], M * N)
+        out[:] = _f32_to_bf16(C.ravel()) if t["c_ptr"] == "*bf16" else C.ravel().astype(out.dtype)
+
+    _reference_kernel = _fp8_blockscale_kernel
+
+
 class StandinLibraryApi(StandinApi):
     """The stand-in with a stand-in vendor library: ``torch.matmul`` computed with numpy on the
     stand-in memory (the real worker times torch.matmul; without this the worker looks for torch,
     which a CI machine does not have, or has without a GPU)."""
 
     def library_launcher(self, name):
+        if name == "torch._scaled_mm":
+            return self._scaled_mm_launcher
         if name != "torch.matmul":
             raise GpuError("this agent times torch.matmul only, not %r" % name, load=True)
 
@@ -271,6 +306,19 @@ class StandinLibraryApi(StandinApi):
             return launch, contextlib.nullcontext(), "numpy %s (stand-in)" % np.__version__
 
         return launcher
+
+
+    def _scaled_mm_launcher(self, data):
+        """The fp8 block-scaled product of the shape's buffers, as the fp8 kernel computes it."""
+        import contextlib
+
+        types = {"%s_ptr" % op["name"]: "*" + {"fp8e4m3fn": "fp8e4nv", "fp8e4m3fnuz": "fp8e4b8"}.get(op["dtype"], op["dtype"])
+                 for op in data.shape["operands"]}
+
+        def launch(i, stream=None):
+            self._fp8_blockscale_kernel({}, data.values(i), types, (1, 1, 1))
+
+        return launch, contextlib.nullcontext(), "numpy %s (stand-in)" % np.__version__
 
 
 def main(argv):

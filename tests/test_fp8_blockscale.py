@@ -462,3 +462,83 @@ def test_reader_matches_aiters_own_file(tmp_path):
     assert set(table) == {("gfx950", 256, 1, 2048, 3072), ("gfx950", 256, 8, 2048, 3072)}
     assert table[("gfx950", 256, 8, 2048, 3072)]["libtype"] == "cktile"
     assert abs_csv.aiter_tflops_bw(8, 2048, 3072, 8.9575) == (11.24, 708.77)  # aiter's own numbers
+
+
+# ---- end to end on this host: a real sm90 bundle, the GPU agent on the CPU stand-in, the report --------
+E2E_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=2, num_warps=4, num_stages=3, TMA=0),
+               dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1)]
+
+
+@pytest.fixture(scope="module")
+def sm90_bundle(tmp_path_factory):
+    """A real sm90 bundle of two configs and two odd shapes (host Triton), with the library asked for."""
+    pytest.importorskip("triton")
+    from harness.build import BuildOptions, build
+    from harness.kernels import get
+    from harness.library import request_gpu_library
+    from harness.shapes import parse_shape_list
+
+    kernel = get("fp8_blockscale")
+    target = _targets()["gpu-node"]
+    shapes = parse_shape_list("48x200x300,64x256x384", "fp8e4m3fn", problem=kernel.problem)
+    root = tmp_path_factory.mktemp("fp8")
+    summary = build(kernel, target, shapes, root, BuildOptions(jobs=2, only_configs=E2E_CONFIGS))
+    request_gpu_library(summary.manifest, shapes, kernel.gpu_library)
+    summary.manifest.save(summary.bundle)
+    return root, target, summary
+
+
+def test_bundle_declares_the_fp8_operands_and_its_own_reference(sm90_bundle):
+    _, _, summary = sm90_bundle
+    m = json.loads((summary.bundle / "manifest.json").read_text())
+    assert m["device_reference"] == "fp8_blockscale" and m["library"] == {
+        "torch._scaled_mm": ["48x200x300_fp8e4m3fn", "64x256x384_fp8e4m3fn"]}
+    shape = m["shapes"][0]
+    ops = {o["name"]: (o["dtype"], o["shape"]) for o in shape["operands"]}
+    assert ops == {"a": ("fp8e4m3fn", [48, 300]), "b": ("fp8e4m3fn", [200, 300]), "c": ("bf16", [48, 200]),
+                   "a_scale": ("fp32", [48, 3]), "b_scale": ("fp32", [2, 3]), "ref": ("fp32", [48, 200])}
+    support = m["toolchain"]["support"]
+    assert sorted(support) == ["error_bf16", "error_fp32", "fill_fp32", "fill_fp8e4m3fn", "reference_fp8e4m3fn"]
+    assert support["reference_fp8e4m3fn"]["launch"]["entry"].startswith("reference_kernel")
+    assert [p["type"] for p in m["variants"][0]["launch"]["params"][:5]] == ["*fp8e4nv", "*fp8e4nv", "*bf16", "*fp32",
+                                                                            "*fp32"]
+    # K = 300 is no multiple of 16 bytes: the TMA config is pruned there with its rule
+    assert [p["rule"] for p in m["pruned"]] == ["tma_unaligned"]
+
+
+def test_agent_checks_every_answer_and_times_the_library_then_aiter_csv(sm90_bundle, tmp_path, monkeypatch):
+    """The real GPU worker on the CPU stand-in (launches computed with numpy): fp8 inputs filled on
+    the 'device', the reference kernel checked against the agent's own host decode, every variant
+    and lib:torch._scaled_mm checked and timed; then the report writes aiter's blockscale CSV."""
+    import csv
+    import os
+
+    from remote_agent.agent import Agent
+    from remote_agent.runners import gpu
+    from tests.test_gpu_supervisor import options
+
+    root, target, summary = sm90_bundle
+    monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinLibraryApi")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(
+        bundle, manifest, opts, log, [("cuda:0", "0")]))
+    results, logs = tmp_path / "results.csv", []
+    Agent(str(summary.bundle), str(results), options(), out=open(os.devnull, "w"), log=logs.append).run()
+    with open(results, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert any("self-check fp8e4m3fn" in line for line in logs), logs
+    measured = [r for r in rows if r["status"] != "pruned"]
+    assert len(measured) == 3 + 2  # two configs on 64x256x384, one on 48x200x300 (TMA pruned), the library
+    for r in measured:
+        assert r["status"] == "ok", r
+        assert 1e-4 < float(r["rel_err"]) < 1e-2  # a bf16 answer: about 2^-9 per element, within tolerance
+    lib = [r for r in measured if r["variant_id"] == "lib:torch._scaled_mm"]
+    assert len(lib) == 2 and all("stand-in" in r["message"] for r in lib)
+
+    df = pd.read_csv(results)
+    meta = dict(META, arch="sm90", cu_num=132)
+    path = abs_csv.write_tuned_csv(df, None, meta, tmp_path / "fp8.aiter_blockscale.csv")
+    table = abs_csv.read_tuned_csv(path)
+    assert set(table) == {("sm90", 132, 48, 200, 300), ("sm90", 132, 64, 256, 384)}
+    assert all(row["kernelName"].startswith("fp8_blockscale_BLOCK_M") for row in table.values())
+

@@ -119,10 +119,10 @@ def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv
 
 def add_library(kern, tgt, shape_list, summary, compile_timeout, frontend, from_ir) -> list:
     """Add the library reference to the bundle just built (its manifest is saved again)."""
-    from ..library import add_reference, reference_description, request_gpu_library
+    from ..library import GPU_LIBRARY, add_reference, reference_description, request_gpu_library
 
     if tgt.is_gpu:
-        added = request_gpu_library(summary.manifest, shape_list)
+        added = request_gpu_library(summary.manifest, shape_list, getattr(kern, "gpu_library", GPU_LIBRARY))
         summary.manifest.save(summary.bundle)
         ui.out.print("library: %s (cuBLAS/hipBLASLt through torch on the node, timed like the variants), "
                      "%d shapes" % (", ".join(added), len(shape_list)))

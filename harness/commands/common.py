@@ -66,6 +66,8 @@ def shapes_from_options(target, shapes: Optional[str], shapes_file: Optional[str
     from ..shapes import parse_shape_list, read_shapes_file
 
     default_dtype = dtype or ("fp16" if target.is_gpu else "fp32")
+    if default_dtype not in kernel.problem.dtypes:  # e.g. fp8 kernels: their first dtype
+        default_dtype = kernel.problem.dtypes[0]
     if shapes_file:
         return read_shapes_file(shapes_file, shapes_format, default_dtype, problem=kernel.problem)
     if not shapes:

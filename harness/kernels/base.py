@@ -122,6 +122,7 @@ class Kernel:
     # (shape, target) -> [config]: configs known to be good for the shape's class, measured in the
     # first round of every search (harness.strategies.seeded); None: no rules of thumb
     seed_configs: Optional[Callable] = None
+    gpu_library: str = "torch.matmul"  # what the GPU agent times as the library to beat (--library)
     reference_config: Optional[dict] = None  # the library build's config on CPUs (default: first values)
 
     def __post_init__(self):

@@ -11,6 +11,7 @@ from .gpu_memory import torch_view
 from .gpu_timing import check_and_time
 
 TORCH_MATMUL = "torch.matmul"
+TORCH_SCALED_MM = "torch._scaled_mm"  # the fp8 block-scaled GEMM's library (harness/kernels/fp8_blockscale)
 LIBRARY_PREFIX = "lib:"
 
 
@@ -49,7 +50,12 @@ def run_library(worker, variant, shape):
             raise
         return {"status": contract.LOAD_ERROR, "message": "%s: %s" % (variant["id"], exc)}
     data = worker.data_for(shape)
-    launch, context, note = launcher(data)
+    try:
+        launch, context, note = launcher(data)
+    except GpuError as exc:
+        if exc.sticky:
+            raise
+        return {"status": contract.LOAD_ERROR, "message": "%s: %s" % (variant["id"], exc)}
     with context:
         result = check_and_time(worker, data, shape, launch, {}, None, variant, None)
     result["message"] = "; ".join(m for m in (note, result.get("message")) if m)
@@ -62,10 +68,11 @@ def library_launcher(worker, name):
     own = getattr(worker.api, "library_launcher", None)
     if own is not None:
         return own(name)
-    if name != TORCH_MATMUL:
-        raise GpuError("this agent times %s only, not %r" % (TORCH_MATMUL, name), load=True)
+    launchers = {TORCH_MATMUL: torch_matmul_launcher, TORCH_SCALED_MM: torch_scaled_mm_launcher}
+    if name not in launchers:
+        raise GpuError("this agent times %s, not %r" % (" and ".join(sorted(launchers)), name), load=True)
     torch = library_torch(worker)
-    return lambda data: torch_matmul_launcher(torch, worker.api.stream, data)
+    return lambda data: launchers[name](torch, worker.api.stream, data)
 
 
 def library_torch(worker):
@@ -98,6 +105,46 @@ def torch_matmul_launcher(torch, stream, data):
         a, b = operands[i % len(operands)]
         torch.matmul(a, b, out=c)
 
-    runtime = ("hip %s" % torch.version.hip) if getattr(torch.version, "hip", None) else \
-        ("cuda %s" % torch.version.cuda)
-    return launch, torch.cuda.stream(stream), "torch %s (%s)" % (torch.__version__, runtime)
+    return launch, torch.cuda.stream(stream), "torch %s (%s)" % (torch.__version__, _runtime(torch))
+
+
+def torch_scaled_mm_launcher(torch, stream, data):
+    """``torch._scaled_mm`` with blockwise scales (1 x 128 on A, 128 x 128 on B: cuBLASLt's
+    DeepSeek-style scaling, CUDA 12.9+ on sm90) on the fp8 block-scaled GEMM's buffers: A (M x K),
+    B (N x K, given as its K x N transpose), C in bf16, no fast accumulation (torch refuses it with
+    block scales). torch wants A's scales M-major and the rows of B's scales padded to a multiple
+    of 4: those copies are made here, once per input copy, outside the timing. One product runs
+    here first: where this torch cannot do it, its error is the row's load_error."""
+    from .gpu_reference_fp8 import SCALE_BLOCK, cdiv, torch_operands
+
+    d = data.shape["dims"]
+    M, N = d["M"], d["N"]
+    c = torch_view(torch, data.ptr("c"), M, N, "bf16")
+    stream = torch.cuda.ExternalStream(stream)
+    operands = []
+    with torch.cuda.stream(stream):
+        for r in range(data.sets):
+            a, b, a_scale, b_scale = torch_operands(torch, data, r)
+            sn, sk = b_scale.shape
+            padded = torch.zeros((sn, cdiv(sk, 4) * 4), dtype=torch.float32, device=b_scale.device)[:, :sk]
+            padded.copy_(b_scale)
+            operands.append((a, b.t(), a_scale.t().contiguous().t(), padded.t()))
+
+        def launch(i, stream_=None):
+            a, b, sa, sb = operands[i % len(operands)]
+            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, out=c)
+
+        try:
+            launch(0)
+            torch.cuda.synchronize()
+        except Exception as exc:  # this torch, GPU or shape has no blockwise-scaled product
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            raise GpuError("torch %s cannot do this blockwise-scaled product: %s" % (torch.__version__, lines[0][:240]),
+                           load=True)
+    note = "torch %s (%s), blockwise 1x%d / %dx%d scales" % (torch.__version__, _runtime(torch), SCALE_BLOCK,
+                                                           SCALE_BLOCK, SCALE_BLOCK)
+    return launch, torch.cuda.stream(stream), note
+
+
+def _runtime(torch):
+    return ("hip %s" % torch.version.hip) if getattr(torch.version, "hip", None) else ("cuda %s" % torch.version.cuda)

@@ -120,7 +120,7 @@ class ShapeData(object):
 
 def torch_view(torch, ptr, rows, cols, dtype):
     """A row-major rows x cols torch tensor on the device memory at ``ptr`` (no copy)."""
-    typestr = {"fp16": "<f2", "bf16": "<i2", "fp32": "<f4"}[dtype]
+    typestr = {"fp16": "<f2", "bf16": "<i2", "fp32": "<f4", "u8": "|u1"}[dtype]
 
     class _CAI(object):
         __cuda_array_interface__ = {"shape": (rows, cols), "typestr": typestr, "data": (ptr, False),

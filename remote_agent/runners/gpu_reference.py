@@ -1,8 +1,9 @@
-"""The fp32 reference a GPU worker checks every answer against, for kernels whose manifest says
-``device_reference: matmul`` (C = A @ B; other kernels bring their own): torch where the node has it
-(cross-checked against the bundle's conservative reference kernel on every shape), else that
-kernel, itself checked against the host (numpy or plain Python, fp64) on small odd shapes at
-start. Standard library only (torch and numpy where present)."""
+"""The fp32 reference a GPU worker checks every answer against, for the kernels whose reference
+it knows (the manifest's ``device_reference``: ``matmul``, C = A @ B; ``fp8_blockscale``, the fp8
+block-scaled GEMM, gpu_reference_fp8.py): torch where the node has it (cross-checked against the
+bundle's reference kernel on every shape), else that kernel, itself checked against the host
+(numpy or plain Python, fp64) on small odd shapes at start. Standard library only (torch and
+numpy where present)."""
 
 import array
 import math
@@ -11,6 +12,7 @@ import struct
 from ..contract import DTYPE_BYTES
 from .gpu_api import GpuError
 from .gpu_launch import cdiv
+from . import gpu_reference_fp8
 from .gpu_memory import ShapeData, strides, torch_view
 
 
@@ -20,10 +22,10 @@ MATMUL = "matmul"  # the manifest's device_reference of C = A @ B kernels
 def pick_reference(worker, mode):
     """``"torch"`` (and sets ``worker.torch``) or ``"kernel"``."""
     mode = mode or "auto"
-    if worker.manifest.get("device_reference") != MATMUL:
+    if worker.manifest.get("device_reference") not in REFERENCES:
         raise _fatal("the bundle's kernel %s declares no reference the GPU worker computes (device_reference "
-                     "%r; this worker knows %r)" % (worker.manifest.get("kernel"),
-                                                    worker.manifest.get("device_reference"), MATMUL))
+                     "%r; this worker knows %s)" % (worker.manifest.get("kernel"),
+                                                    worker.manifest.get("device_reference"), ", ".join(REFERENCES)))
     if mode in ("auto", "torch") and worker.manifest["target"]["backend"] in ("cuda", "hip"):
         try:
             import torch  # noqa: F401
@@ -52,7 +54,7 @@ def compute_reference(worker, data):
     data.crosscheck = None
     if worker.reference_mode == "torch":
         worker.api.synchronize()  # torch works on its own stream: the inputs must be there
-        torch_reference(worker.torch, data)
+        REFERENCES[worker.manifest["device_reference"]][0](worker.torch, data)
         tmp = worker.api.alloc(n * 4)
         try:
             run_reference_kernel(worker, data, tmp)
@@ -104,7 +106,22 @@ def matmul_shape(M, N, K, dtype, layout, shape_id="selfcheck"):
 
 def check_reference_kernel(worker):
     """The reference kernel against the host (numpy or plain Python, fp64) on small odd shapes,
-    one per dtype and layout in the bundle; a failure stops the run."""
+    one per dtype (and layout) in the bundle; a failure stops the run."""
+    return REFERENCES[worker.manifest["device_reference"]][1](worker)
+
+
+def _check_fp8_reference(worker):
+    report = {}
+    for dtype in sorted({s["dtype"] for s in worker.manifest["shapes"]}):
+        rel = gpu_reference_fp8.self_check(worker, ShapeData, run_reference_kernel, dtype)
+        report[dtype] = rel
+        if not rel <= 1e-5:
+            raise _fatal("the reference kernel disagrees with the host on a 67x45x300 %s product (relative "
+                         "error %.3g); no answer can be checked" % (dtype, rel))
+    return report
+
+
+def _check_matmul_reference(worker):
     api = worker.api
     seen, report = set(), {}
     for s in worker.manifest["shapes"]:
@@ -160,3 +177,8 @@ def host_matmul(a, b, M, N, K, layout):
     A = [[a[k * M + m] if layout[0] == "T" else a[m * K + k] for k in range(K)] for m in range(M)]
     Bt = [[b[n * K + k] if layout[1] == "T" else b[k * N + n] for k in range(K)] for n in range(N)]
     return [math.fsum(x * y for x, y in zip(A[m], Bt[n])) for m in range(M) for n in range(N)]
+
+
+# device_reference -> (torch_reference(torch, data), check of the reference kernel against the host)
+REFERENCES = {MATMUL: (torch_reference, _check_matmul_reference),
+              gpu_reference_fp8.NAME: (gpu_reference_fp8.torch_reference, _check_fp8_reference)}

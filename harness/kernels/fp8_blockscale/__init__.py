@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import fp8, rules
+from ...shapes import Problem
+from ..base import Kernel, Operand
+from . import fp8, rules, seeds
 from .fp8 import SCALE_BLOCK, cdiv
 
 NAME = "fp8_blockscale"
@@ -79,3 +81,41 @@ def bytes_moved(shape) -> int:
 def grid(config: dict, shape, target=None) -> tuple:
     tiles = cdiv(shape.M, config["BLOCK_M"]) * cdiv(shape.N, config["BLOCK_N"])
     return (tiles, config.get("SPLIT_K", 1), 1)
+
+
+PROBLEM = Problem(dims=("M", "N", "K"), dtypes=fp8.FORMATS, layouts=())
+OPERANDS = (  # in the order the Triton kernel takes its pointers
+    Operand("a", "input", ("M", "K")),
+    Operand("b", "input", ("N", "K")),
+    Operand("c", "output", ("M", "N"), dtype="bf16"),
+    Operand("a_scale", "input", lambda s: (s.M, cdiv(s.K, SCALE_BLOCK)), dtype="fp32"),
+    Operand("b_scale", "input", lambda s: (cdiv(s.N, SCALE_BLOCK), cdiv(s.K, SCALE_BLOCK)), dtype="fp32"),
+    Operand("ref", "reference", ("M", "N"), dtype="fp32"),
+)
+# DeepSeek-V3's linear layers: decode (M = 16) and prefill sizes
+DEFAULT_SHAPES = {"gpu": "16x7168x2048,16x2112x7168,128x24576x1536,1024x7168x16384,4096x4096x7168,4096x2112x7168"}
+
+KERNEL = Kernel(
+    name=NAME,
+    description=__doc__.strip().splitlines()[0],
+    cpu_space={},
+    cpu_rules=[],
+    cpu_template=None,
+    make_data=make_data,
+    strides=strides,
+    flops=flops,
+    bytes_moved=bytes_moved,
+    grid=grid,
+    operands=OPERANDS,
+    problem=PROBLEM,
+    tolerances={name: {f: value for f in fp8.FORMATS} for name, value in TOLERANCE.items()},
+    default_shapes=DEFAULT_SHAPES,
+    gpu_space=GPU_SPACE,
+    gpu_space_cuda=GPU_SPACE_CUDA,
+    gpu_space_hip=GPU_SPACE_HIP,
+    gpu_rules=rules.GPU_RULES,
+    triton_module="harness.kernels.fp8_blockscale.triton_kernel:fp8_blockscale_kernel",
+    seed_configs=seeds.seed_configs,
+    device_reference="fp8_blockscale",
+    gpu_library="torch._scaled_mm",
+)
