@@ -52,6 +52,9 @@ def compiler_for(kernel, target, out_dir: Path, frontend: str = "auto", from_ir=
         from .compile.triton_gpu import TritonGpuCompiler
 
         return TritonGpuCompiler(kernel, target, out_dir)
+    if kernel.cpu_template is None:
+        raise HarnessError("kernel %s has no CPU source: build it for a GPU target (backend cuda or hip)"
+                           % kernel.name)
     from .compile.cpp import CppCompiler
 
     return CppCompiler(kernel, target, out_dir)

@@ -542,3 +542,47 @@ def test_agent_checks_every_answer_and_times_the_library_then_aiter_csv(sm90_bun
     assert set(table) == {("sm90", 132, 48, 200, 300), ("sm90", 132, 64, 256, 384)}
     assert all(row["kernelName"].startswith("fp8_blockscale_BLOCK_M") for row in table.values())
 
+
+
+def test_seeds_are_feasible_aiter_like_tiles_per_shape_class():
+    import dataclasses
+
+    from harness.kernels import get
+    from harness.shapes import parse_shape_list
+
+    kernel = get("fp8_blockscale")
+    gpu, mi300 = _targets()["gpu-node"], _targets()["mi300"]
+    skinny, large = parse_shape_list("16x2112x7168,4096x4096x7168", "fp8e4m3fn", problem=kernel.problem)
+    for shape, target in ((skinny, gpu), (large, gpu)):
+        seeds = kernel.seed_configs(shape, target)
+        assert seeds and all(first_pruning_rule(kernel.gpu_rules, c, shape, target) is None for c in seeds)
+        assert all(c["BLOCK_K"] == 128 for c in seeds)
+    skinny_seeds = kernel.seed_configs(skinny, gpu)
+    assert all(c["BLOCK_M"] == 16 for c in skinny_seeds)
+    assert any(c["SPLIT_K"] > 1 for c in skinny_seeds)  # 17 column tiles of 132 SMs: K is split
+    assert any(c["TMA"] == 1 and c["BLOCK_M"] == 128 for c in kernel.seed_configs(large, gpu))
+    fnuz = parse_shape_list("16x2112x7168:fp8e4m3fnuz", "fp8e4m3fn", problem=kernel.problem)[0]
+    amd = kernel.seed_configs(fnuz, mi300)
+    assert amd and all("TMA" not in c and c["num_stages"] == 2 for c in amd)
+    assert kernel.seed_configs(skinny, dataclasses.replace(gpu, backend="cpu", gpu_arch=None)) == []
+
+
+def test_shapes_default_to_the_first_fp8_format_and_refuse_a_layout():
+    from harness.commands.common import shapes_from_options
+    from harness.kernels import get
+
+    kernel = get("fp8_blockscale")
+    gpu = _targets()["gpu-node"]
+    shapes = shapes_from_options(gpu, "16x7168x2048", None, "auto", None, kernel)
+    assert [s.id for s in shapes] == ["16x7168x2048_fp8e4m3fn"]
+    assert len(shapes_from_options(gpu, None, None, "auto", None, kernel)) == 6  # DeepSeek-V3's defaults
+    with pytest.raises(HarnessError, match="bad shape"):
+        shapes_from_options(gpu, "16x7168x2048:fp8e4m3fn:NT", None, "auto", None, kernel)
+
+
+def test_a_cpu_target_is_refused_in_one_line(tmp_path):
+    from harness.build import compiler_for
+    from harness.kernels import get
+
+    with pytest.raises(HarnessError, match="no CPU source: build it for a GPU target"):
+        compiler_for(get("fp8_blockscale"), _targets()["local"], tmp_path)
