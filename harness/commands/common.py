@@ -16,6 +16,8 @@ ROOT = Path(".")
 TARGETS_HELP = "targets.yaml to use (default: ./targets.yaml or $HARNESS_TARGETS); accepted before or after any command"
 TargetsOpt = typer.Option(None, "--targets", help=TARGETS_HELP)
 
+TRITON_INSTALL = "pip install 'harness[gpu]' (the gpu extra: triton==3.9.0)"
+
 # --targets given before the command (harness --targets FILE build ...): the app's callback sets it
 targets_before_command: Optional[str] = None
 
@@ -54,9 +56,6 @@ def require(module: str, what: str, install: str) -> None:
 
 def require_triton(target) -> None:
     require("triton", "%s is a %s target: compiling for it" % (target.name, target.backend), TRITON_INSTALL)
-
-
-TRITON_INSTALL = "pip install 'harness[gpu]' (the gpu extra: triton==3.9.0)"
 
 
 def shapes_from_options(target, shapes: Optional[str], shapes_file: Optional[str], shapes_format: str,
