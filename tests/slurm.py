@@ -37,9 +37,9 @@ class SlurmCluster:
             raise RuntimeError("%s: %s" % (" ".join(argv), proc.stderr))
         return proc.stdout
 
-    def queued(self) -> list:
+    def queued(self, check=True) -> list:
         """[(job_task, state)] of every array task queued or running."""
-        out = self.command("squeue", "-h", "-r", "-o", "%i|%T")
+        out = self.command("squeue", "-h", "-r", "-o", "%i|%T", check=check)
         return [tuple(line.split("|")) for line in out.splitlines() if "|" in line]
 
     def start(self):
@@ -61,7 +61,7 @@ class SlurmCluster:
         if self.procs:
             subprocess.run(["scancel", "--me"], env=self.env, capture_output=True)
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.queued():
+            while time.monotonic() < deadline and self.queued(check=False):
                 time.sleep(0.2)
         for _, proc in reversed(self.procs):
             if proc.poll() is None:

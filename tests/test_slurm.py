@@ -182,6 +182,22 @@ def test_slurm_target_needs_a_login_node_and_takes_its_time_as_written(tmp_path)
     assert (slurm.time, slurm.gres, slurm.options, slurm.tasks) == ("1:30:00", "gpu:1", ["--qos=high"], 4)
 
 
+def test_task_states_are_read_from_sacct_or_scontrol():
+    from harness.transport.slurm_queue import parse_ended, parse_queued
+
+    sacct = "12_0|COMPLETED|0:0\n12_1|CANCELLED by 0|0:15\n12_[2-3]|PENDING|0:0\n13_0|PREEMPTED|0:0\n99_0|FAILED|1:0\n"
+    states = parse_ended(sacct, {"12", "13"})
+    assert {k: (s.state, s.exit) for k, s in states.items()} == {
+        ("12", 0): ("COMPLETED", "0:0"), ("12", 1): ("CANCELLED", "0:15"), ("13", 0): ("PREEMPTED", "0:0")}
+    scontrol = ("JobId=15 ArrayJobId=12 ArrayTaskId=1 JobName=h JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15\n"
+                "JobId=12 JobName=plain JobState=COMPLETED ExitCode=0:0\n")
+    (only,) = parse_ended(scontrol, {"12"}).values()
+    assert (only.name, only.state, only.reason) == ("12_1", "TIMEOUT", "TimeLimit")
+    queued = parse_queued("12_2|RUNNING|None\n12_3|PENDING|JobArrayTaskLimit\n40_0|RUNNING|None\n", {"12"})
+    assert sorted((s.name, s.state, s.reason) for s in queued.values()) == [
+        ("12_2", "RUNNING", ""), ("12_3", "PENDING", "JobArrayTaskLimit")]
+
+
 def test_readme_cluster_example_is_a_valid_target(tmp_path):
     from harness.targets import load_targets
     from tests.conftest import REPO
