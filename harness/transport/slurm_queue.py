@@ -28,8 +28,9 @@ class TaskState:
 
 
 def queued_command() -> str:
-    """The user's queued and running array tasks, one line each; fails where squeue fails."""
-    return "squeue --me -h -r -o %s" % shlex.quote("%i|%T|%r")
+    """The user's queued and running array tasks, one line each; fails where squeue fails
+    (``-u`` rather than ``--me``: clusters older than Slurm 20.11 have no ``--me``)."""
+    return "squeue -h -r -u \"$(id -un)\" -o %s" % shlex.quote("%i|%T|%r")
 
 
 def parse_queued(text: str, jobs) -> dict:
