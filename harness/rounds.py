@@ -113,7 +113,8 @@ class Session:
             return []
         bundle, manifest = prepared
         run_options = dataclasses.replace(self.run_options, iters=int(self.run_options.iters * fidelity),
-                                          min_time_ms=self.run_options.min_time_ms * fidelity, rerun_all=True)
+                                          min_time_ms=self.run_options.min_time_ms * fidelity,
+                                          max_time=self.run_options.max_time * fidelity, rerun_all=True)
         if run_options.devices is None:
             run_options.devices = getattr(self.target, "devices", None)
         self.rounds += 1
@@ -168,7 +169,7 @@ class Session:
         when nothing is left to run."""
         from .build import build
         from .bundle import bundle_dir
-        from .library import add_reference
+        from .library import add_library
         from .strategies import key
 
         configs, seen = [], set()
@@ -199,9 +200,9 @@ class Session:
         manifest.variants = [v for v in manifest.variants if v.id in used]
         manifest.shapes = [s for s in manifest.shapes if s.id in wanted]
         if self.library and library_shapes:
-            add_reference(self.kernel, self.target, library_shapes, manifest, bundle,
-                          compile_timeout=self.build_options.compile_timeout,
-                          frontend=self.build_options.frontend, from_ir=self.build_options.from_ir)
+            add_library(self.kernel, self.target, library_shapes, manifest, bundle,
+                        compile_timeout=self.build_options.compile_timeout, frontend=self.build_options.frontend,
+                        from_ir=self.build_options.from_ir, say=lambda line: ui.console.print(line))
         manifest.save(bundle)
         if not manifest.jobs and not any(v.status != OK for v in manifest.variants):
             return None

@@ -31,13 +31,16 @@ class RunOptions:
     profiler: Optional[str] = None
     devices: Optional[str] = None
     min_time_ms: float = 100.0
+    max_noise: float = 0.01  # stop sampling when the median's relative noise settles under this
+    max_time: float = 0.5  # seconds of sampling per job at most (after --iters samples)
     select: Optional[str] = None  # job indices for this host (fleets)
 
 
 def agent_args(bundle: str, results: str, options: RunOptions) -> list:
     args = ["--bundle", bundle, "--results", results,
             "--warmup", str(options.warmup), "--iters", str(options.iters),
-            "--timeout", str(options.timeout), "--min-time-ms", str(options.min_time_ms)]
+            "--timeout", str(options.timeout), "--min-time-ms", str(options.min_time_ms),
+            "--max-noise", str(options.max_noise), "--max-time", str(options.max_time)]
     if options.rerun_all:
         args.append("--all")
     if options.profiler:

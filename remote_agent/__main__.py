@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from . import measure
 from .agent import Agent, AgentError
 
 
@@ -15,7 +16,12 @@ def main(argv=None):
     run.add_argument("--bundle", required=True, help="folder with manifest.json")
     run.add_argument("--results", required=True, help="results CSV to append to (resumed if present)")
     run.add_argument("--warmup", type=int, default=2)
-    run.add_argument("--iters", type=int, default=10)
+    run.add_argument("--iters", type=int, default=10, help="at least this many samples per job")
+    run.add_argument("--max-noise", type=float, default=measure.DEFAULT_MAX_NOISE,
+                     help="stop sampling when the relative noise of the median settles under this (0.01: 1%%)")
+    run.add_argument("--max-time", type=float, default=measure.DEFAULT_MAX_TIME, help="seconds of sampling per job at most (after --iters)")
+    run.add_argument("--pin-cpu", default="auto",
+                     help="CPU: run each variant on this core (auto: the last one allowed; none: no pinning)")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per variant and shape")
     run.add_argument("--all", dest="rerun_all", action="store_true", help="re-run rows already measured")
     run.add_argument("--profiler", default=None, help="override the target's profiler")

@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from . import contract
+from . import contract, measure
 from .errors import AgentError
 from .results import ResultsWriter, ResultsWriteError, SchemaMismatch
 
@@ -41,7 +41,10 @@ def make_runner(bundle, manifest, options, log):
 
         profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
         run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
-        return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir)
+        return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
+                         max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
+                         max_time=_option(options, "max_time", measure.DEFAULT_MAX_TIME),
+                         pin_cpu=_option(options, "pin_cpu", "auto"))
     from .runners.gpu import make_gpu_runner
 
     return make_gpu_runner(bundle, manifest, options, log)
@@ -193,6 +196,11 @@ class Agent:
         info = {"done": done, "total": total, "status": status, "variant": variant, "shape": shape}
         self.out.write(contract.PROGRESS_PREFIX + json.dumps(info) + "\n")
         self.out.flush()
+
+
+def _option(options, name, default):
+    value = getattr(options, name, None)
+    return default if value is None else value
 
 
 def parse_select(text, count):

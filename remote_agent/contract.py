@@ -7,7 +7,8 @@ only. docs/contracts.md describes every field in words.
 import math
 
 MANIFEST_SCHEMA = 2  # 2: shapes carry dims, operands and scalars; the manifest carries checks
-RESULTS_SCHEMA = 1
+RESULTS_SCHEMA = 2
+READABLE_RESULTS_SCHEMAS = (1, 2)  # the host reads these; schema 1 lacks the columns marked 2 below
 AGENT_VERSION = "0.1.0"
 
 # Every row of the results CSV has one of these statuses.
@@ -43,6 +44,13 @@ FIXED_COLUMNS = (
     "time_ns_p20",
     "time_ns_p80",
     "iterations",
+    "samples",  # 2
+    "noise",  # 2
+    "pinned_cpu",  # 2
+    "clock_mhz_before",  # 2
+    "clock_mhz_after",  # 2
+    "throttle",  # 2
+    "remeasured",  # 2
     "tflops",
     "gbps",
     "rel_err",
@@ -55,6 +63,9 @@ FIXED_COLUMNS = (
     "host",
     "timestamp",
 )
+# Columns schema 1 did not have: a schema-1 file reads as if they were empty.
+ADDED_IN_SCHEMA_2 = ("samples", "noise", "pinned_cpu", "clock_mhz_before", "clock_mhz_after", "throttle",
+                     "remeasured")
 CONFIG_PREFIX = "cfg_"
 COUNTER_PREFIX = "ctr_"
 

@@ -40,6 +40,10 @@ class ResultsWriter:
             header = next(reader, None)
             if header is None:
                 return
+            if header != self.header and upgradable(header, self.header):
+                f.close()
+                _rewrite_with_header(self.path, header, self.header)
+                return self._resume()
             if header != self.header:
                 raise SchemaMismatch(
                     "%s was written with other columns (schema %s); move it away or pass --all "
@@ -88,7 +92,28 @@ def _drop_torn_tail(path):
 
 
 def _schema_of(header):
-    return "1" if header and header[0] == "schema_version" else "unknown"
+    return "1 or later" if header and header[0] == "schema_version" else "unknown"
+
+
+def upgradable(old_header, new_header):
+    """A file of an older schema whose columns are the new ones less those added since (same
+    configs and counters): its rows are kept, the new columns empty."""
+    added = set(contract.ADDED_IN_SCHEMA_2)
+    return (old_header[:1] == ["schema_version"] and not added & set(old_header)
+            and [c for c in new_header if c not in added] == list(old_header))
+
+
+def _rewrite_with_header(path, old_header, new_header):
+    """Rewrite ``path`` (atomically) under ``new_header``; missing columns empty."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    tmp = path + ".upgrade.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=new_header, lineterminator="\n", restval="")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: v for k, v in row.items() if k in new_header})
+    os.replace(tmp, path)
 
 
 def read_rows(path):

@@ -21,7 +21,7 @@ def _assert_best_ok(ws, target, shapes):
         row = df[(df.variant_id == entry["variant_id"]) & (df.shape_id == entry["shape"])].iloc[-1]
         assert row.status == "ok"
         assert row.rel_err <= {"fp32": 1e-5, "fp16": 1e-2}[row["dtype"]]  # the answer was checked
-        assert row.iterations == 5
+        assert row.samples >= 5 and row.iterations >= row.samples and 0 <= row.noise
 
 
 def test_local_target_native(local_workspace):

@@ -118,20 +118,19 @@ def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv
 
 
 def add_library(kern, tgt, shape_list, summary, compile_timeout, frontend, from_ir) -> list:
-    """Add the library reference to the bundle just built (its manifest is saved again)."""
-    from ..library import GPU_LIBRARY, add_reference, reference_description, request_gpu_library
+    """Add the library to beat to the bundle just built (its manifest is saved again)."""
+    from ..library import add_library as add, reference_description
 
+    added = add(kern, tgt, shape_list, summary.manifest, summary.bundle, compile_timeout=compile_timeout,
+                frontend=frontend, from_ir=from_ir, say=ui.out.print)
+    summary.manifest.save(summary.bundle)
     if tgt.is_gpu:
-        added = request_gpu_library(summary.manifest, shape_list, getattr(kern, "gpu_library", GPU_LIBRARY))
-        summary.manifest.save(summary.bundle)
         ui.out.print("library: %s (cuBLAS/hipBLASLt through torch on the node, timed like the variants), "
                      "%d shapes" % (", ".join(added), len(shape_list)))
         return added
-    added = add_reference(kern, tgt, shape_list, summary.manifest, summary.bundle, compile_timeout=compile_timeout,
-                          frontend=frontend, from_ir=from_ir)
-    summary.manifest.save(summary.bundle)
     failed = [v.id for v in summary.manifest.variants if v.id in added and v.status != "ok"]
-    ui.out.print("library: %s, %d jobs%s" % (reference_description(kern, tgt),
+    names = [reference_description(kern, tgt) if a.startswith("lib:reference") else a for a in added]
+    ui.out.print("library: %s, %d jobs%s" % (", ".join(names),
                                              sum(1 for j in summary.manifest.jobs if j.variant in added),
                                              " (failed to build: %s)" % ", ".join(failed) if failed else ""))
     return added

@@ -180,26 +180,10 @@ def apply_winners(best, df, winners: dict):
 
 
 def _print_winners(best, winners: dict) -> None:
-    if not winners or "decided" not in best.columns:
-        return
-    from rich.table import Table
+    from ..report.table import winners_table
 
-    from ..report.table import _time
-
-    table = Table(title="noise-aware winners (top candidates re-measured interleaved)")
-    for col in ("shape", "winner", "median", "spread", "spread %", "decided", "runner-up margin", "repeats"):
-        table.add_column(col, justify="left" if col in ("shape", "winner", "decided") else "right")
-    shown = 0
-    for _, row in best.iterrows():
-        w = winners.get(row["shape_id"])
-        if not w or row.get("decided") is None:
-            continue
-        shown += 1
-        margin = w.get("margin_ns")
-        table.add_row(row["shape_id"], " ".join("%s=%s" % kv for kv in w["config"].items()), _time(w["median_ns"]),
-                      _time(w["spread_ns"]), "%.1f" % (100.0 * w["rel_spread"]), w["decided"],
-                      _time(margin) if margin is not None else "-", str(w["repeats"]))
-    if shown:
+    table = winners_table(best, winners)
+    if table is not None:
         ui.out.print(table)
 
 
@@ -306,7 +290,7 @@ def _counters(df, out_dir: Path, kern: str, threshold: float) -> list:
     table.to_csv(path, index=False)
     listed = table[table["listed"]]
     if len(listed):
-        ui.out.print("counters tracking time (|r| >= %g): %s" % (threshold, ", ".join(
+        ui.out.print("counters explaining the time differences among configs (|r| >= %g; time-like counters left out): %s" % (threshold, ", ".join(
             "%s %s r=%+.2f" % (r["shape_id"], r["counter"], r["r"]) for _, r in listed.head(8).iterrows())))
     return [path]
 

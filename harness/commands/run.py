@@ -11,11 +11,11 @@ from ..errors import HarnessError
 from .common import ROOT, TargetsOpt, kernel_of, pick_target
 
 
-def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms):
+def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise=0.01, max_time=0.5):
     from ..run import RunOptions
 
     return RunOptions(warmup=warmup, iters=iters, timeout=timeout, rerun_all=rerun_all, profiler=profiler,
-                      devices=devices, min_time_ms=min_time_ms)
+                      devices=devices, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time)
 
 
 def run(
@@ -24,7 +24,9 @@ def run(
     target: Optional[str] = typer.Option(None, "--target", "-t", help="run this target's bundle here (default: the last used)"),
     kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel bundle to run (default: the last built)"),
     warmup: int = typer.Option(2, "--warmup", help="untimed runs before timing"),
-    iters: int = typer.Option(10, "--iters", help="timed iterations per variant and shape"),
+    iters: int = typer.Option(10, "--iters", help="at least this many timed samples per variant and shape"),
+    max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the median settles under this (0.01: 1%)"),
+    max_time: float = typer.Option(0.5, "--max-time", help="seconds of sampling per variant and shape at most (once --iters samples are in)"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape before it counts as timeout"),
     rerun_all: bool = typer.Option(False, "--all", help="re-run rows already measured (default: resume)"),
     profiler: Optional[str] = typer.Option(None, "--profiler", help="override the target's profiler (perf, wallclock, events, ncu, rocprof)"),
@@ -40,7 +42,7 @@ def run(
     from ..run import run_local, run_remote
     from ..transport import for_hosts
 
-    options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms)
+    options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise, max_time)
     tgt = _target(name, remote, target, targets_file)
     if not (remote and tgt.is_remote):
         _check_perf_here(tgt, profiler)

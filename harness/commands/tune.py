@@ -28,7 +28,9 @@ def tune(
     jobs: int = typer.Option(0, "--jobs", "-j", help="parallel compiles (default: all cores)"),
     compile_timeout: float = typer.Option(120.0, "--compile-timeout", help="seconds per compile"),
     warmup: int = typer.Option(2, "--warmup"),
-    iters: int = typer.Option(10, "--iters", help="timed iterations (a halving rung k runs eta^k times as many)"),
+    iters: int = typer.Option(10, "--iters", help="at least this many timed samples (a halving rung k takes eta^k times as many)"),
+    max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the median settles under this (0.01: 1%)"),
+    max_time: float = typer.Option(0.5, "--max-time", help="seconds of sampling per variant and shape at most (once --iters samples are in)"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape"),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help=STRATEGY_HELP),
     budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included (default: 96 with the default strategy on GPU targets, else none)"),
@@ -97,7 +99,8 @@ def tune(
             ui.out.print("strategy %s%s (the default here; --strategy exhaustive measures every config)" % (
                 strategy, ", --budget %d per shape" % budget if budget else ""))
     build_options = BuildOptions(jobs=jobs, compile_timeout=compile_timeout)
-    run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout, min_time_ms=min_time_ms)
+    run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout, min_time_ms=min_time_ms,
+                             max_noise=max_noise, max_time=max_time)
     if agent not in ("long-lived", "per-round"):
         raise HarnessError("--agent %s: choose long-lived or per-round" % agent)
     long_lived = agent == "long-lived" and not getattr(tgt, "slurm", None)  # Slurm runs rounds as its jobs
@@ -110,7 +113,8 @@ def tune(
         if tgt.is_remote:
             call(push, target=target, kernel=kern.name, targets_file=targets_file)
         call(run, remote=tgt.is_remote, target=target, kernel=kern.name, warmup=warmup, iters=iters,
-             timeout=timeout, min_time_ms=min_time_ms, targets_file=targets_file)
+             timeout=timeout, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time,
+             targets_file=targets_file)
         if top:
             from ..bundle import Manifest, bundle_dir
 
@@ -152,11 +156,13 @@ def _remeasure(session, space, histories, top, repeats) -> None:
     if not n:
         return
     ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds" % (top, len(histories), repeats))
+    from ..strategies.winner import entry_words
+
     winners = remeasure_winners(session, space, histories, top, repeats)
     for sid, w in winners.items():
         ui.out.print("  %s: %s, median %.4g us, spread %.4g us (%.1f %%), %s" % (
             sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w["median_ns"] / 1e3, w["spread_ns"] / 1e3,
-            100.0 * w["rel_spread"], w["decided"]))
+            100.0 * w["rel_spread"], entry_words(w)))
 
 
 def _round_printer(session):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from remote_agent.contract import CONFIG_PREFIX, OK, RESULTS_SCHEMA
+from remote_agent.contract import ADDED_IN_SCHEMA_2, CONFIG_PREFIX, OK, READABLE_RESULTS_SCHEMAS
 
 from ..errors import HarnessError
 
@@ -22,9 +22,14 @@ def load_results(paths) -> pd.DataFrame:
             continue
         frame = pd.read_csv(path, dtype={"variant_id": str, "shape_id": str, "device": str})
         missing = [c for c in ("schema_version",) + tuple(KEY) if c not in frame.columns]
-        if missing or (len(frame) and int(frame["schema_version"].iloc[0]) != RESULTS_SCHEMA):
-            raise HarnessError("results written by another schema version (this harness reads %d)"
-                               % RESULTS_SCHEMA, where=str(path))
+        schemas = set(pd.to_numeric(frame["schema_version"], errors="coerce").dropna().astype(int)) \
+            if not missing else set()
+        if missing or not schemas <= set(READABLE_RESULTS_SCHEMAS):
+            raise HarnessError("results written by another schema version (this harness reads %s)"
+                               % ", ".join(map(str, READABLE_RESULTS_SCHEMAS)), where=str(path))
+        for col in ADDED_IN_SCHEMA_2:  # a schema-1 file: the columns it lacks are empty
+            if col not in frame.columns:
+                frame[col] = None
         frames.append(frame)
     if not frames:
         raise HarnessError("no results yet; run: harness run")

@@ -5,7 +5,12 @@ report does with ``perf stat`` counters.
 Only ok kernel rows count (library rows are left out), and only where both values are present
 (an unsupported counter is empty, never 0). A (shape, counter) pair needs ``min_variants``
 such variants and a counter that varies; otherwise it has no r. Pairs with |r| >= threshold are
-marked ``listed``.
+marked ``listed``: the counters that explain the time differences among the shape's configs.
+
+Counters that are time by another name explain nothing and are left out (``time_like``):
+task-clock, cpu-clock and durations (ncu's gpu__time_duration) always; cycles when the
+frequency was fixed, i.e. when cycles per ns of the shape's configs stay within
+FIXED_FREQUENCY_CV (coefficient of variation) of each other.
 """
 
 from __future__ import annotations
@@ -20,6 +25,29 @@ from remote_agent.contract import COUNTER_PREFIX, OK
 from .common import counter_columns, kernel_rows
 
 COLUMNS = ["shape_id", "counter", "r", "abs_r", "n", "listed"]
+FIXED_FREQUENCY_CV = 0.05
+
+
+def is_time_counter(name: str) -> bool:
+    """task-clock, cpu-clock, durations: a time whatever the configs do."""
+    n = name.lower().replace("-", "_")
+    return n in ("task_clock", "cpu_clock", "time", "duration") or "duration" in n or n.endswith("_clock") \
+        or n.startswith("time_")
+
+
+def is_cycles_counter(name: str) -> bool:
+    n = name.lower().replace("-", "_")
+    return n in ("cycles", "cpu_cycles", "ref_cycles", "bus_cycles") or "cycles_elapsed" in n
+
+
+def time_like(name: str, x, t) -> bool:
+    """Time by another name: a time counter, or cycles at a fixed frequency (x / t constant)."""
+    if is_time_counter(name):
+        return True
+    if is_cycles_counter(name):
+        ratio = np.asarray(x, float) / np.asarray(t, float)
+        return bool(ratio.mean() > 0 and ratio.std() / ratio.mean() <= FIXED_FREQUENCY_CV)
+    return False
 
 
 def counter_correlation(df: pd.DataFrame, threshold: float = 0.8, min_variants: int = 3) -> pd.DataFrame:
@@ -36,7 +64,7 @@ def counter_correlation(df: pd.DataFrame, threshold: float = 0.8, min_variants: 
             if len(group) < min_variants:
                 continue
             x, t = group["x"].to_numpy(float), group["t"].to_numpy(float)
-            if np.ptp(x) == 0 or np.ptp(t) == 0:
+            if np.ptp(x) == 0 or np.ptp(t) == 0 or time_like(col[len(COUNTER_PREFIX):], x, t):
                 continue
             r = float(np.corrcoef(x, t)[0, 1])
             rows.append({"shape_id": shape_id, "counter": col[len(COUNTER_PREFIX):], "r": round(r, 6),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pandas as pd
 from rich.table import Table
 
@@ -24,6 +26,31 @@ def best_table(best: pd.DataFrame, counts: dict) -> Table:
                       _time(row["spread_ns"]), "%.2f" % (row["tflops"] * 1e3), "%.1e" % row["rel_err"],
                       str(int(row["tied_with"])), *extra)
     return table
+
+
+def winners_table(best: pd.DataFrame, winners: dict) -> Optional[Table]:
+    """The noise-aware winners of `harness tune` (winners.json entries by shape), decided in words:
+    ``clear by 12.3 %`` (how much slower the runner-up is) or ``tie with <configs>``."""
+    from ..strategies.winner import entry_words
+
+    if not winners or "decided" not in best.columns:
+        return None
+    table = Table(title="noise-aware winners (top candidates re-measured interleaved)")
+    for col in ("shape", "winner", "median", "spread %", "decided", "repeats"):
+        table.add_column(col, justify="left" if col in ("shape", "winner", "decided") else "right")
+    shown = 0
+    for _, row in best.iterrows():
+        w = winners.get(row["shape_id"])
+        if not w or row.get("decided") is None:
+            continue
+        shown += 1
+        table.add_row(row["shape_id"], _config_text(w["config"]), _time(w["median_ns"]),
+                      "%.1f" % (100.0 * w["rel_spread"]), entry_words(w, _config_text), str(w["repeats"]))
+    return table if shown else None
+
+
+def _config_text(config: dict) -> str:
+    return " ".join("%s=%s" % (_short(k), _int(v)) for k, v in config.items())
 
 
 def _short(name: str) -> str:

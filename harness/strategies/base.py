@@ -30,6 +30,7 @@ class Trial:
     time_ns: Optional[float] = None  # the measured time (median of its iterations); None unless ok
     spread_ns: Optional[float] = None  # p80 - p20 of its iterations, where known
     fidelity: int = 1  # how long it was measured, in units of the briefest measurement
+    noise: Optional[float] = None  # relative standard error of its median (results column noise), where known
 
     @property
     def ok(self) -> bool:

@@ -56,7 +56,7 @@ def row_trial(row: dict, space: Optional[dict] = None) -> Trial:
     spread = (p80 - p20) if (p20 is not None and p80 is not None) else None
     ok = status == OK and t is not None
     return Trial(row_config(row, space), status if (ok or status != OK) else "crash",
-                 t if ok else None, spread if ok else None, 1)
+                 t if ok else None, spread if ok else None, 1, finite_float(row.get("noise")) if ok else None)
 
 
 def trials_from_rows(rows: Iterable[dict], space: Optional[dict] = None, shape_id: Optional[str] = None,

@@ -7,12 +7,16 @@ before one). Slow drift (clocks, temperature, a neighbour's load) then hits ever
 alike instead of whichever ran last.
 
 Decision (``pick_winner``), with the median and the spread of every candidate: the spread is
-p80 - p20 of its repeated measurements, or, when the repeats carry their own p20/p80 (Trials
-from results rows do), the median of those when it is larger (five or seven repeats alone
-underestimate it):
+p80 - p20 of its repeated measurements, or, when larger, what the repeats' own measurements
+say it should be at least (five or seven repeats alone underestimate it): for repeats that carry
+the noise of their median (results column ``noise``, the agent's adaptive measurement),
+NOISE_TO_SPREAD times the median noise in ns (p80 - p20 of normal medians is 1.68 of their
+standard error); for older rows without it, the median of their own p80 - p20:
   1. The leader is the candidate with the lowest median.
   2. A candidate is *tied* with the leader when the gap between their medians is not more than
-     the larger of their two spreads. With no tied candidate the leader wins outright ("clear").
+     the larger of their two spreads. With no tied candidate the leader wins outright ("clear",
+     with its margin: how much slower the next candidate is, in percent of the winner's median;
+     never negative). With tied candidates the result is a "tie" and has no margin.
   3. Tie rule (default, ``tie_rule="id"``): the smallest config id among the leader and its tied
      candidates wins. They are indistinguishable by the measurements, so the rule must not depend
      on them: the config id never changes, so the same set of tied candidates gives the same
@@ -33,6 +37,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from .base import Trial, config_id
 
 TIE_SPREAD_RATIO = 0.25
+NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
 
 
 def plan_interleaved(candidates: Sequence, repeats: int, rotate: bool = True) -> list:
@@ -81,7 +86,7 @@ class Winner:
     decided: str  # "clear": beat every other candidate by more than the spread; "tie": tie rule
     tied: List[str]  # the leader and its tied candidates (just the winner when clear)
     runner_up: Optional[str]
-    margin: Optional[float]  # runner-up median minus the winner's median
+    margin: Optional[float]  # clear: the runner-up's median minus the winner's (> 0); tie: None
     rule: str  # how it was decided, in words
     table: List[CandidateStats]  # every candidate, fastest median first
 
@@ -89,17 +94,40 @@ class Winner:
     def rel_spread(self) -> float:
         return self.spread / self.median if self.median else 0.0
 
+    @property
+    def margin_pct(self) -> Optional[float]:
+        """Clear winners: how much slower the runner-up is, in percent of the winner's median."""
+        return margin_percent(self.margin, self.median)
+
+    def words(self) -> str:
+        return decision_words(self.decided, self.margin_pct, [c for c in self.tied if c != self.id])
+
+
+def margin_percent(margin_ns, median_ns) -> Optional[float]:
+    if margin_ns is None or not median_ns or margin_ns < 0:
+        return None
+    return 100.0 * margin_ns / median_ns
+
+
+def decision_words(decided: str, margin_pct: Optional[float], tied_with: Sequence[str]) -> str:
+    """``clear by 12.3 %`` or ``tie with A, B``: how a winner was decided, in words."""
+    if decided == "clear":
+        return "clear by %.1f %%" % margin_pct if margin_pct is not None else "clear (no other candidate)"
+    return "tie with %s" % ", ".join(tied_with) if tied_with else "tie"
+
 
 def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
     """``samples``: times (floats) or Trials of one candidate's repeats."""
-    times, inner, failed = [], [], 0
+    times, inner, noise, failed = [], [], [], 0
     for s in samples:
         if isinstance(s, Trial):
             if not s.ok:
                 failed += 1
                 continue
             times.append(float(s.time_ns))
-            if s.spread_ns is not None:
+            if s.noise is not None:
+                noise.append(NOISE_TO_SPREAD * float(s.noise) * float(s.time_ns))
+            elif s.spread_ns is not None:
                 inner.append(float(s.spread_ns))
         elif s is None:
             failed += 1
@@ -113,7 +141,9 @@ def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
         spread = abs(times[0] - times[1])
     else:
         spread = 0.0
-    if inner:  # the repeats' own p80 - p20 (over their iterations): a few repeats underestimate
+    if noise:  # what the noise of the repeats' medians says their spread is at least
+        spread = max(spread, statistics.median(noise))
+    elif inner:  # older rows: their own p80 - p20 (over their iterations)
         spread = max(spread, statistics.median(inner))
     return CandidateStats(cid, statistics.median(times), spread, len(times), failed, times)
 
@@ -146,8 +176,17 @@ def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "id",
             rule = "tied with %d others within the spread; smallest config id" % (len(tied) - 1)
     rest = [c for c in eligible if c is not win]
     runner = min(rest, key=lambda c: (c.median, c.id)) if rest else None
+    margin = (runner.median - win.median) if (runner and decided == "clear") else None
     return Winner(win.id, win.median, win.spread, decided, [c.id for c in tied],
-                  runner.id if runner else None, (runner.median - win.median) if runner else None, rule, table)
+                  runner.id if runner else None, margin, rule, table)
+
+
+def entry_words(entry: Mapping, short=None) -> str:
+    """A saved winner (a winners.json entry) decided in words; ``short`` writes a config."""
+    write = short or (lambda cfg: " ".join("%s=%s" % kv for kv in cfg.items()))
+    configs = {c.get("variant_id"): write(c.get("config") or {}) for c in entry.get("candidates") or []}
+    tied = [configs.get(v, str(v)) for v in (entry.get("tied") or []) if v != entry.get("variant_id")]
+    return decision_words(entry["decided"], margin_percent(entry.get("margin_ns"), entry.get("median_ns")), tied)
 
 
 def top_candidates(history: Sequence[Trial], n: int = 3, problem=None) -> List[dict]:
