@@ -186,5 +186,6 @@ def test_openblas_on_the_emulated_aarch64_board(workspace):
                "--library")
     ws.harness("push", "arm")
     ws.harness("run", "--remote", "arm", "--iters", "3", "--max-time", "0.2")
+    ws.harness("report")  # fetches the rows from the board
     lib = _library_rows(ws, "arm")
     assert lib.loc["lib:openblas:fp32", "status"] == "ok" and lib.loc["lib:openblas:fp32", "rel_err"] <= 1e-5

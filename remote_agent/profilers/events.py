@@ -6,7 +6,10 @@ measures (so that the two agree, bench/timing_fidelity.py):
   2. warm-up: back-to-back launches for ``warmup_ms`` (25 ms, as do_bench; at least ``warmup``
      launches), so clocks and power settle where a sustained run puts them;
   3. count: enough flushed launches for ``min_time_ms`` (flush included, as do_bench's ``rep``),
-     at least ``iters``, at most MAX_ITERS;
+     at least ``iters``, at most MAX_ITERS; then more, CHUNK at a time, until remote_agent/measure.py's
+     Stopper is done (the noise of the median settled under ``max_noise``, or ``max_time`` spent):
+     the rule every runner uses. A sample is one launch (the flush between launches is what makes
+     it read DRAM, as do_bench); the event timer's resolution is about 0.5 us;
   4. each timed launch: write the flush buffer (larger than L2, so every launch reads its inputs
      from device memory), record a start event, launch, record an end event, all on one stream;
      with the flush off (HARNESS_GPU_FLUSH=0) the runner rotates copies of inputs that fit in L2
@@ -17,8 +20,10 @@ Counter columns for events are the function's registers and local (spill) bytes,
 driver (CUDA; empty on HIP, never 0).
 """
 
+from .. import measure
 
 MAX_ITERS = 2000
+CHUNK = 100
 
 
 class EventsProfiler(object):
@@ -58,16 +63,24 @@ class EventsProfiler(object):
             launch(i)
         n = max(iters, int(min_ms / per) if per > 0 else iters)
         n = min(n, MAX_ITERS)
-        return {"times_ns": self._timed(worker, launch, n, flush), "counters": {}}
+        stopper = measure.Stopper(float(self.options.get("max_noise", measure.DEFAULT_MAX_NOISE)),
+                                  float(self.options.get("max_time", measure.DEFAULT_MAX_TIME)), min_samples=n)
+        done = 0
+        while not stopper.done():
+            chunk = n if done == 0 else CHUNK
+            for t in self._timed(worker, launch, chunk, flush, done):
+                stopper.add(t)
+            done += chunk
+        return {"times_ns": stopper.samples, "counters": {}}
 
-    def _timed(self, worker, launch, n, flush=True):
+    def _timed(self, worker, launch, n, flush=True, first=0):
         api = self.api
         ev = self._events(n)
         for i in range(n):
             if flush:
                 worker.flush()
             api.record(ev[2 * i])
-            launch(i)
+            launch(first + i)
             api.record(ev[2 * i + 1])
         api.synchronize()
         return [api.elapsed_ms(ev[2 * i], ev[2 * i + 1]) * 1e6 for i in range(n)]

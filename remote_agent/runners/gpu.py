@@ -58,6 +58,7 @@ class GpuRunner(object):
     def worker_options(self):
         return {"profiler": self.profiler.name, "warmup": _opt(self.options, "warmup", 2),
                 "iters": _opt(self.options, "iters", 10), "min_time_ms": _opt(self.options, "min_time_ms", 100.0),
+                "max_noise": _opt(self.options, "max_noise", 0.01), "max_time": _opt(self.options, "max_time", 0.5),
                 "timeout": _opt(self.options, "timeout", 60.0),
                 "reference": os.environ.get("HARNESS_GPU_REFERENCE", "auto")}
 

@@ -7,6 +7,7 @@ import os
 
 from .. import contract
 from ..stats import summarize
+from .gpu_clocks import Clocks, reason_words, throttled
 from .gpu_launch import cdiv
 
 
@@ -32,6 +33,30 @@ class L2Flush(object):
         return 1
 
 
+MAX_REMEASURE = 2
+
+
+def timed_unthrottled(worker, launch, kernel, variant, shape, grid, result):
+    """The profiler's measurement, with the SM clock read before and after and the throttle
+    reasons seen during it (NVML, where present); measured again (at most MAX_REMEASURE times)
+    when a thermal or hardware slowdown showed. Fills the clock columns of ``result``."""
+    clocks = getattr(worker, "clocks", None)
+    if clocks is None:
+        clocks = worker.clocks = Clocks()
+    remeasured = 0
+    while True:
+        before = clocks.sm_mhz()
+        measured = worker.profiler.measure(worker, launch, kernel, variant, shape, grid)
+        mask = clocks.reasons()
+        after = clocks.sm_mhz()
+        if throttled(mask) and remeasured < MAX_REMEASURE:
+            remeasured += 1
+            continue
+        result.update(clock_mhz_before=before, clock_mhz_after=after, throttle=reason_words(mask),
+                      remeasured=remeasured)
+        return measured
+
+
 def check_and_time(worker, data, shape, launch, counters, kernel, variant, grid):
     """Poison the outputs, launch once and check; time with the profiler; poison, launch and check
     again. ``launch(i)`` runs the kernel once on input copy ``i`` (a variant, or the library)."""
@@ -51,7 +76,7 @@ def check_and_time(worker, data, shape, launch, counters, kernel, variant, grid)
                       % (rel, tol, 100 * ratio))
         return result
 
-    measured = worker.profiler.measure(worker, launch, kernel, variant, shape, grid)
+    measured = timed_unthrottled(worker, launch, kernel, variant, shape, grid, result)
     result.update(summarize(measured["times_ns"]))
     for k, v in measured.get("counters", {}).items():
         result["ctr:" + k] = v
