@@ -8,12 +8,21 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES="python3 python3-pip openssh-server openssh-client clang lld llvm g++ binutils \
-  g++-riscv64-linux-gnu g++-aarch64-linux-gnu qemu-user linux-perf libomp-dev chromium slurm-wlm munge"
+  g++-riscv64-linux-gnu g++-aarch64-linux-gnu qemu-user linux-perf libomp-dev chromium slurm-wlm munge libopenblas-dev"
+# OpenBLAS for the emulated aarch64 board's library row (static, linked like the variants). Debian
+# bookworm has no riscv64 packages: riscv64 targets fall back to lib:reference and say so.
+if [ "$(dpkg --print-architecture)" != arm64 ]; then
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+    NEED_UPDATE=1
+  fi
+  PACKAGES="$PACKAGES libopenblas-dev:arm64"
+fi
 missing=""
 for p in $PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
-if [ -n "$missing" ]; then
+if [ -n "$missing" ] || [ -n "${NEED_UPDATE:-}" ]; then
   echo "installing Debian packages:$missing"
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -175,6 +175,8 @@ def test_crash_hang_wrong_and_bad_images_are_recorded_and_the_rest_finishes(tmp_
             assert float(r["rel_err"]) < contract.REL_ERR_TOL[dtype]
             assert float(r["err_ratio"]) == 0.0
             assert float(r["time_ns_median"]) > 0 and int(r["iterations"]) >= 3
+            # sampled by the rule every runner uses: at least --iters samples, the noise recorded
+            assert int(r["samples"]) == int(r["iterations"]) >= 3 and float(r["noise"]) >= 0
             assert r["profiler"] == "events" and r["ctr_regs"] == "96"
     assert {r["device"] for r in rows if r["status"] == contract.OK} == {"cuda:0", "cuda:1"}
     assert any("timeout on" in l for l in logs) and any("crash on" in l for l in logs)

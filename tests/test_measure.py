@@ -61,6 +61,16 @@ def _agent_run(bundle, results, cpu, *extra):
     return pd.read_csv(results).iloc[-1]
 
 
+HOG = """import os, random, time
+os.sched_setaffinity(0, {%d})
+while True:  # bursts that wake up and preempt the variant at random moments
+    end = time.perf_counter() + random.uniform(0, 0.001)
+    while time.perf_counter() < end:
+        pass
+    time.sleep(random.uniform(0, 0.003))
+"""
+
+
 def test_a_cpu_hog_on_the_same_core_takes_more_samples_and_the_median_still_agrees(local_workspace):
     ws = local_workspace
     (ws.path / "one.yaml").write_text("BLOCK_M: [16]\nBLOCK_N: [32]\nBLOCK_K: [16]\nGROUP_M: [1]\n")
@@ -68,23 +78,23 @@ def test_a_cpu_hog_on_the_same_core_takes_more_samples_and_the_median_still_agre
     bundle = ws.path / "build/local/matmul"
     cpu = sorted(os.sched_getaffinity(0))[-1]
     opts = ("--max-noise", "0.005", "--max-time", "3", "--iters", "10")
-    quiet = _agent_run(bundle, ws.path / "quiet.csv", cpu, *opts)
-    hog = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {%d})\nwhile True: pass" % cpu])
-    try:
-        time.sleep(0.3)
-        noisy = _agent_run(bundle, ws.path / "noisy.csv", cpu, *opts)
-    finally:
-        hog.kill()
-        hog.wait()
-    assert quiet.status == noisy.status == "ok"
-    assert str(int(noisy.pinned_cpu)) == str(cpu)
-    # the hog takes the core about half the time: samples spread, so the agent samples on (more
-    # samples, or up to the time cap with the noise left above the quiet run's); other load on a
-    # shared machine moves both runs, so the two are compared, not absolute counts
-    assert noisy.time_ns_p80 - noisy.time_ns_p20 > quiet.time_ns_p80 - quiet.time_ns_p20
-    assert noisy.samples > quiet.samples or noisy.noise > quiet.noise
-    # and the median stays where the quiet run put it (stated tolerance: 10 %)
-    assert abs(noisy.time_ns_median - quiet.time_ns_median) <= 0.10 * quiet.time_ns_median
+    quiet, noisy = [], []
+    for rep in range(2):  # alternated: other load on a shared machine hits both alike
+        quiet.append(_agent_run(bundle, ws.path / "quiet.csv", cpu, *opts))
+        hog = subprocess.Popen([sys.executable, "-c", HOG % cpu])
+        try:
+            time.sleep(0.3)
+            noisy.append(_agent_run(bundle, ws.path / "noisy.csv", cpu, *opts))
+        finally:
+            hog.kill()
+            hog.wait()
+    total = lambda rows, f: sum(f(r) for r in rows)  # noqa: E731
+    assert all(r.status == "ok" and str(int(r.pinned_cpu)) == str(cpu) for r in quiet + noisy)
+    # the hog's bursts hit samples, and the agent samples on until the noise settles again
+    assert total(noisy, lambda r: r.samples) > total(quiet, lambda r: r.samples)
+    # and the median stays where the quiet runs put it (stated tolerance: within their range +- 10 %)
+    lo, hi = min(r.time_ns_median for r in quiet), max(r.time_ns_median for r in quiet)
+    assert all(0.9 * lo <= r.time_ns_median <= 1.1 * hi for r in noisy)
 
 
 # ---- the previous results schema --------------------------------------------------------
