@@ -160,9 +160,10 @@ def _remeasure(session, space, histories, top, repeats) -> None:
 
     winners = remeasure_winners(session, space, histories, top, repeats)
     for sid, w in winners.items():
-        ui.out.print("  %s: %s, median %.4g us, spread %.4g us (%.1f %%), %s" % (
-            sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w["median_ns"] / 1e3, w["spread_ns"] / 1e3,
-            100.0 * w["rel_spread"], entry_words(w)))
+        noise = "" if w.get("noise") is None else ", noise %.2f %%" % (100.0 * w["noise"])
+        ui.out.print("  %s: %s, median %.4g us%s, spread %.4g us (%.1f %%), %s" % (
+            sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w["median_ns"] / 1e3, noise,
+            w["spread_ns"] / 1e3, 100.0 * w["rel_spread"], entry_words(w)))
 
 
 def _round_printer(session):

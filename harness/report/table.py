@@ -36,7 +36,7 @@ def winners_table(best: pd.DataFrame, winners: dict) -> Optional[Table]:
     if not winners or "decided" not in best.columns:
         return None
     table = Table(title="noise-aware winners (top candidates re-measured interleaved)")
-    for col in ("shape", "winner", "median", "spread %", "decided", "repeats"):
+    for col in ("shape", "winner", "median", "noise %", "spread %", "decided", "repeats"):
         table.add_column(col, justify="left" if col in ("shape", "winner", "decided") else "right")
     shown = 0
     for _, row in best.iterrows():
@@ -44,8 +44,10 @@ def winners_table(best: pd.DataFrame, winners: dict) -> Optional[Table]:
         if not w or row.get("decided") is None:
             continue
         shown += 1
+        noise = w.get("noise")
         table.add_row(row["shape_id"], _config_text(w["config"]), _time(w["median_ns"]),
-                      "%.1f" % (100.0 * w["rel_spread"]), entry_words(w, _config_text), str(w["repeats"]))
+                      "-" if noise is None else "%.2f" % (100.0 * noise), "%.1f" % (100.0 * w["rel_spread"]),
+                      entry_words(w, _config_text), str(w["repeats"]))
     return table if shown else None
 
 
