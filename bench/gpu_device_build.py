@@ -28,8 +28,9 @@ Two bundles (build/<target>/matmul under each root):
               256 x 128 tiles, with and without PERSISTENT
   odd/        1000x1000x999 fp16: K off every BLOCK_K (the masked K tail; rows of 999 elements are
               not 16-byte multiples, so pointers only), M and N off the tiles
-  longk/      small M x N with a long K (128x1536x7168 bf16 NN and NT, 64x2048x8192 fp16 NT,
-              32x1024x16384 bf16 NN: 12 to 48 tiles of 64 x 128 for 132 multiprocessors): the
+  winners/    the best config per shape of the fifth run, for the eight shapes of the earlier runs
+  longk/      small M x N with a long K (128x1536x7168 bf16 NN, 64x2048x8192 fp16 NT,
+              32x1024x16384 bf16 NN: 16 to 48 tiles of 64 x 64 for 132 multiprocessors): the
               deterministic split-K (3 to 16 splits; pointers and TMA, SWAP_AB for the skinny ones)
               and the earlier skinny winners without split-K
 Prints one line per bundle and a summary; ``--json`` writes the numbers.
@@ -206,8 +207,7 @@ def odd_configs():
     return out
 
 
-LONGK_SHAPES = ["128x1536x7168:bf16:NN", "128x1536x7168:bf16:NT", "64x2048x8192:fp16:NT",
-                "32x1024x16384:bf16:NN"]
+LONGK_SHAPES = ["128x1536x7168:bf16:NN", "64x2048x8192:fp16:NT", "32x1024x16384:bf16:NN"]
 
 
 def longk_configs():
@@ -215,11 +215,13 @@ def longk_configs():
     splits that give 132 to 528 programs per shape), pointers and TMA; SWAP_AB for M <= 64; and
     the earlier skinny winners (no split)."""
     out = []
-    for (bm, bn), bk, sk, tma in itertools.product(((64, 64), (64, 128), (128, 64), (128, 128)), (64, 128),
-                                                   (3, 4, 6, 8, 12, 16), (0, 1)):
-        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=sk, num_warps=8 if bm * bn > 8192 else 4,
-                        num_stages=4 if bk == 64 else 3, TMA=tma))
-    for (bm, bn), sk, tma in itertools.product(((16, 64), (16, 128), (32, 64), (32, 128)), (2, 4, 8, 16), (0, 1)):
+    for (bm, bn), sk, tma in itertools.product(((64, 64), (64, 128), (128, 64), (128, 128)), (3, 4, 6, 8, 12, 16),
+                                               (0, 1)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_M=1, SPLIT_K=sk,
+                        num_warps=8 if bm * bn > 8192 else 4, num_stages=4, TMA=tma))
+    for (bm, bn), sk in itertools.product(((64, 64), (64, 128)), (3, 4, 6, 8)):
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, SPLIT_K=sk, num_warps=4, num_stages=3))
+    for (bm, bn), sk, tma in itertools.product(((16, 64), (32, 64), (16, 128)), (2, 4, 8, 16), (0, 1)):
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, SPLIT_K=sk, num_warps=4, num_stages=4,
                         SWAP_AB=1, TMA=tma))
     out += [dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=6),
@@ -227,6 +229,17 @@ def longk_configs():
             dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=4, SWAP_AB=1),
             dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=4, TMA=1)]
     return out
+
+
+def winners_configs():
+    """The best config per shape of the fifth run (docs/gpu.md, geomean 1.006), rebuilt with the
+    current kernel: on the eight shapes of the earlier runs, a check that nothing regressed."""
+    return [dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=4, SWAP_AB=1),
+            dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=5),
+            dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=6)] + [
+        dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=gm, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1,
+             PERSISTENT=1) for gm in (16, 32)] + [
+        dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1)]
 
 
 def tma_configs():
@@ -283,6 +296,7 @@ BUNDLES = {
     "skinny3": (SKINNY3_SHAPES, skinny3_configs), "large3": (LARGE_SHAPES, large3_configs),
     "nt4": (NT4_SHAPES, nt4_configs), "edges": (EDGE_SHAPES, edges_configs), "fullspace": (FULLSPACE_SHAPES, None),
     "odd": (ODD_SHAPES, odd_configs), "longk": (LONGK_SHAPES, longk_configs),
+    "winners": (TMA_SHAPES, winners_configs),
 }
 
 
