@@ -45,19 +45,15 @@ class Stats:
     wait_seconds: float = 0.0  # the host blocked on the agents' results
     measure_seconds: float = 0.0  # rounds' wall time on the agents (summed over hosts)
     measure_wall: float = 0.0  # rounds' wall time on the agents (the slowest host of each round)
-    busy_seconds: dict = field(default_factory=dict)  # device -> seconds a job ran there
-    devices: dict = field(default_factory=dict)  # host label -> devices it measured on
+    busy_seconds: dict = field(default_factory=dict)  # device -> seconds a job ran there (every device listed)
     restarts: int = 0
-    rounds: int = 0
-    rows: int = 0
 
 
 @dataclass
 class Ticket:
-    """A submitted round: (lane, round number) per host it went to."""
+    """A submitted round: (lane, round name) per host it went to."""
 
     parts: list
-    submitted: float
 
 
 class Bridge:
@@ -265,7 +261,7 @@ class AgentSession:
             lane.send(name, bundle, part, options, pin)
             parts.append((lane, name))
         self.stats.push_seconds += time.monotonic() - began
-        return Ticket(parts, began)
+        return Ticket(parts)
 
     def _setup(self, lanes: list, bundle: Path, manifest) -> None:
         """The first push and the agent's start on every machine at once."""
@@ -315,22 +311,17 @@ class AgentSession:
         self.stats.measure_wall += max(float(r["done"].get("seconds") or 0.0) for r in replies)
         for (lane, _), reply in zip(ticket.parts, replies):
             done = reply["done"]
-            self.stats.rounds += 1
             self.stats.measure_seconds += float(done.get("seconds") or 0.0)
-            for device, seconds in (done.get("busy") or {}).items():
+            busy = done.get("busy") or {}
+            for device in (set(busy) | set(done.get("devices") or [])) if busy else ():  # GPU workers only
                 key = "%s %s" % (lane.label, device) if len(self.lanes) > 1 else device
-                self.stats.busy_seconds[key] = self.stats.busy_seconds.get(key, 0.0) + seconds
-            self.stats.devices[lane.label] = done.get("devices") or []
+                self.stats.busy_seconds[key] = self.stats.busy_seconds.get(key, 0.0) + busy.get(device, 0.0)
             header = reply["header"]
             body = reply["rows"]
             if lane.remote and body:
                 merge_rows(header, body, local_results)
             rows += [dict(zip(header, r)) for r in body]
-        self.stats.rows += len(rows)
         return rows
-
-    def device_count(self) -> int:
-        return sum(max(1, len(d)) for d in self.stats.devices.values()) or len(self.lanes)
 
     def close(self) -> None:
         for lane in self.lanes:
