@@ -52,7 +52,7 @@ def lib_ns(M, N, K):
 
 def simulate(path, scale=1.0, device="AMD Instinct MI300X", with_library=True):
     names = list(SPACE)
-    header = contract.results_header(names, ["cycles", "instructions", "L2CacheHit"])
+    header = contract.results_header(names, ["cache-misses", "instructions", "L2CacheHit"])
     writer = ResultsWriter(str(path), header)
     for (M, N, K, dtype, layout) in SHAPES:
         base = {"schema_version": contract.RESULTS_SCHEMA, "target": "mi300", "kernel": "matmul",
@@ -76,7 +76,7 @@ def simulate(path, scale=1.0, device="AMD Instinct MI300X", with_library=True):
                            time_ns_p20=round(0.99 * t, 1), time_ns_p80=round(1.01 * t, 1), iterations=200,
                            tflops=round(2.0 * M * N * K / t / 1e3, 4), gbps=round(2.0 * (M * K + K * N + M * N) / t, 4),
                            rel_err=1e-3, max_abs_err=4e-3, err_ratio=err,
-                           **{"ctr_cycles": round(2.1 * t), "ctr_instructions": 1000000 + (n * 37) % 11})
+                           **{"ctr_cache_misses": round(2.1 * t), "ctr_instructions": 1000000 + (n * 37) % 11})
             writer.write(row)
         if with_library:
             libs = ["lib:hipblaslt", "lib:torch.matmul"] if (M, N) == (16, 1280) else ["lib:hipblaslt"]
@@ -352,7 +352,7 @@ def test_merge_yaml_and_refusals(results, tmp_path):
 def test_counter_correlation_lists_counters_that_track_time(results, tmp_path):
     table = counters.counter_correlation(results, threshold=0.9)
     assert list(table.columns) == counters.COLUMNS
-    cycles = table[table["counter"] == "cycles"]
+    cycles = table[table["counter"] == "cache_misses"]
     assert len(cycles) == len(SHAPES) and (cycles["r"] > 0.999).all() and cycles["listed"].all()
     instr = table[table["counter"] == "instructions"]
     assert not instr["listed"].any() and (instr["abs_r"] < 0.9).all()
@@ -362,7 +362,7 @@ def test_counter_correlation_lists_counters_that_track_time(results, tmp_path):
     assert cycles.set_index("shape_id")["n"].to_dict() == ok.groupby("shape_id").size().to_dict()
     path = counters.write_counter_correlation(results, tmp_path / "corr.csv", threshold=0.9)
     listed = pd.read_csv(path)
-    assert set(listed["counter"]) == {"cycles"} and list(listed.columns) == counters.COLUMNS
+    assert set(listed["counter"]) == {"cache_misses"} and list(listed.columns) == counters.COLUMNS
     # the threshold is inclusive, and library rows never count
     edge = instr["abs_r"].max()
     again = counters.counter_correlation(results, threshold=edge)

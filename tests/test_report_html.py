@@ -27,7 +27,7 @@ SHAPES = [(4096, 4096, 4096), (1024, 4096, 4096), (64, 8192, 1024)]
 
 def results_csv(path, with_library=True, with_counters=True):
     names = list(SPACE)
-    writer = ResultsWriter(str(path), contract.results_header(names, ["sm__cycles_elapsed.avg", "dram__bytes"]
+    writer = ResultsWriter(str(path), contract.results_header(names, ["lts__t_sectors.sum", "dram__bytes"]
                                                                 if with_counters else []))
     for M, N, K in SHAPES:
         base = {"schema_version": 1, "target": "gpu-node", "kernel": "matmul", "shape_id": "%dx%dx%d_fp16_NN" % (M, N, K),
@@ -47,7 +47,7 @@ def results_csv(path, with_library=True, with_counters=True):
                 row.update(status="ok", time_ns_median=t, time_ns_min=t, time_ns_p20=t, time_ns_p80=t * 1.01,
                            iterations=100, tflops=2.0 * M * N * K / t / 1e3, gbps=1.0, rel_err=1e-4, err_ratio=0.0)
                 if with_counters:
-                    row["ctr_sm__cycles_elapsed.avg"] = round(1.8 * t)
+                    row["ctr_lts__t_sectors.sum"] = round(1.8 * t)
                     row["ctr_dram__bytes"] = 1e6 + (n * 7919) % 13
             writer.write(row)
         if with_library:
@@ -113,7 +113,7 @@ def test_page_has_tables_and_embedded_pngs_and_nothing_remote(page):
     assert "NVIDIA H100 80GB HBM3 &lt;b&gt;&amp;" in text and "<b>&" not in text  # escaped
     assert "lib:torch.matmul" in text and "weighted total speedup" in text
     assert "2 tuned entries kept, 1 dropped" in text and "not faster than lib:torch.matmul" in text
-    assert "sm__cycles_elapsed.avg" in text  # tracks time: listed
+    assert "lts__t_sectors.sum" in text  # tracks time: listed
     for status in contract.STATUSES:
         assert ">%s</td>" % status in text
 

@@ -8,9 +8,11 @@ such variants and a counter that varies; otherwise it has no r. Pairs with |r| >
 marked ``listed``: the counters that explain the time differences among the shape's configs.
 
 Counters that are time by another name explain nothing and are left out (``time_like``):
-task-clock, cpu-clock and durations (ncu's gpu__time_duration) always; cycles when the
-frequency was fixed, i.e. when cycles per ns of the shape's configs stay within
-FIXED_FREQUENCY_CV (coefficient of variation) of each other.
+task-clock, cpu-clock and durations (ncu's gpu__time_duration) always; the operating system's
+events (context switches, CPU migrations, page faults), which perf counts over the whole
+process: the agent samples each variant for about the same wall time, so per call they follow
+the time; cycles when the frequency was fixed, i.e. when cycles per ns of the shape's configs
+stay within FIXED_FREQUENCY_CV (coefficient of variation) of each other.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ def is_time_counter(name: str) -> bool:
         or n.startswith("time_")
 
 
+OS_EVENTS = ("context_switches", "cs", "cpu_migrations", "migrations", "page_faults", "faults", "minor_faults",
+             "major_faults")
+
+
+def is_os_event(name: str) -> bool:
+    return name.lower().replace("-", "_") in OS_EVENTS
+
+
 def is_cycles_counter(name: str) -> bool:
     n = name.lower().replace("-", "_")
     return n in ("cycles", "cpu_cycles", "ref_cycles", "bus_cycles") or "cycles_elapsed" in n
@@ -42,7 +52,7 @@ def is_cycles_counter(name: str) -> bool:
 
 def time_like(name: str, x, t) -> bool:
     """Time by another name: a time counter, or cycles at a fixed frequency (x / t constant)."""
-    if is_time_counter(name):
+    if is_time_counter(name) or is_os_event(name):
         return True
     if is_cycles_counter(name):
         ratio = np.asarray(x, float) / np.asarray(t, float)
