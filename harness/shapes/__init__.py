@@ -34,8 +34,7 @@ class Problem:
         return self.layouts[0] if self.layouts else ""
 
     def syntax(self) -> str:
-        text = "x".join(self.dims) + "[:dtype" + ("[:layout]]" if self.layouts else "]")
-        return text
+        return "x".join(self.dims) + "[:dtype" + ("[:layout]]" if self.layouts else "]")
 
 
 MATMUL = Problem()
