@@ -6,6 +6,10 @@
 #
 # Wheels of what the node lacks (fabric, paramiko, invoke, optuna and their needs) are taken
 # from .whl/ when it is there. OUT gets tune.log, results.csv, quality.json and quality.log.
+#
+# With SPACE=FILE in the environment it measures timing fidelity instead: `harness build` of that
+# space for the shapes, `harness run` (every config, one agent), then bench/timing_fidelity.py
+# (agent median against do_bench and torch.matmul on the same kernels). OUT gets fidelity.log/json.
 set -u
 OUT=$(realpath -m "$1"); SHAPES=$(realpath "$2"); KERNEL=${3:-matmul}; shift 2; [ $# -gt 0 ] && shift
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +35,14 @@ node:
   profiler: events
 YAML
 cd "$PROJ"
+if [ -n "${SPACE:-}" ]; then
+  python3 -m harness build "$KERNEL" --target node --shapes-file "$SHAPES" --space "$(realpath "$REPO/$SPACE")" "$@" 2>&1 | grep -v "^compile " | tee "$OUT/build.log"
+  python3 -m harness run --target node 2>&1 | tail -3 | tee "$OUT/run.log"
+  cp "results/node/$KERNEL/results.csv" "$OUT/results.csv"
+  python3 "$REPO/bench/timing_fidelity.py" --bundle "build/node/$KERNEL" --results "results/node/$KERNEL/results.csv" \
+    --per-shape 7 --torch --out "$OUT/fidelity.json" 2>&1 | tee "$OUT/fidelity.log"
+  exit
+fi
 start=$(date +%s.%N)
 python3 -m harness tune "$KERNEL" --target node --shapes-file "$SHAPES" --library "$@" 2>&1 | tee "$OUT/tune.log"
 tune=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")

@@ -29,6 +29,13 @@ from _gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, ma
                          open_driver, read_results)
 
 
+def spread(n, k):
+    """k indices spread evenly from 0 to n - 1 (the fastest, the slowest and between), fewer when n < k."""
+    if k <= 1 or n <= 1:
+        return [0][:max(0, min(k, n))]
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
 def pick(rows, per_shape):
     by_shape = {}
     for r in rows:
@@ -37,7 +44,7 @@ def pick(rows, per_shape):
     chosen = []
     for sid, rs in sorted(by_shape.items()):
         rs.sort(key=lambda r: float(r["time_ns_median"]))
-        idx = sorted({0, len(rs) // 2, len(rs) - 1})[:per_shape]
+        idx = spread(len(rs), per_shape)
         chosen += [rs[i] for i in idx]
     return chosen
 
