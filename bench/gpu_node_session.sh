@@ -10,6 +10,7 @@
 # With SPACE=FILE in the environment it measures timing fidelity instead: `harness build` of that
 # space for the shapes, `harness run` (every config, one agent), then bench/timing_fidelity.py
 # (agent median against do_bench and torch.matmul on the same kernels). OUT gets fidelity.log/json.
+# QUALITY=0 skips the quality bench (throughput runs).
 set -u
 OUT=$(realpath -m "$1"); SHAPES=$(realpath "$2"); KERNEL=${3:-matmul}; shift 2; [ $# -gt 0 ] && shift
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,7 +50,7 @@ tune=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
 echo "tune wall time: $tune s"
 cp "results/node/$KERNEL/results.csv" "$OUT/results.csv" 2>/dev/null
 cp -r "tuned/node" "$OUT/tuned" 2>/dev/null
-if [ "$KERNEL" = matmul ]; then
+if [ "$KERNEL" = matmul ] && [ "${QUALITY:-1}" != 0 ]; then
   python3 "$REPO/bench/gpu_quality.py" --bundle "build/node/$KERNEL" --results "results/node/$KERNEL/results.csv" \
     --tune-seconds "$tune" --out "$OUT/quality.json" 2>&1 | tee "$OUT/quality.log"
 fi

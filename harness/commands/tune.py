@@ -43,9 +43,9 @@ def tune(
     agent: str = typer.Option("long-lived", "--agent", help="long-lived: one agent per machine stays up across "
                               "rounds (GPU contexts, modules and test data kept) and the next round is built while "
                               "one is measured; per-round: a new agent for every round"),
-    min_time_ms: float = typer.Option(100.0, "--min-time-ms", help="GPU: time each config of the search at least "
-                                      "this long (a halving rung k, eta^k times as long); the winners' re-measure "
-                                      "takes at least 100 ms"),
+    min_time_ms: float = typer.Option(25.0, "--min-time-ms", help="GPU: time each config of the search at least "
+                                      "this long (a halving rung k, eta^k times as long; the noise rule may take "
+                                      "longer); the winners' re-measure takes at least 100 ms"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: lib:reference; GPU: lib:torch.matmul)"),
     formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, aiter-blockscale, triton, yaml"),
     html: bool = typer.Option(False, "--html", help="write the HTML report too"),
