@@ -31,6 +31,7 @@ from remote_agent.contract import OK
 
 from .errors import HarnessError
 from .run import ConnectionLost
+from .threads import in_threads
 
 MAX_RESTARTS = 3  # per round and host
 
@@ -266,20 +267,12 @@ class AgentSession:
     def _setup(self, lanes: list, bundle: Path, manifest) -> None:
         """The first push and the agent's start on every machine at once."""
         began = time.monotonic()
-        errors = []
 
         def setup(lane):
-            try:
-                lane.install(bundle, manifest)
-                lane.start(clear=True)
-            except Exception as exc:  # re-raised below, in the caller's thread
-                errors.append(exc)
+            lane.install(bundle, manifest)
+            lane.start(clear=True)
 
-        threads = [threading.Thread(target=setup, args=(lane,), daemon=True) for lane in lanes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = in_threads(setup, lanes)
         if errors:
             raise errors[0]
         if lanes:
@@ -290,20 +283,12 @@ class AgentSession:
         remote are merged into ``local_results``."""
         began = time.monotonic()
         replies = [None] * len(ticket.parts)
-        errors = []
 
-        def wait(i, lane, number):
-            try:
-                replies[i] = lane.wait(number)
-            except Exception as exc:  # re-raised below, in the caller's thread
-                errors.append(exc)
+        def wait(i):
+            lane, number = ticket.parts[i]
+            replies[i] = lane.wait(number)
 
-        threads = [threading.Thread(target=wait, args=(i, lane, n), daemon=True)
-                   for i, (lane, n) in enumerate(ticket.parts)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = in_threads(wait, range(len(ticket.parts)))
         self.stats.wait_seconds += time.monotonic() - began
         if errors:
             raise errors[0]

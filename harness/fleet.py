@@ -15,6 +15,7 @@ from . import ui
 from .bundle import Manifest
 from .errors import HarnessError
 from .run import ConnectionLost, RunOptions, run_remote
+from .threads import in_threads
 
 
 @dataclass
@@ -125,11 +126,7 @@ def run_fleet(target, kernel: str, manifest: Manifest, transports: list, options
             except Exception:
                 pass
 
-        threads = [threading.Thread(target=worker, args=(t,), daemon=True) for t in transports]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors += in_threads(worker, transports)
     if errors:
         raise errors[0]
     if not work.empty():

@@ -122,10 +122,10 @@ def test_data_is_seeded():
 
 def test_flops_bytes_grid():
     shape = make_shape(16, 7168, 2048)
-    assert fk.flops(shape) == 2 * 16 * 7168 * 2048
+    assert fk.KERNEL.flops(shape) == 2 * 16 * 7168 * 2048
     assert fk.bytes_moved(shape) == 16 * 2048 + 7168 * 2048 + 4 * (16 * 16 + 56 * 16) + 2 * 16 * 7168
     cfg = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT_K": 4}
-    assert fk.grid(cfg, shape) == (112, 4, 1)
+    assert fk.KERNEL.grid(cfg, shape) == (112, 4, 1)
 
 
 # ---- pruning ----------------------------------------------------------------------------------

@@ -194,7 +194,9 @@ def test_tma_configs_get_descriptor_orientation_and_global_scratch(tmp_path):
 
 
 def test_tma_is_pruned_off_hopper():
-    from harness.kernels.matmul.rules import _tma_needs_hopper
+    from harness.kernels.gemm_tiles import TMA_NEEDS_SM90
+
+    _tma_needs_hopper = TMA_NEEDS_SM90.prunes
 
     t = targets()
     cfg = dict(C2, TMA=1)

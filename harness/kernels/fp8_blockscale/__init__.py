@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...shapes import Problem
+from .. import gemm_tiles
 from ..base import Kernel, Operand
 from . import fp8, rules, seeds
 from .fp8 import SCALE_BLOCK, cdiv
@@ -67,20 +68,11 @@ def reference(a, a_scale, b, b_scale, fmt: str = "fp8e4m3fn") -> np.ndarray:
     return a_deq @ b_deq.T
 
 
-def flops(shape) -> int:
-    return 2 * shape.M * shape.N * shape.K
-
-
 def bytes_moved(shape) -> int:
     """fp8 A and B, fp32 scales, bf16 C, each once."""
     sk = cdiv(shape.K, SCALE_BLOCK)
     return (shape.M * shape.K + shape.N * shape.K + 4 * (shape.M * sk + cdiv(shape.N, SCALE_BLOCK) * sk)
             + 2 * shape.M * shape.N)
-
-
-def grid(config: dict, shape, target=None) -> tuple:
-    tiles = cdiv(shape.M, config["BLOCK_M"]) * cdiv(shape.N, config["BLOCK_N"])
-    return (tiles, config.get("SPLIT_K", 1), 1)
 
 
 PROBLEM = Problem(dims=("M", "N", "K"), dtypes=fp8.FORMATS, layouts=())
@@ -103,9 +95,9 @@ KERNEL = Kernel(
     cpu_template=None,
     make_data=make_data,
     strides=strides,
-    flops=flops,
+    flops=gemm_tiles.flops,
     bytes_moved=bytes_moved,
-    grid=grid,
+    grid=gemm_tiles.grid,
     operands=OPERANDS,
     problem=PROBLEM,
     tolerances={name: {f: value for f in fp8.FORMATS} for name, value in TOLERANCE.items()},

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import List
 
-from ...space import first_pruning_rule
-from .fp8 import cdiv
+from .. import gemm_tiles
+from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
 
 LARGE = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
@@ -36,14 +36,6 @@ MEDIUM = [
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
 ]
-
-
-def _skinny_tile(m: int) -> int:
-    """The narrowest BLOCK_M (16 to 64) that covers M."""
-    tile = 16
-    while tile < min(m, 64):
-        tile *= 2
-    return tile
 
 
 def _split(tiles: int, multiprocessors: int) -> int:
@@ -70,7 +62,7 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
         if split > 1:
             out.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SPLIT_K=split))
         return out
-    bm = _skinny_tile(shape.M)
+    bm = skinny_tile(shape.M)
     out = []
     for bn in (64, 128):
         split = _split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
@@ -81,31 +73,20 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     return out
 
 
+def _for_hip(seed: dict) -> dict:
+    """AMD: no tensor descriptors, the AMD pipeliner's two stages."""
+    seed = {name: value for name, value in seed.items() if name != "TMA"}
+    seed["num_stages"] = 2
+    return seed
+
+
 def seed_configs(shape, target) -> List[dict]:
     """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
     from . import KERNEL
 
     if not target.is_gpu:
         return []
-    space = KERNEL.space_for(target)
-    rules = KERNEL.rules_for(target)
-    hip = target.backend == "hip"
-    multiprocessors = getattr(target, "multiprocessors", None) or (304 if hip else 132)
-    out, seen = [], set()
-    for seed in rule_seeds(shape, multiprocessors):
-        seed = dict(seed)
-        if hip:
-            seed.pop("TMA", None)
-            seed["num_stages"] = 2
-        if set(seed) - set(space):
-            continue
-        cfg = {name: seed.get(name, values[0]) for name, values in space.items()}
-        if any(cfg[name] not in values for name, values in space.items()):
-            continue
-        if first_pruning_rule(rules, cfg, shape, target) is not None:
-            continue
-        k = tuple(sorted(cfg.items()))
-        if k not in seen:
-            seen.add(k)
-            out.append(cfg)
-    return out
+    seeds = rule_seeds(shape, gemm_tiles.multiprocessors(target))
+    if target.backend == "hip":
+        seeds = [_for_hip(seed) for seed in seeds]
+    return complete_seeds(seeds, KERNEL, shape, target)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...shapes import Problem
+from .. import gemm_tiles
 from ..base import TEMPLATES, Kernel, Operand
 from . import rules, seeds
 
@@ -98,20 +99,15 @@ def make_data(shape, seed: int) -> dict:
     }
 
 
-def flops(shape) -> int:
-    return 2 * shape.M * shape.N * shape.K
-
-
 def bytes_moved(shape) -> int:
     e = ELEM_BYTES[shape.dtype]
     return e * (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N)
 
 
 def grid(config: dict, shape, target=None) -> tuple:
-    tiles = -(-shape.M // config["BLOCK_M"]) * -(-shape.N // config["BLOCK_N"])
     if config.get("PERSISTENT"):  # one program per multiprocessor walks the tiles (rules: the target has the count)
-        return (min(tiles, target.multiprocessors), 1, 1)
-    return (tiles, config.get("SPLIT_K", 1), 1)
+        return (min(gemm_tiles.tiles(config, shape), target.multiprocessors), 1, 1)
+    return gemm_tiles.grid(config, shape, target)
 
 
 KERNEL = Kernel(
@@ -126,7 +122,7 @@ KERNEL = Kernel(
     default_shapes=DEFAULT_SHAPES,
     device_reference="matmul",
     strides=strides,
-    flops=flops,
+    flops=gemm_tiles.flops,
     bytes_moved=bytes_moved,
     grid=grid,
     gpu_space=GPU_SPACE,

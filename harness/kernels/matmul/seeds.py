@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from typing import List
 
+from .. import gemm_tiles
+from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+
 LARGE_CUDA = [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1),
@@ -50,18 +53,6 @@ MEDIUM_HIP = [
 ]
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _skinny_tile(m: int) -> int:
-    """The narrowest BLOCK_M (16 to 64) that covers M."""
-    tile = 16
-    while tile < min(m, 64):
-        tile *= 2
-    return tile
-
-
 def _splits(tiles: int, multiprocessors: int) -> List[int]:
     """Split counts (2, 4, 8) that bring tiles x splits nearest to the multiprocessors, best first."""
     return sorted((2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
@@ -71,9 +62,9 @@ def shape_class(shape, multiprocessors: int) -> str:
     """large, skinny, split_k or medium (see the module's docstring)."""
     if shape.M <= 64:
         return "skinny"
-    if _cdiv(shape.M, 128) * _cdiv(shape.N, 256) >= multiprocessors:
+    if cdiv(shape.M, 128) * cdiv(shape.N, 256) >= multiprocessors:
         return "large"
-    if _cdiv(shape.M, 64) * _cdiv(shape.N, 128) < multiprocessors // 2 and shape.K >= 2048:
+    if cdiv(shape.M, 64) * cdiv(shape.N, 128) < multiprocessors // 2 and shape.K >= 2048:
         return "split_k"
     return "medium"
 
@@ -87,7 +78,7 @@ def _rule_seeds(shape, target, multiprocessors: int) -> List[dict]:
     if kind == "medium":
         return MEDIUM_HIP if hip else MEDIUM_CUDA
     if kind == "skinny":
-        bm = _skinny_tile(shape.M)
+        bm = skinny_tile(shape.M)
         out = [] if hip else [
             dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1),
             dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1),
@@ -95,7 +86,7 @@ def _rule_seeds(shape, target, multiprocessors: int) -> List[dict]:
         ]
         out += [dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=5 if not hip else 2),
                 dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=6 if not hip else 2)]
-        tiles = _cdiv(shape.N, 64)
+        tiles = cdiv(shape.N, 64)
         if tiles < multiprocessors // 2:  # a few columns of tiles: split K too
             split = _splits(tiles, multiprocessors)[0]
             out.append(dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=stages,
@@ -104,7 +95,7 @@ def _rule_seeds(shape, target, multiprocessors: int) -> List[dict]:
     # split_k: tiles x splits about the multiprocessors; and the tile that won 128x4096x8192 NT unsplit
     out = [dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=6 if not hip else 2)]
     for bm, bn, bk in ((64, 128, 128), (64, 64, 128), (128, 128, 64)):
-        tiles = _cdiv(shape.M, bm) * _cdiv(shape.N, bn)
+        tiles = cdiv(shape.M, bm) * cdiv(shape.N, bn)
         for split in _splits(tiles, multiprocessors)[:2]:
             out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=stages,
                             SPLIT_K=split))
@@ -113,25 +104,8 @@ def _rule_seeds(shape, target, multiprocessors: int) -> List[dict]:
 
 def seed_configs(shape, target) -> List[dict]:
     """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
-    from ...space import first_pruning_rule
     from . import KERNEL
 
     if not target.is_gpu:
         return []
-    space = KERNEL.space_for(target)
-    rules = KERNEL.rules_for(target)
-    multiprocessors = getattr(target, "multiprocessors", None) or (304 if target.backend == "hip" else 132)
-    out, seen = [], set()
-    for seed in _rule_seeds(shape, target, multiprocessors):
-        if set(seed) - set(space):
-            continue  # a parameter this target's space does not have (TMA on hip, ...)
-        cfg = {name: seed.get(name, values[0]) for name, values in space.items()}
-        if any(cfg[name] not in values for name, values in space.items()):
-            continue
-        if first_pruning_rule(rules, cfg, shape, target) is not None:
-            continue
-        k = tuple(sorted(cfg.items()))
-        if k not in seen:
-            seen.add(k)
-            out.append(cfg)
-    return out
+    return complete_seeds(_rule_seeds(shape, target, gemm_tiles.multiprocessors(target)), KERNEL, shape, target)
