@@ -52,14 +52,17 @@ def pick(rows, per_shape):
 class AgentMethod(object):
     """The agent's events profiler, driven as the GPU worker drives it."""
 
-    def __init__(self, api, min_time_ms=100.0):
+    def __init__(self, api, min_time_ms=100.0, max_time=None):
         from remote_agent.profilers.events import EventsProfiler
 
         self.api = api
         self.flush_enabled = True
         self.flush_bytes = max(256 << 20, 2 * int(api.facts()["l2_bytes"]))
         self.buf = api.alloc(self.flush_bytes)
-        self.profiler = EventsProfiler(api, {"warmup": 2, "iters": 10, "min_time_ms": min_time_ms})
+        options = {"warmup": 2, "iters": 10, "min_time_ms": min_time_ms}
+        if max_time is not None:
+            options["max_time"] = max_time
+        self.profiler = EventsProfiler(api, options)
 
     def flush(self):
         self.api.memset32(self.buf, 0, self.flush_bytes // 4)
@@ -118,13 +121,15 @@ def main(argv=None):
     p.add_argument("--results", required=True)
     p.add_argument("--per-shape", type=int, default=3)
     p.add_argument("--torch", action="store_true", help="also compare torch.matmul on every shape")
+    p.add_argument("--max-time", type=float, default=None,
+                   help="the agent method's time cap per job in seconds (default: the agent's, 0.5)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     manifest = load_bundle(args.bundle)
     variants = {v["id"]: v for v in manifest["variants"]}
     shapes = {s["id"]: s for s in manifest["shapes"]}
     api = open_driver()
-    agent = AgentMethod(api)
+    agent = AgentMethod(api, max_time=args.max_time)
     out = []
     print("%-28s %-12s %10s %10s %10s %7s %7s" % ("shape", "variant", "agent_us", "dobench_us", "csv_us",
                                                   "ratio", "csv"))
