@@ -12,7 +12,7 @@ sys.path.insert(0, ROOT)
 
 from remote_agent.runners.cuda import CudaApi  # noqa: E402
 from remote_agent.runners.gpu_launch import Kernel, cdiv  # noqa: E402
-from remote_agent.runners.gpu_memory import strides  # noqa: E402
+from remote_agent.runners.gpu_memory import strides, workspace_need  # noqa: E402
 
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
@@ -71,10 +71,10 @@ class Launcher(object):
         values = {"a_ptr": a.data_ptr(), "b_ptr": b.data_ptr(), "c_ptr": c.data_ptr(), "M": M, "N": N,
                   "K": shape["K"], "ws_ptr": 0, "lock_ptr": 0}
         values.update(strides(M, N, shape["K"], shape["layout"]))
-        split = variant["config"].get("SPLIT_K", 1)
-        if split > 1:  # one fp32 M x N slice per split, one zeroed counter per tile (docs/contracts.md)
-            self.ws = torch.zeros(split * M * N, dtype=torch.float32, device="cuda")
-            self.locks = torch.zeros(self.grid[0], dtype=torch.int32, device="cuda")
+        need = workspace_need(variant["config"], self.grid, M * N)
+        if need:  # split-K or stream-K: an fp32 workspace and zeroed counters, as the agent gives them
+            self.ws = torch.zeros(need[0], dtype=torch.float32, device="cuda")
+            self.locks = torch.zeros(need[1], dtype=torch.int32, device="cuda")
             values.update(ws_ptr=self.ws.data_ptr(), lock_ptr=self.locks.data_ptr())
         self.params = self.kernel.params(values, self.grid)
 

@@ -221,6 +221,8 @@ class StandinApi(GpuApi):
         if split > 1:
             C = self._split_k(facts, v, grid, A, B, split)
         else:
+            if int((facts.get("constexprs") or {}).get("STREAM_K", 0)):
+                self._stream_k_buffers(facts, v, grid)
             C = A.astype(np.float32) @ B.astype(np.float32)
         if fault == "wrong":
             C[0, 0] += 1000.0
@@ -256,6 +258,18 @@ class StandinApi(GpuApi):
             total += ws[s]
         return total
 
+
+    def _stream_k_buffers(self, facts, v, grid):
+        """What a stream-K launch needs (triton_kernel.py): two fp32 BLOCK_M x BLOCK_N slots and
+        two zeroed counters per program of grid[0]; a short buffer is an illegal address."""
+        const = facts["constexprs"]
+        slots = 2 * int(grid[0])
+        for name, need in (("ws_ptr", slots * const["BLOCK_M"] * const["BLOCK_N"] * 4), ("lock_ptr", slots * 4)):
+            if not v[name] or len(self._buf(v[name])) < need:
+                raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)" % (name, need),
+                               code=700, sticky=True)
+        if self._array(v["lock_ptr"], "*i32", slots).any():
+            raise GpuError("stand-in: stream-K counters not zero at launch (a reduction would run early)", code=1)
 
     # the fp8 block-scaled GEMM (harness/kernels/fp8_blockscale): codes decoded with its numpy codec
     def _fp8(self, v, t, name, rows, cols):

@@ -301,3 +301,25 @@ def test_tail_split_k_and_persistent_variants_compile_for_sm90(tmp_path):
     assert ran[(key(tma_split), longk.id)][0] == (24, 6, 1)
     assert ran[(key(swap_split), longk.id)][0] == (2 * 24, 3, 1)
     assert ran[(key(persistent), big.id)][0] == (132, 1, 1)
+
+
+def test_stream_k_variants_compile_for_sm90(tmp_path):
+    # the wave-quantized prefill shape (320 tiles of 128 x 128 on 132 multiprocessors): the persistent
+    # kernel with its last tiles shared out (STREAM_K 1) and with one more wave (STREAM_K 2, 128 x 256:
+    # 160 tiles) compiles for sm90 within the device's shared memory, on the full grid; the same
+    # configs on 4096^3 (1024 tiles: 3 % of the time idle) are pruned
+    target = targets()["gpu-node"]
+    base = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1,
+                PERSISTENT=1)
+    configs = [dict(base, STREAM_K=1), dict(base, BLOCK_N=256, num_stages=3, STREAM_K=2)]
+    prefill, square = make_shape(512, 10240, 8192, "bf16", "NT"), make_shape(4096, 4096, 4096, "fp16", "NN")
+    summary = build(get("matmul"), target, [prefill, square], tmp_path, BuildOptions(jobs=2, only_configs=configs))
+    m = summary.manifest
+    assert {(p.shape, p.rule) for p in m.pruned} == {(square.id, "stream_k_little_idle")}
+    assert len(m.jobs) == 2
+    for job in m.jobs:
+        v = next(v for v in m.variants if v.id == job.variant)
+        assert v.status == "ok", (v.config, v.message)
+        assert v.launch["shared"] <= target.shared_mem_max
+        assert v.launch["constexprs"]["STREAM_K"] == v.config["STREAM_K"]
+        assert tuple(job.grid) == (132, 1, 1)

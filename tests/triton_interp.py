@@ -34,7 +34,7 @@ def run_cases(cases, timeout=900):
     for case, r in zip(cases, json.loads(proc.stdout)):
         c_dtype = case.get("c_dtype") or case.get("dtype", "fp16")
         out.append({"C": _decode(r["C"], NP_TYPES[c_dtype], (case["M"], case["N"])),
-                    "ws": _decode(r["ws"], np.float32, (case["config"].get("SPLIT_K", 1), case["M"], case["N"])),
+                    "ws": _decode(r["ws"], np.float32, tuple(r["ws_shape"])),
                     "locks": _decode(r["locks"], np.int32, (-1,)), "order": [tuple(p) for p in r["order"]],
                     "A": _decode(r["A"], NP_TYPES[case.get("dtype", "fp16")], (case["M"], case["K"])),
                     "B": _decode(r["B"], NP_TYPES[case.get("dtype", "fp16")], (case["K"], case["N"]))})
@@ -87,9 +87,14 @@ class Run:
         stride_bk, stride_bn = (1, K) if layout[1] == "T" else (N, 1)
         self.C = np.full((M, N), np.nan, NP_TYPES[c_dtype])  # poisoned: an unwritten element shows
         split = config.get("SPLIT_K", 1)
-        self.ws = np.full((split, M, N), np.nan, np.float32)  # the kernel must not rely on its contents
         tiles = -(-M // config["BLOCK_M"]) * -(-N // config["BLOCK_N"])
-        self.locks = np.zeros(tiles, np.int32)
+        stream_k = config.get("STREAM_K", 0)
+        if stream_k:  # two BLOCK_M x BLOCK_N slots per program, a counter per stream-K tile (< 2 per program)
+            self.ws = np.full((2 * programs, config["BLOCK_M"], config["BLOCK_N"]), np.nan, np.float32)
+            self.locks = np.zeros(2 * programs, np.int32)
+        else:
+            self.ws = np.full((split, M, N), np.nan, np.float32)  # the kernel must not rely on its contents
+            self.locks = np.zeros(tiles, np.int32)
         tma = config.get("TMA", 0)
         args = dict(a_ptr=_ptr(a, tl_types[dtype]), b_ptr=_ptr(b, tl_types[dtype]), c_ptr=_ptr(self.C, tl_types[c_dtype]),
                     ws_ptr=_ptr(self.ws, tl.float32), lock_ptr=_ptr(self.locks, tl.int32),
@@ -99,9 +104,14 @@ class Run:
                           GROUP_M=config.get("GROUP_M", 1), SPLIT_K=split, EVEN_K=K % config["BLOCK_K"] == 0,
                           IEEE=dtype == "fp32", TMA=tma, SWAP_AB=config.get("SWAP_AB", 0),
                           PERSISTENT=config.get("PERSISTENT", 0), A_T=bool(tma) and layout[0] == "T",
-                          B_T=bool(tma) and layout[1] == "T")
+                          B_T=bool(tma) and layout[1] == "T", STREAM_K=stream_k)
         args.update({k: tl.constexpr(v) for k, v in constexprs.items()})
-        grid = (min(tiles, programs), 1, 1) if config.get("PERSISTENT") else (tiles, split, 1)
+        if stream_k:
+            grid = (programs, 1, 1)
+        elif config.get("PERSISTENT"):
+            grid = (min(tiles, programs), 1, 1)
+        else:
+            grid = (tiles, split, 1)
         self.order = [(x, y) for x in range(grid[0]) for y in range(grid[1])]
         if order_seed is not None:
             random.Random(order_seed).shuffle(self.order)
@@ -129,7 +139,7 @@ def _main():
     results = []
     for case in json.loads(sys.stdin.read()):
         run = Run(**case)
-        results.append({"C": _encode(run.C), "ws": _encode(run.ws), "locks": _encode(run.locks),
+        results.append({"C": _encode(run.C), "ws": _encode(run.ws), "ws_shape": run.ws.shape, "locks": _encode(run.locks),
                         "order": run.order, "A": _encode(run.A), "B": _encode(run.B)})
     sys.stdout.write(json.dumps(results))
 

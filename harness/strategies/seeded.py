@@ -25,6 +25,7 @@ from typing import List, Optional, Sequence
 from .base import Batch, Strategy, key
 
 NEAREST = 2  # tuned shapes whose winners are seeded
+FIRST_ROUND = 8  # the default batch size: the first round, which holds the nearest winners
 
 
 class Seeded(Strategy):
@@ -79,6 +80,9 @@ def nearest_tuned(shape, entries: list, n: int = NEAREST) -> List[dict]:
 
 def warm_start(kernel, target, shape, tuned_entries: Optional[list] = None) -> List[dict]:
     """Seed configs for one shape: the kernel's rules for its class, then the nearest tuned
-    winners. Not filtered here: ``Seeded`` keeps only the feasible ones."""
+    winners, which keep their places in the first round (of FIRST_ROUND) ahead of any kernel seeds
+    past it. Not filtered here: ``Seeded`` keeps only the feasible ones."""
     seeds = list(kernel.seed_configs(shape, target)) if getattr(kernel, "seed_configs", None) else []
-    return seeds + nearest_tuned(shape, tuned_entries or [])
+    nearest = nearest_tuned(shape, tuned_entries or [])
+    head = max(0, FIRST_ROUND - len(nearest))
+    return seeds[:head] + nearest + seeds[head:]

@@ -1,7 +1,7 @@
 """Device memory of one shape in a GPU worker, from the operands the manifest declares: the input
-buffers (rotated copies), the outputs, the fp32 references, the split-K workspace, the argument
-values that point at them, NaN poison for the outputs, and torch views of the buffers (no copy)
-where the node has torch.
+buffers (rotated copies), the outputs, the fp32 references, the split-K / stream-K workspace,
+the argument values that point at them, NaN poison for the outputs, and torch views of the
+buffers (no copy) where the node has torch.
 Standard library only (torch only when the caller passes it)."""
 
 import zlib
@@ -24,13 +24,26 @@ def data_seed(seed, shape, role):
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
+def workspace_need(config, grid, out_elements):
+    """(fp32 workspace elements, int32 counters) a config needs, or None (docs/contracts.md):
+    split-K (SPLIT_K > 1): one slice of the output per split and a counter per program of
+    ``grid[0]`` (a tile); stream-K (STREAM_K > 0): two BLOCK_M x BLOCK_N slots and two counters
+    per program of ``grid[0]`` (a counter per stream-K tile: there are fewer than 2 x programs)."""
+    programs = int(grid[0])
+    if config.get("SPLIT_K", 1) > 1:
+        return config["SPLIT_K"] * out_elements, programs
+    if config.get("STREAM_K", 0):
+        return 2 * programs * config["BLOCK_M"] * config["BLOCK_N"], 2 * programs
+    return None
+
+
 def input_bytes(shape):
     return sum(op["bytes"] for op in shape["operands"] if op["role"] == "input")
 
 
 class ShapeData(object):
     """Device buffers of one shape, as the manifest declares its operands: each input in ``sets``
-    copies (launches rotate over them), each output, each reference, and the split-K workspace.
+    copies (launches rotate over them), each output, each reference, and the reduction workspace.
     A kernel's pointer argument ``<name>_ptr`` gets the operand ``name``."""
 
     def __init__(self, api, shape, sets):
@@ -66,17 +79,20 @@ class ShapeData(object):
     def outputs(self):
         return [op for op in self.shape["operands"] if op["role"] == "output"]
 
-    def workspace(self, tiles, splits):
-        """Split-K buffers: an fp32 workspace of ``splits`` x the first output's elements (one
-        slice per split) and one zeroed counter per tile (the kernel leaves them zero again).
-        Grown, never shrunk, across the variants of the shape."""
-        need = splits * self.outputs()[0]["elements"]
-        if self.ws_count < need:
-            self.ws = self._alloc(need * 4)
-            self.ws_count = need
-        if self.locks_count < tiles:
-            self.locks = self._alloc(tiles * 4)
-            self.locks_count = tiles
+    def workspace(self, config, grid):
+        """The reduction buffers a variant's config needs (``workspace_need``): an fp32 workspace
+        and zeroed int32 counters (the kernel leaves them zero), grown, never shrunk, across the
+        variants of the shape; (0, 0) where it needs none."""
+        need = workspace_need(config, grid, self.outputs()[0]["elements"])
+        if need is None:
+            return 0, 0
+        elements, counters = need
+        if self.ws_count < elements:
+            self.ws = self._alloc(elements * 4)
+            self.ws_count = elements
+        if self.locks_count < counters:
+            self.locks = self._alloc(counters * 4)
+            self.locks_count = counters
         self.api.memset32(self.ws, 0, self.ws_count)
         self.api.memset32(self.locks, 0, self.locks_count)
         return self.ws, self.locks

@@ -175,10 +175,7 @@ class Worker(object):
             return {"status": contract.LOAD_ERROR, "message": problem}
         cfg = variant.get("config", {})
         grid = tuple(int(g) for g in grid)
-        if cfg.get("SPLIT_K", 1) > 1:
-            ws, locks = data.workspace(grid[0], cfg["SPLIT_K"])
-        else:
-            ws, locks = 0, 0
+        ws, locks = data.workspace(cfg, grid)
         param_sets = []
         for r in range(data.sets):
             v = data.values(r)

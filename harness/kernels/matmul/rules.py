@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ...space import Rule
-from ..gemm_tiles import ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, split_k_rules, tile_rules
+from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, multiprocessors, split_k_rules, tiles,
+                          tile_rules)
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
 
@@ -52,18 +53,52 @@ def _swap_ab_off_skinny(c, s, t):
     return bool(c.get("SWAP_AB")) and (c["BLOCK_M"] > 64 or s.M > 128)
 
 
+def _stream_k_without_persistent(c, s, t):
+    return bool(c.get("STREAM_K")) and not c.get("PERSISTENT")
+
+
+def idle_share(n_tiles: int, programs: int) -> float:
+    """The share of the multiprocessors' time a persistent grid of ``programs`` leaves idle with
+    ``n_tiles`` equal tiles: the empty places of the last wave over all places of all waves."""
+    waves = -(-n_tiles // programs)
+    return (waves * programs - n_tiles) / (waves * programs)
+
+
+# stream-K costs each program up to two fp32 partial tiles written and about one read back and
+# summed, and a second pipeline (fill and drain); where waves quantized to whole waves idle the
+# multiprocessors less than this, that cost eats the gain
+STREAM_K_MIN_IDLE = 0.05
+
+
+def _stream_k_little_idle(c, s, t):
+    return bool(c.get("STREAM_K")) and idle_share(tiles(c, s), multiprocessors(t, 132)) < STREAM_K_MIN_IDLE
+
+
+def _stream_k_two_waves_short(c, s, t):
+    # STREAM_K = 2 moves one full wave to stream-K as well: with fewer tiles than that, it repeats STREAM_K = 1
+    return c.get("STREAM_K", 0) > 1 and tiles(c, s) < multiprocessors(t, 132)
+
+
 # matmul's rules count a target without `multiprocessors` as an H100 on AMD too (its seeds: an MI300X)
 GPU_RULES = [
+    # first the rules that read the config alone: cheap, and they prune two thirds of the space
+    Rule("persistent_needs_tma", "PERSISTENT = 1 loads through tensor descriptors: TMA = 0 repeats TMA = 1",
+         _persistent_without_tma),
+    Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
+    Rule("stream_k_needs_persistent", "STREAM_K > 0 shares the persistent grid's last tiles: PERSISTENT = 0 repeats "
+         "STREAM_K = 0", _stream_k_without_persistent),
     *tile_rules(m_floor=16, n_floor=32, k_floor=32),
     *split_k_rules(hip_multiprocessors=132),
     GROUP_M_USELESS,
     TMA_NEEDS_SM90,
     Rule("tma_unaligned", "TMA = 1 where a row of A, B or C is not a multiple of 16 bytes", _tma_rows_unaligned),
-    Rule("persistent_needs_tma", "PERSISTENT = 1 loads through tensor descriptors: TMA = 0 repeats TMA = 1",
-         _persistent_without_tma),
-    Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
     Rule("persistent_needs_multiprocessors", "PERSISTENT = 1 on a target without `multiprocessors`",
          _persistent_without_multiprocessors),
+    Rule("stream_k_little_idle", "STREAM_K > 0 where whole waves of tiles leave the multiprocessors idle under %d %% "
+         "of the time (none when the tiles are a multiple of the multiprocessors)" % round(100 * STREAM_K_MIN_IDLE),
+         _stream_k_little_idle),
+    Rule("stream_k_two_waves_short", "STREAM_K = 2 with fewer tiles than multiprocessors repeats STREAM_K = 1",
+         _stream_k_two_waves_short),
     Rule("swap_ab_off_skinny", "SWAP_AB = 1 with BLOCK_M over 64 or M over 128 (the swap is for skinny products)",
          _swap_ab_off_skinny),
     ACCUMULATOR_SPILLS,

@@ -12,6 +12,12 @@ Found by hand on an H200 (docs/gpu.md, "With SWAP_AB and PERSISTENT"):
   so that tiles x splits about fills the GPU;
 * **medium**: the rest, the 128 x 256 TMA tile (2048^3 NT), 128 x 128 and 64 x 128 tiles.
 
+Across the classes (M over 64, NVIDIA): **wave-quantized** shapes, where the persistent grid's
+last wave of 128 x 128 or 128 x 256 tiles leaves more than 15 % of the multiprocessors empty
+(512x10240x8192: 320 tiles of 128 x 128 on 132 = 2.42 waves, the third 58 % empty), also get
+those persistent tiles with STREAM_K 1 and 2 (the last tiles shared out by K steps); the rules
+drop them where the whole run idles under 5 % (stream_k_little_idle).
+
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
 with the first value of each parameter it does not name, and kept only when its values are in
@@ -51,6 +57,29 @@ MEDIUM_HIP = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=2, kpack=2),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=2, kpack=2),
 ]
+
+
+STREAM_K_CUDA = [  # the persistent tiles of the prefill shapes; each seeded with STREAM_K 1 and 2
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1, PERSISTENT=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
+]
+LAST_WAVE_EMPTY = 0.15  # a last wave emptier than this: seed stream-K
+
+
+def last_wave_empty(tiles: int, multiprocessors: int) -> float:
+    """The share of the multiprocessors the last wave of ``tiles`` leaves empty (0: whole waves)."""
+    left = tiles % multiprocessors
+    return (multiprocessors - left) / multiprocessors if left else 0.0
+
+
+def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
+    out = []
+    for base in STREAM_K_CUDA:
+        tiles = cdiv(shape.M, base["BLOCK_M"]) * cdiv(shape.N, base["BLOCK_N"])
+        if last_wave_empty(tiles, multiprocessors) > LAST_WAVE_EMPTY:
+            group = base["GROUP_M"] if shape.M > base["BLOCK_M"] else 1  # one row of tiles: no swizzle
+            out += [dict(base, GROUP_M=group, STREAM_K=1), dict(base, GROUP_M=group, STREAM_K=2)]
+    return out
 
 
 def _splits(tiles: int, multiprocessors: int) -> List[int]:
@@ -108,4 +137,8 @@ def seed_configs(shape, target) -> List[dict]:
 
     if not target.is_gpu:
         return []
-    return complete_seeds(_rule_seeds(shape, target, gemm_tiles.multiprocessors(target)), KERNEL, shape, target)
+    multiprocessors = gemm_tiles.multiprocessors(target)
+    seeds = _rule_seeds(shape, target, multiprocessors)
+    if target.backend == "cuda" and shape.M > 64:
+        seeds = seeds + _stream_k_seeds(shape, multiprocessors)
+    return complete_seeds(seeds, KERNEL, shape, target)

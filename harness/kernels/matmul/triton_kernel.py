@@ -34,6 +34,21 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   in GROUP_M order; the tile loop and the K loop are flattened into one software pipeline so
   the next tile's loads overlap this tile's epilogue, and C is stored through a descriptor in
   two halves.
+* STREAM_K (config parameter, default 0; with PERSISTENT = 1): hybrid data-parallel + stream-K,
+  so that a last partial wave of tiles does not leave multiprocessors idle. With P programs, T
+  tiles and KT = cdiv(K, BLOCK_K) steps per tile, the last ``T % P + (STREAM_K - 1) x P`` tiles
+  (all of them when there are fewer) are the stream-K tiles; the others run as above. The
+  stream-K tiles' steps, one sequence tile after tile, are split into P contiguous ranges that
+  differ by at most one step, one per program (``stream_k_ranges`` in harness/kernels/matmul
+  computes the same plan). A tile that one range covers whole is stored directly; a range's
+  partial tile (at most one at each end of the range) goes as fp32 into the program's slot 0
+  (its first tile) or 1 (its last) of ``ws_ptr`` (2 x P x BLOCK_M x BLOCK_N fp32) and bumps the
+  tile's counter in ``lock_ptr`` (one per stream-K tile: fewer than 2 x P); the contributor that
+  arrives last sums the partials in contributor order (program 0, 1, ...), stores C and resets
+  the counter. Deterministic, no float atomics, no waiting, counters zero after every launch, as
+  for split-K. STREAM_K = 1 leaves only the partial wave to stream-K (each program takes a
+  fraction of a tile); STREAM_K = 2 adds one full wave (each program takes between one and two
+  tiles' steps, every tile has at most two contributors): which one wins is measured, not assumed.
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
@@ -50,7 +65,7 @@ MATMUL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
 # The constexpr arguments a config provides (everything else in a config is a compile option).
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
 # Constexprs a config may leave out, with their defaults (the compiler passes them always).
-MATMUL_OPTIONAL_CONSTEXPRS = {"TMA": 0, "SWAP_AB": 0, "PERSISTENT": 0}
+MATMUL_OPTIONAL_CONSTEXPRS = {"TMA": 0, "SWAP_AB": 0, "PERSISTENT": 0, "STREAM_K": 0}
 
 
 @triton.jit
@@ -59,10 +74,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
                   IEEE: tl.constexpr, TMA: tl.constexpr, SWAP_AB: tl.constexpr, PERSISTENT: tl.constexpr,
-                  A_T: tl.constexpr, B_T: tl.constexpr):
+                  A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr = 0):
     if PERSISTENT:
-        _persistent_tma(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
+        _persistent_tma(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STREAM_K, A_T, B_T)
     else:
         _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -246,30 +261,125 @@ def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride
 
 
 @triton.jit
-def _persistent_tma(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    A_T: tl.constexpr, B_T: tl.constexpr):
+def _persistent_tma(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    GROUP_M: tl.constexpr, STREAM_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
     """A fixed grid (one program per multiprocessor) walks the tiles; the tile loop and the K loop
     are flattened into one software pipeline, so the next tile's loads overlap this tile's
-    epilogue. C leaves through a descriptor too, in two halves (smaller staging buffer)."""
+    epilogue. C leaves through a descriptor too, in two halves (smaller staging buffer). With
+    STREAM_K the last tiles are shared out by K steps instead (_stream_k)."""
     a_desc, b_desc = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                   BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
                                        block_shape=[BLOCK_M, BLOCK_N // 2])
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), tiles, tl.num_programs(0), flatten=True):
+    programs = tl.num_programs(0)
+    data_parallel = tiles
+    if STREAM_K:
+        data_parallel = max(0, tiles - tiles % programs - (STREAM_K - 1) * programs)
+    for tile in tl.range(tl.program_id(0), data_parallel, programs, flatten=True):
         pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(k_tiles):
-            a, b = _load_tiles(a_desc, b_desc, off_m, off_n, k * BLOCK_K, A_T, B_T)
+            a, b = _load_tiles(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k * BLOCK_K, A_T, B_T)
             acc = tl.dot(a, b, acc)
-        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        left, right = tl.split(halves)
-        c_desc.store([off_m, off_n], left.to(c_ptr.dtype.element_ty))
-        c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
+        _store_halves(c_desc, c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N)
+    if STREAM_K:
+        _stream_k(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, data_parallel,
+                  tiles - data_parallel, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
+
+
+@triton.jit
+def _store_halves(c_desc, c_ptr, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+    left, right = tl.split(halves)
+    c_desc.store([off_m, off_n], left.to(c_ptr.dtype.element_ty))
+    c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _range_start(p, per, extra):
+    """First step of program p's range: P ranges of ``per`` steps, the first ``extra`` one longer."""
+    return p * per + min(p, extra)
+
+
+@triton.jit
+def _owner(step, per, extra):
+    """The program whose range holds ``step`` (the inverse of _range_start)."""
+    long_steps = extra * (per + 1)
+    return tl.where(step < long_steps, step // (per + 1), extra + (step - long_steps) // max(per, 1))
+
+
+@triton.jit
+def _stream_k(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, first_tile, sk_tiles, k_tiles,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+              A_T: tl.constexpr, B_T: tl.constexpr):
+    """This program's contiguous range of the stream-K tiles' steps (tile after tile, KT steps
+    each). A tile covered whole is stored; a partial one goes to the program's workspace slot (0:
+    its first tile, 1: its last) and the contributor that arrives last at the tile's counter sums
+    the slots in program order."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    steps = sk_tiles * k_tiles
+    per = steps // programs
+    extra = steps % programs
+    start = _range_start(pid, per, extra)
+    end = _range_start(pid + 1, per, extra)
+    first = start // k_tiles
+    last = tl.where(end > start, tl.cdiv(end, k_tiles), first)  # one past this range's last tile
+    for t in range(first, last):
+        lo = max(start, t * k_tiles) - t * k_tiles
+        hi = min(end, (t + 1) * k_tiles) - t * k_tiles
+        pid_m, pid_n = _tile_of(first_tile + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(lo, hi):
+            a, b = _load_tiles(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k * BLOCK_K, A_T, B_T)
+            acc = tl.dot(a, b, acc)
+        if (lo == 0) & (hi == k_tiles):
+            _store_halves(c_desc, c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N)
+        else:
+            slot = tl.where(t == first, 0, 1)
+            tile_elems = BLOCK_M * BLOCK_N
+            local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * tile_elems + local, acc)
+            tl.debug_barrier()  # every thread's partial is written before the counter is bumped
+            p_first = _owner(t * k_tiles, per, extra)
+            p_last = _owner((t + 1) * k_tiles - 1, per, extra)
+            arrived = tl.atomic_add(lock_ptr + t, 1, sem="acq_rel")
+            if arrived == p_last - p_first:
+                _reduce_stream_k(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, t, p_first, p_last, k_tiles, per,
+                                 extra, BLOCK_M, BLOCK_N)
+                tl.atomic_xchg(lock_ptr + t, 0)
+
+
+@triton.jit
+def _reduce_stream_k(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, t, p_first, p_last, k_tiles, per, extra,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """C tile t = its contributors' partials (programs p_first..p_last, each in its slot 0 when t
+    is its first tile, else 1) summed in program order, 4096 elements at a time; two
+    contributors' loads in flight together (the second masked off past p_last: + 0.0)."""
+    ROWS: tl.constexpr = min(BLOCK_M, 4096 // BLOCK_N)
+    tile_elems = BLOCK_M * BLOCK_N
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    for r in tl.static_range(0, BLOCK_M, ROWS):
+        local = (r + tl.arange(0, ROWS))[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+        for p in range(p_first, p_last + 1, 2):
+            q = p + 1
+            slot_p = tl.where(_range_start(p, per, extra) // k_tiles == t, 0, 1)
+            slot_q = tl.where(_range_start(q, per, extra) // k_tiles == t, 0, 1)
+            # .cg: read at L2, where the other programs' partials are (never a stale L1 line)
+            x = tl.load(ws_ptr + (p * 2 + slot_p).to(tl.int64) * tile_elems + local, cache_modifier=".cg")
+            q_elems = tl.where(q <= p_last, tile_elems, 0)  # the whole slot, or none of it past p_last
+            y = tl.load(ws_ptr + (q * 2 + slot_q).to(tl.int64) * tile_elems + local, mask=local < q_elems, other=0.0,
+                        cache_modifier=".cg")
+            total += x
+            total += y
+        offs_m = pid_m * BLOCK_M + r + tl.arange(0, ROWS)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
+        tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
