@@ -266,8 +266,8 @@ class StandinApi(GpuApi):
         slots = 2 * int(grid[0])
         for name, need in (("ws_ptr", slots * const["BLOCK_M"] * const["BLOCK_N"] * 4), ("lock_ptr", slots * 4)):
             if not v[name] or len(self._buf(v[name])) < need:
-                raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)" % (name, need),
-                               code=700, sticky=True)
+                raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+                               % (name, need), code=700, sticky=True)
         if self._array(v["lock_ptr"], "*i32", slots).any():
             raise GpuError("stand-in: stream-K counters not zero at launch (a reduction would run early)", code=1)
 

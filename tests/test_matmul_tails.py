@@ -176,7 +176,8 @@ def test_stream_k_masks_every_tail_on_few_programs():
     cases = []
     for (M, N, K), programs in (((40, 48, 200), 4), ((24, 40, 56), 5), ((72, 80, 1000), 3), ((8, 72, 1000), 5)):
         for stream_k, layout in itertools.product((1, 2), ("NN", "TN", "NT")):
-            cases.append(dict(M=M, N=N, K=K, layout=layout, config=dict(STREAM_K, STREAM_K=stream_k), programs=programs))
+            cases.append(dict(M=M, N=N, K=K, layout=layout, config=dict(STREAM_K, STREAM_K=stream_k),
+                              programs=programs))
     for case, result in zip(cases, interp.run_cases(cases)):
         err = interp.rel_err(result)
         assert err < 1e-3, (case, err)
@@ -308,4 +309,5 @@ def test_wave_quantized_shapes_are_seeded_with_stream_k():
     assert stream_k_seeds("4096x4096x4096") == set()  # 1024 / 512 tiles: 3 % idle
     assert stream_k_seeds("1024x16896x4096") == set()  # 1056 = 8 x 132 tiles of 128 x 128, 528 = 4 x 132
     assert stream_k_seeds("16x4096x4096") == set()  # skinny: the SWAP_AB tiles
-    assert kernel.seed_configs(make_shape(512, 10240, 8192, "bf16"), load_targets(REPO / "targets.yaml")["laptop"]) == []
+    laptop = load_targets(REPO / "targets.yaml")["laptop"]
+    assert kernel.seed_configs(make_shape(512, 10240, 8192, "bf16"), laptop) == []

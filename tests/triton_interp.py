@@ -139,7 +139,8 @@ def _main():
     results = []
     for case in json.loads(sys.stdin.read()):
         run = Run(**case)
-        results.append({"C": _encode(run.C), "ws": _encode(run.ws), "ws_shape": run.ws.shape, "locks": _encode(run.locks),
+        results.append({"C": _encode(run.C), "ws": _encode(run.ws), "ws_shape": run.ws.shape,
+                        "locks": _encode(run.locks),
                         "order": run.order, "A": _encode(run.A), "B": _encode(run.B)})
     sys.stdout.write(json.dumps(results))
 
