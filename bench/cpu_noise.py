@@ -1,11 +1,18 @@
-"""CPU timing reproducibility: the median of one config measured in 5 separate agent runs.
+"""CPU timing reproducibility: one config (and OpenBLAS) measured in 5 separate runs.
 
-    python3 bench/cpu_noise.py [--shape 256x256x256] [--runs 5] [--max-noise 0.01] [--max-time 0.5]
+    python3 bench/cpu_noise.py [--shape 256x256x256] [--runs 5] [--repeats 5] [--estimator min]
+                               [--max-noise 0.01] [--max-time SECONDS]
 
-Builds one matmul config (and OpenBLAS) for the ``local`` target in a temporary project, runs the
-agent ``--runs`` times on each (a fresh process each time, as the tuner does), and prints each
-run's median, samples and noise, then the spread of the medians: (max - min) / median of the
-medians, in percent (goal: <= 2 %).
+Builds one matmul config (and OpenBLAS) for the ``local`` target in a temporary project. A *run*
+measures both ``--repeats`` times, one after the other (each repeat is a fresh agent and a fresh
+process per job, as the tuner's re-measure of its top candidates does), with the agent's defaults
+unless options are given. It prints every row, then the spread of the runs, (max - min) / median
+of the runs' times, in percent (goal: <= 2 %), for
+  - one job (each run's first repeat): its deciding time (``time_ns``) and, for comparison, its
+    median;
+  - the repeats together, as harness tune's winners are judged (strategies/winner.py): the
+    deciding time over the repeats (the smallest minimum; with --estimator median the median of
+    the medians) and the median of the medians.
 """
 
 import argparse
@@ -19,16 +26,27 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPACE = "BLOCK_M: [32]\nBLOCK_N: [32]\nBLOCK_K: [32]\nGROUP_M: [4]\n"
+sys.path.insert(0, ROOT)
+
+from harness.strategies.history import row_trial  # noqa: E402
+from harness.strategies.winner import candidate_stats  # noqa: E402
+from remote_agent.contract import deciding_time  # noqa: E402
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="256x256x256")
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--max-noise", default="0.01")
-    p.add_argument("--max-time", default="0.5")
+    p.add_argument("--repeats", type=int, default=5, help="measurements of each job per run (harness tune --repeats)")
+    p.add_argument("--estimator", default=None, help="min or median (default: the agent's, min on CPUs)")
+    p.add_argument("--max-noise", default=None)
+    p.add_argument("--max-time", default=None)
     args = p.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT)
+    agent_opts = []
+    for flag, value in (("--estimator", args.estimator), ("--max-noise", args.max_noise), ("--max-time", args.max_time)):
+        if value is not None:
+            agent_opts += [flag, value]
     work = tempfile.mkdtemp(prefix="cpu-noise-")
     try:
         shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
@@ -38,24 +56,36 @@ def main():
                         args.shape, "--space", "space.yaml", "--library"], cwd=work, env=env, check=True,
                        stdout=subprocess.DEVNULL)
         bundle = os.path.join(work, "build", "local", "matmul")
-        medians = {}
+        runs = {}  # variant -> [[rows of one run's repeats], ...]
         for run in range(args.runs):
             out = os.path.join(work, "r%d.csv" % run)
-            subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", bundle, "--results", out,
-                            "--max-noise", args.max_noise, "--max-time", args.max_time], env=env, check=True,
-                           stdout=subprocess.DEVNULL)
-            for row in csv.DictReader(open(out)):
-                if row["status"] == "ok":
-                    medians.setdefault(row["variant_id"], []).append(float(row["time_ns_median"]))
-                    print("run %d %-20s median %10.0f ns  samples %5s  noise %.2f %%" % (
-                        run, row["variant_id"][:20], float(row["time_ns_median"]), row["samples"],
-                        100 * float(row["noise"] or 0)))
-        for vid, ms in medians.items():
-            mid = statistics.median(ms)
-            print("%-20s medians of %d runs: spread (max - min) / median = %.2f %%" % (
-                vid[:20], len(ms), 100 * (max(ms) - min(ms)) / mid))
+            for _ in range(args.repeats):
+                subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", bundle, "--results", out,
+                                "--all"] + agent_opts, env=env, check=True, stdout=subprocess.DEVNULL)
+            rows = [r for r in csv.DictReader(open(out)) if r["status"] == "ok"]
+            for r in rows:
+                print("run %d %-18s %-6s %10.0f ns  median %10.0f ns  samples %5s  noise %6.2f %%" % (
+                    run, r["variant_id"][:18], r["estimator"], deciding_time(r), float(r["time_ns_median"]),
+                    r["samples"], 100 * float(r["noise"] or 0)))
+            for vid in dict.fromkeys(r["variant_id"] for r in rows):
+                runs.setdefault(vid, []).append([r for r in rows if r["variant_id"] == vid])
+        print()
+        for vid, per_run in runs.items():
+            estimator = per_run[0][0]["estimator"]
+            one = [deciding_time(rows[0]) for rows in per_run]
+            one_median = [float(rows[0]["time_ns_median"]) for rows in per_run]
+            together = [candidate_stats(vid, [row_trial(r) for r in rows]).median for rows in per_run]
+            together_median = [statistics.median(float(r["time_ns_median"]) for r in rows) for rows in per_run]
+            print("%-18s spread of %d runs: one job: %s %.2f %%, median %.2f %%;  %d repeats: %s %.2f %%, "
+                  "median of medians %.2f %%" % (vid[:18], len(per_run), estimator, spread(one), spread(one_median),
+                                                 args.repeats, estimator, spread(together), spread(together_median)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def spread(values):
+    """(max - min) / median, in percent."""
+    return 100.0 * (max(values) - min(values)) / statistics.median(values)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import math
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,7 +384,7 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
         entries[sid] = {
             "shape": sid, "variant_id": vid(win.id), "config": by_id[win.id],
             "median_ns": win.median, "spread_ns": win.spread, "rel_spread": win.rel_spread,
-            "noise": _median_noise(groups.get(win.id, [])),
+            "noise": win.noise, "estimator": win.estimator,
             "decided": win.decided, "rule": win.rule, "tied": [vid(c) for c in win.tied],
             "runner_up": vid(win.runner_up) if win.runner_up else None,
             "margin_ns": win.margin, "repeats": repeats,
@@ -396,12 +395,6 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
         }
     save_winners(session.results_path, entries, rows_added)
     return entries
-
-
-def _median_noise(trials) -> Optional[float]:
-    """The median of a candidate's repeats' noise (results column ``noise``), where recorded."""
-    values = [t.noise for t in trials if getattr(t, "noise", None) is not None]
-    return statistics.median(values) if values else None
 
 
 def _num(x):

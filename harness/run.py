@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from remote_agent import measure
 from remote_agent.contract import PROGRESS_PREFIX
 
 from . import ui
@@ -31,9 +32,29 @@ class RunOptions:
     profiler: Optional[str] = None
     devices: Optional[str] = None
     min_time_ms: float = 100.0
-    max_noise: float = 0.01  # stop sampling when the median's relative noise settles under this
+    max_noise: float = 0.01  # stop sampling when the deciding estimator's noise settles under this
     max_time: float = 0.5  # seconds of sampling per job at most (after --iters samples)
+    estimator: Optional[str] = None  # min or median (None: the agent's default for the backend)
     select: Optional[str] = None  # job indices for this host (fleets)
+
+
+ESTIMATOR_HELP = ("the time that decides (ranks, winners, uplift): min or median of a job's samples; default: the "
+                  "target's estimator:, else min on CPU targets (a neighbour only ever slows a sample down, so the "
+                  "minimum reproduces where the median measures the neighbours) and median on GPU targets")
+MAX_TIME_HELP = ("seconds of sampling per variant and shape at most (once --iters samples are in); default %g with "
+                 "the min estimator (which samples at least %g s first), %g with the median"
+                 % (measure.MIN_MAX_TIME, measure.MIN_SETTLE_TIME, measure.DEFAULT_MAX_TIME))
+
+
+def timing_choice(target, estimator: Optional[str], max_time: Optional[float]) -> tuple:
+    """(estimator, max_time) of a run: --estimator, else the target's (min on CPUs, median on
+    GPUs); --max-time, else that estimator's default. One line and exit 2 for a bad name."""
+    name = estimator or target.deciding_estimator
+    if name not in measure.ESTIMATORS:
+        raise HarnessError("--estimator %s: choose min or median" % name)
+    if max_time is not None and max_time <= 0:
+        raise HarnessError("--max-time must be positive (got %g)" % max_time)
+    return name, (measure.default_max_time(name) if max_time is None else max_time)
 
 
 def agent_args(bundle: str, results: str, options: RunOptions) -> list:
@@ -41,6 +62,8 @@ def agent_args(bundle: str, results: str, options: RunOptions) -> list:
             "--warmup", str(options.warmup), "--iters", str(options.iters),
             "--timeout", str(options.timeout), "--min-time-ms", str(options.min_time_ms),
             "--max-noise", str(options.max_noise), "--max-time", str(options.max_time)]
+    if options.estimator:
+        args += ["--estimator", options.estimator]
     if options.rerun_all:
         args.append("--all")
     if options.profiler:

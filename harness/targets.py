@@ -22,6 +22,7 @@ DEFAULT_TARGET = "local"  # what a command that names no target builds for, with
 SETTINGS = ("default",)  # top-level keys that are settings of the file, not targets
 BACKENDS = ("cpu", "cuda", "hip")
 PROFILERS = ("perf", "wallclock", "events", "ncu", "rocprof")
+ESTIMATORS = ("min", "median")  # the time that decides (remote_agent/stats.py)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Target:
     profiler: str = "perf"
     events: list = field(default_factory=list)
     run_under: Optional[str] = None
+    estimator: Optional[str] = None  # min or median; None: min on CPU targets, median on GPU ones
     ssh: Optional[SSH] = None
     slurm: Optional[Slurm] = None
     hosts: list = field(default_factory=list)
@@ -104,6 +106,11 @@ class Target:
     def is_gpu(self) -> bool:
         return self.backend in ("cuda", "hip")
 
+    @property
+    def deciding_estimator(self) -> str:
+        """``estimator:`` where set, else min on CPU targets (native or under qemu), median on GPUs."""
+        return self.estimator or ("median" if self.is_gpu else "min")
+
 
 # key -> (python types, required)
 _TARGET_KEYS = {
@@ -117,6 +124,7 @@ _TARGET_KEYS = {
     "profiler": (str, False),
     "events": (list, False),
     "run_under": (str, False),
+    "estimator": (str, False),
     "ssh": (dict, False),
     "slurm": (dict, False),
     "hosts": (list, False),
@@ -273,7 +281,7 @@ def _build_target(path, name, key_node, node) -> Target:
             raise HarnessError("%s: slurm needs an ssh section (the cluster's login node)" % name, where=where("slurm"))
         if values.get("hosts"):
             raise HarnessError("%s: a slurm target has no hosts (Slurm picks the nodes)" % name, where=where("hosts"))
-    for key, allowed in (("arch", ARCHES), ("backend", BACKENDS), ("profiler", PROFILERS)):
+    for key, allowed in (("arch", ARCHES), ("backend", BACKENDS), ("profiler", PROFILERS), ("estimator", ESTIMATORS)):
         if key in values and values[key] not in allowed:
             raise HarnessError("%s.%s: %r is not one of %s%s" % (
                 name, key, values[key], ", ".join(allowed), _suggest(values[key], allowed)),

@@ -18,8 +18,13 @@ def main(argv=None):
     run.add_argument("--warmup", type=int, default=2)
     run.add_argument("--iters", type=int, default=10, help="at least this many samples per job")
     run.add_argument("--max-noise", type=float, default=measure.DEFAULT_MAX_NOISE,
-                     help="stop sampling when the relative noise of the median settles under this (0.01: 1%%)")
-    run.add_argument("--max-time", type=float, default=measure.DEFAULT_MAX_TIME, help="seconds of sampling per job at most (after --iters)")
+                     help="stop sampling when the relative noise of the deciding estimator settles under this (0.01: 1%%)")
+    run.add_argument("--max-time", type=float, default=None,
+                     help="seconds of sampling per job at most (after --iters; default %g with the min estimator, "
+                          "%g with the median)" % (measure.MIN_MAX_TIME, measure.DEFAULT_MAX_TIME))
+    run.add_argument("--estimator", choices=measure.ESTIMATORS, default=None,
+                     help="the time that decides: min or median of the samples (default: min on CPU targets, "
+                          "median on GPU targets)")
     run.add_argument("--pin-cpu", default="auto",
                      help="CPU: run each variant on this core (auto: the last one allowed; none: no pinning)")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per variant and shape")

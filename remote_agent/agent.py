@@ -43,11 +43,20 @@ def make_runner(bundle, manifest, options, log):
         run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
         return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
                          max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
-                         max_time=_option(options, "max_time", measure.DEFAULT_MAX_TIME),
-                         pin_cpu=_option(options, "pin_cpu", "auto"))
+                         max_time=_option(options, "max_time", None),
+                         pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options))
     from .runners.gpu import make_gpu_runner
 
     return make_gpu_runner(bundle, manifest, options, log)
+
+
+def estimator_for(manifest, options):
+    """The run's --estimator, else the target's default (min on CPUs, median on GPUs)."""
+    name = _option(options, "estimator", None) or measure.default_estimator(manifest["target"]["backend"])
+    try:
+        return measure.check_estimator(name)
+    except ValueError as exc:
+        raise AgentError(str(exc))
 
 
 class Agent:
@@ -186,10 +195,10 @@ class Agent:
                 row[key] = value
         for name, value in variant["config"].items():
             row[contract.CONFIG_PREFIX + name] = value
-        median = row.get("time_ns_median")
-        if median:
-            row["tflops"] = round(shape["flops"] / median / 1e3, 6)
-            row["gbps"] = round(shape["bytes"] / median, 6)
+        time_ns = contract.deciding_time(row)
+        if time_ns:
+            row["tflops"] = round(shape["flops"] / time_ns / 1e3, 6)
+            row["gbps"] = round(shape["bytes"] / time_ns, 6)
         return row
 
     def _progress(self, done, total, status, variant=None, shape=None):

@@ -7,8 +7,8 @@ only. docs/contracts.md describes every field in words.
 import math
 
 MANIFEST_SCHEMA = 2  # 2: shapes carry dims, operands and scalars; the manifest carries checks
-RESULTS_SCHEMA = 2
-READABLE_RESULTS_SCHEMAS = (1, 2)  # the host reads these; schema 1 lacks the columns marked 2 below
+RESULTS_SCHEMA = 3
+READABLE_RESULTS_SCHEMAS = (1, 2, 3)  # the host reads these; older files lack the columns marked 2, 3 below
 AGENT_VERSION = "0.1.0"
 
 # Every row of the results CSV has one of these statuses.
@@ -39,6 +39,8 @@ FIXED_COLUMNS = (
     "layout",
     "device",
     "status",
+    "estimator",  # 3
+    "time_ns",  # 3
     "time_ns_median",
     "time_ns_min",
     "time_ns_p20",
@@ -66,6 +68,10 @@ FIXED_COLUMNS = (
 # Columns schema 1 did not have: a schema-1 file reads as if they were empty.
 ADDED_IN_SCHEMA_2 = ("samples", "noise", "pinned_cpu", "clock_mhz_before", "clock_mhz_after", "throttle",
                      "remeasured")
+# Columns schema 2 did not have: in older files the median decided (``deciding_time``).
+ADDED_IN_SCHEMA_3 = ("estimator", "time_ns")
+ADDED_SINCE_SCHEMA_1 = ADDED_IN_SCHEMA_2 + ADDED_IN_SCHEMA_3
+TIME = "time_ns"  # the column with the time that decides (ranks, winners, uplift, tuned files)
 CONFIG_PREFIX = "cfg_"
 COUNTER_PREFIX = "ctr_"
 
@@ -111,6 +117,22 @@ def sanitize_counter(name):
     for ch in name:
         out.append(ch if (ch.isalnum() or ch in "_.") else "_")
     return "".join(out)
+
+
+def deciding_time(row):
+    """The time that decides of a results row (a dict, or a pandas row): ``time_ns`` (schema 3:
+    the estimator named in ``estimator`` of the samples), else ``time_ns_median`` (schemas 1
+    and 2, where the median decided). None where neither holds a finite number. Every reader
+    that ranks, picks winners, reports uplift or writes tuned files reads times through this
+    (or harness.report.common.deciding_times for a whole frame)."""
+    t = finite_float(row.get(TIME))
+    return t if t is not None else finite_float(row.get("time_ns_median"))
+
+
+def deciding_estimator(row):
+    """``min`` or ``median``: the estimator whose time decides (``median`` for older files)."""
+    name = row.get("estimator")
+    return name if name in ("min", "median") else "median"
 
 
 def finite_float(value):

@@ -2,19 +2,28 @@
 
 A *sample* is the time of ``batch`` back-to-back kernel calls divided by ``batch``; ``batch`` is
 chosen so that a sample lasts at least MIN_SAMPLE_NS and RESOLUTION_FACTOR times the timer's
-resolution (``batch_size``). Samples are taken until the *noise* settles under ``max_noise``
-or the job's time cap is spent (``Stopper``), after at least ``min_samples``.
+resolution (``batch_size``). Samples are taken until the *noise* of the deciding estimator
+settles under ``max_noise`` or the job's time cap is spent (``Stopper``), after at least
+``min_samples``.
 
-Noise: the relative standard error of the median, estimated without assuming a distribution
-from the order statistics around it: half the distance between the quantiles
-0.5 - 0.5/sqrt(n) and 0.5 + 0.5/sqrt(n), divided by the median. For normal samples this is
-1.2533 sigma / sqrt(n) / median, the textbook standard error of the median; a sample hit by a
-preemption moves it far less than it moves a mean or a standard deviation.
+Two estimators decide a job's time (remote_agent/stats.py):
+- ``median`` (GPU targets): its noise is the relative standard error of the median, estimated
+  without assuming a distribution from the order statistics around it: half the distance
+  between the quantiles 0.5 - 0.5/sqrt(n) and 0.5 + 0.5/sqrt(n), divided by the median.
+- ``min`` (CPU targets): on a shared machine the interference is additive (a neighbour only
+  ever slows a sample down) and comes in stretches of up to a second or two, so the median
+  measures the neighbours while the minimum of short samples reproduces. Its noise: the
+  samples split in time order into halves (stats.MIN_BLOCKS), the difference of their minima
+  relative to the smaller. A job it decides first warms up for MIN_WARM_NS (the first 0.1 to
+  0.2 s of a fresh process run slower) and samples for at least MIN_SETTLE_TIME seconds before
+  the noise may stop it (a shorter stretch is too often slow throughout; README, "How a result
+  is judged", has the numbers measured on a 2-core VM).
 
 The stopping rule follows nvbench's ``stdrel`` criterion (noise under ``max-noise``, a minimum
 time or count first, a time cap): stop when
-  1. at least ``min_samples`` samples are in and the noise has been under ``max_noise`` for
-     SETTLE consecutive samples (it *settled*: one lucky estimate does not end the job), or
+  1. at least ``min_samples`` samples are in, ``min_time`` seconds have passed since the first
+     sample, and the noise has been under ``max_noise`` for SETTLE consecutive samples (it
+     *settled*: one lucky estimate does not end the job), or
   2. at least ``min_samples`` samples are in and ``max_time`` seconds have passed since the
      first sample (the noise stays in the row, so a noisy job is visible), or
   3. MAX_SAMPLES samples are in.
@@ -24,16 +33,36 @@ Standard library only (the agent runs on boards with nothing else).
 import math
 import time
 
-from .stats import median_noise, summarize
+from .stats import MEDIAN, MIN, ESTIMATORS, median_noise, min_noise, noise_of, summarize  # noqa: F401
 
-DEFAULT_MAX_NOISE = 0.01  # 1 % relative standard error of the median
-DEFAULT_MAX_TIME = 0.5  # seconds of sampling per job
+DEFAULT_MAX_NOISE = 0.01  # 1 % noise of the deciding estimator
+DEFAULT_MAX_TIME = 0.5  # seconds of sampling per job (median)
+MIN_MAX_TIME = 0.75  # ... and for the min estimator
+MIN_SETTLE_TIME = 0.2  # min estimator: seconds of sampling before the noise may stop a job
 DEFAULT_MIN_SAMPLES = 10
 SETTLE = 3
 MAX_SAMPLES = 100000
 MIN_SAMPLE_NS = 1e6  # a sample lasts at least 1 ms ...
 RESOLUTION_FACTOR = 100  # ... and 100 timer ticks
 WARM_NS = 20e6  # warm-up: at least 20 ms of calls (and at least --warmup calls), for every variant
+MIN_WARM_NS = 100e6  # ... 100 ms where the minimum decides (CPU)
+
+
+def default_estimator(backend):
+    """``min`` for CPU targets (native or under qemu), ``median`` for GPU targets."""
+    return MIN if backend == "cpu" else MEDIAN
+
+
+def default_max_time(estimator):
+    """Seconds of sampling per job at most, when --max-time is not given."""
+    return MIN_MAX_TIME if estimator == MIN else DEFAULT_MAX_TIME
+
+
+def check_estimator(name):
+    """``name`` if it is an estimator, else ValueError with one line saying which there are."""
+    if name not in ESTIMATORS:
+        raise ValueError("unknown estimator %r; choose min or median" % (name,))
+    return name
 
 
 def batch_size(per_call_ns, resolution_ns=1.0, cap=1 << 20):
@@ -44,20 +73,23 @@ def batch_size(per_call_ns, resolution_ns=1.0, cap=1 << 20):
     return int(max(1, min(cap, math.ceil(target / per_call_ns))))
 
 
-def warmup_calls(per_call_ns, warmup):
-    """Untimed calls before sampling: at least ``warmup`` and at least WARM_NS worth."""
+def warmup_calls(per_call_ns, warmup, warm_ns=WARM_NS):
+    """Untimed calls before sampling: at least ``warmup`` and at least ``warm_ns`` worth."""
     if not per_call_ns or per_call_ns <= 0:
         return max(0, int(warmup))
-    return int(max(int(warmup), min(1 << 20, math.ceil(WARM_NS / per_call_ns))))
+    return int(max(int(warmup), min(1 << 20, math.ceil(warm_ns / per_call_ns))))
 
 
 class Stopper(object):
     """Feed it samples (``add``); ``done()`` says when to stop and ``reason`` why."""
 
-    def __init__(self, max_noise=DEFAULT_MAX_NOISE, max_time=DEFAULT_MAX_TIME, min_samples=DEFAULT_MIN_SAMPLES,
-                 clock=time.monotonic):
+    def __init__(self, max_noise=DEFAULT_MAX_NOISE, max_time=None, min_samples=DEFAULT_MIN_SAMPLES,
+                 clock=time.monotonic, estimator=MEDIAN, min_time=None):
+        self.estimator = check_estimator(estimator)
         self.max_noise = float(max_noise)
-        self.max_time = float(max_time)
+        self.max_time = float(default_max_time(estimator) if max_time is None else max_time)
+        self.min_time = min(self.max_time, MIN_SETTLE_TIME if (min_time is None and estimator == MIN)
+                            else float(min_time or 0.0))
         self.min_samples = max(1, int(min_samples))
         self.clock = clock
         self.samples = []
@@ -70,7 +102,7 @@ class Stopper(object):
         if self.started is None:
             self.started = self.clock()
         self.samples.append(float(sample_ns))
-        self.noise = median_noise(self.samples)
+        self.noise = noise_of(self.samples, self.estimator)
         self.under = self.under + 1 if (self.noise is not None and self.noise < self.max_noise) else 0
 
     def done(self):
@@ -79,15 +111,18 @@ class Stopper(object):
             self.reason = "count"
         elif n < self.min_samples:
             return False
-        elif self.under >= SETTLE:
-            self.reason = "noise"
-        elif self.clock() - self.started >= self.max_time:
-            self.reason = "time"
+        else:
+            elapsed = self.clock() - self.started
+            if self.under >= SETTLE and elapsed >= self.min_time:
+                self.reason = "noise"
+            elif elapsed >= self.max_time:
+                self.reason = "time"
         return self.reason is not None
 
     def summary(self, calls_per_sample=1):
-        """The result columns: median and quantiles of the samples, iterations, samples, noise."""
-        return summarize(self.samples, calls_per_sample)
+        """The result columns: the deciding time and its estimator, the quantiles of the samples,
+        iterations, samples, noise."""
+        return summarize(self.samples, calls_per_sample, self.estimator)
 
 
 def clock_changed(before_mhz, after_mhz, drop=0.1):

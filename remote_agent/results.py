@@ -96,11 +96,13 @@ def _schema_of(header):
 
 
 def upgradable(old_header, new_header):
-    """A file of an older schema whose columns are the new ones less those added since (same
-    configs and counters): its rows are kept, the new columns empty."""
-    added = set(contract.ADDED_IN_SCHEMA_2)
-    return (old_header[:1] == ["schema_version"] and not added & set(old_header)
-            and [c for c in new_header if c not in added] == list(old_header))
+    """A file of an older schema (1 or 2) whose columns are the new ones less those added since
+    (same configs and counters): its rows are kept, the new columns empty (their deciding time
+    is their median: contract.deciding_time)."""
+    if old_header[:1] != ["schema_version"]:
+        return False
+    return any([c for c in new_header if c not in added] == list(old_header)
+               for added in (set(contract.ADDED_IN_SCHEMA_3), set(contract.ADDED_SINCE_SCHEMA_1)))
 
 
 def _rewrite_with_header(path, old_header, new_header):

@@ -21,6 +21,7 @@ def _one_line_error(proc, *needles):
     ("local:\n  arch: native\n  profilr: perf\n", ["targets.yaml:3", "unknown key 'profilr'", "did you mean 'profiler'"]),
     ("local:\n  arch: risc5\n", ["targets.yaml:2", "arch", "'risc5'"]),
     ("local:\n  vlen: many\n", ["targets.yaml:2", "vlen must be an integer"]),
+    ("local:\n  arch: native\n  estimator: mean\n", ["targets.yaml:3", "local.estimator", "'mean' is not one of min, median"]),
     ("local:\n  arch: native\nlocal:\n  arch: native\n", ["targets.yaml:3", "duplicate target name 'local'"]),
     ("local:\n  ssh:\n    port: 22\n", ["targets.yaml:3", "missing required key 'host'"]),
     ("local:\n  workdir: ${NO_SUCH_VARIABLE_HERE}\n", ["targets.yaml:2", "NO_SUCH_VARIABLE_HERE is not set"]),
@@ -28,6 +29,12 @@ def _one_line_error(proc, *needles):
 def test_malformed_targets_yaml(local_workspace, yaml_text, needles):
     (local_workspace.path / "targets.yaml").write_text(yaml_text)
     _one_line_error(local_workspace.harness("targets", check=False), *needles)
+
+
+def test_an_unknown_estimator_on_run_and_tune(local_workspace):
+    for command in (["run", "--target", "local"], ["tune", "matmul", "--target", "local"]):
+        _one_line_error(local_workspace.harness(*command, "--estimator", "mean", check=False),
+                        "--estimator mean: choose min or median")
 
 
 def test_unknown_target_and_kernel_suggest(local_workspace):

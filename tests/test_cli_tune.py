@@ -15,6 +15,7 @@ from harness.shapes import parse_shape
 from harness.kernels.matmul.rules import CPU_RULES
 from harness.strategies import get_strategy, key, pruning_predicate, tune_rounds
 from harness.targets import Target
+from remote_agent import contract
 from tests.conftest import Workspace, needs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,14 +97,16 @@ def test_random_search_builds_only_what_it_asks_and_resumes(ws):
 
 def test_halving_remeasures_the_best_longer(ws):
     out = tune(ws, "--shapes", "32x32x32", "--strategy", "halving", "--budget", "5", "--batch-size", "4",
-               "--top", "0", "--max-noise", "1").stdout  # any noise will do: the samples are the minimum
+               "--top", "0", "--max-noise", "1", "--estimator", "median").stdout
+    # any noise will do, so the samples are the fewest --iters allows (the minimum would sample
+    # at least its settle time)
     assert "(x3 longer)" in out
     mine = [r for r in rows(ws) if r["shape_id"] == "32x32x32_fp32_NN"]
     # --iters 3: at least 3 samples (5 for the noise to settle); eta 3: at least 9 samples
     rung0 = [r for r in mine if int(r["samples"]) < 9]
     rung1 = [r for r in mine if int(r["samples"]) >= 9]
     assert len(rung0) == 3 and len(rung1) == 1 and len(mine) == 4  # within the budget of 5
-    fastest = min(rung0, key=lambda r: float(r["time_ns_median"]))
+    fastest = min(rung0, key=contract.deciding_time)
     assert rung1[0]["variant_id"] == fastest["variant_id"]  # the agent re-measured it (--all), not skipped
 
 
@@ -121,10 +124,13 @@ def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
         re_rows = [all_rows[i] for i in winners["remeasure_rows"] if all_rows[i]["shape_id"] == sid]
         order = [r["variant_id"] for r in re_rows]
         assert len(order) == 6 and order[0:2] == order[4:6] == order[2:4][::-1]  # A B, B A, A B
-        medians = {}
+        minima = {}
         for r in re_rows:
-            medians.setdefault(r["variant_id"], []).append(float(r["time_ns_median"]))
-        assert w["median_ns"] == sorted(medians[w["variant_id"]])[1]  # the median of its 3 repeats
+            assert r["estimator"] == "min" and float(r["time_ns"]) == float(r["time_ns_min"])
+            minima.setdefault(r["variant_id"], []).append(float(r["time_ns"]))
+        low = sorted(minima[w["variant_id"]])
+        assert w["estimator"] == "min" and w["median_ns"] == low[0]  # the smallest of its 3 repeats
+        assert w["spread_ns"] == low[1] - low[0]  # and how far the next one came
         # the report uses the winner and shows its spread
         best = {b["shape"]: b for b in json.loads((ws.path / "tuned" / TARGET / "matmul.json").read_text())["best"]}
         assert best[sid]["variant_id"] == w["variant_id"]

@@ -45,6 +45,45 @@ def test_stopper_waits_for_min_samples_and_settled_noise_or_the_time_cap():
     assert noisy.reason == "time" and len(noisy.samples) == 20 and noisy.noise > 0.01
 
 
+def test_the_minimum_decides_on_cpus_and_its_noise_is_how_far_the_halves_minima_differ():
+    assert measure.default_estimator("cpu") == "min" and measure.default_estimator("cuda") == "median"
+    assert measure.min_noise([110.0, 100.0, 120.0, 101.0]) == pytest.approx(0.01)
+    # the first half slowed by a neighbour throughout: its floor is 20 % off, and the noise says so
+    assert measure.min_noise([120.0, 125.0, 121.0, 100.0, 130.0, 101.0]) == pytest.approx(0.20)
+    row = measure.summarize([130.0, 100.0, 101.0, 150.0], 10, "min")
+    assert row["estimator"] == "min" and row["time_ns"] == 100.0 and row["time_ns_median"] == 115.5
+    assert row["noise"] == pytest.approx(0.01) and row["iterations"] == 40
+    assert measure.summarize([1.0, 2.0, 3.0], 1)["time_ns"] == 2.0  # the median's, as before
+
+
+def test_the_min_stopper_samples_at_least_its_settle_time_and_stops_at_the_cap():
+    now = [0.0]
+    clock = lambda: now[0]  # noqa: E731
+    quiet = measure.Stopper(max_noise=0.01, max_time=2, min_samples=10, clock=clock, estimator="min")
+    assert quiet.min_time == measure.MIN_SETTLE_TIME
+    while not quiet.done():
+        quiet.add(1000.0)
+        now[0] += 0.01
+    # settled after 10 samples, but a stretch that short may be slow throughout: it went on
+    assert quiet.reason == "noise" and now[0] >= measure.MIN_SETTLE_TIME and len(quiet.samples) > 10
+    now[0] = 0.0
+    phases = measure.Stopper(max_noise=0.01, max_time=2, min_samples=10, clock=clock, estimator="min")
+    for k in range(1000):  # the floor, a slow stretch: the halves disagree until the floor is back
+        now[0] = k / 100.0
+        phases.add(1200.0 if 10 <= k < 60 else 1000.0)
+        if phases.done():
+            break
+    assert phases.reason == "noise" and now[0] > 0.6 and phases.summary()["time_ns"] == 1000.0
+    now[0] = 0.0
+    capped = measure.Stopper(max_noise=0.01, max_time=0.5, min_samples=10, clock=clock, estimator="min")
+    for k in range(1000):
+        now[0] = k / 100.0
+        capped.add(1000.0 if k < 5 else 1200.0)  # the floor, then slow to the end
+        if capped.done():
+            break
+    assert capped.reason == "time" and capped.noise > 0.01
+
+
 def test_a_sample_lasts_well_above_the_timer_resolution():
     assert measure.batch_size(20e3, 1) == 50  # 20 us calls: 50 make 1 ms
     assert measure.batch_size(5e6, 1) == 1
@@ -71,13 +110,13 @@ while True:  # bursts that wake up and preempt the variant at random moments
 """
 
 
-def test_a_cpu_hog_on_the_same_core_takes_more_samples_and_the_median_still_agrees(local_workspace):
+def test_a_cpu_hog_on_the_same_core_leaves_the_minimum_where_the_quiet_runs_put_it(local_workspace):
     ws = local_workspace
     (ws.path / "one.yaml").write_text("BLOCK_M: [16]\nBLOCK_N: [32]\nBLOCK_K: [16]\nGROUP_M: [1]\n")
     ws.harness("build", "matmul", "--target", "local", "--shapes", "64x64x64", "--space", "one.yaml")
     bundle = ws.path / "build/local/matmul"
     cpu = sorted(os.sched_getaffinity(0))[-1]
-    opts = ("--max-noise", "0.005", "--max-time", "3", "--iters", "10")
+    opts = ("--max-noise", "0.005", "--max-time", "2", "--iters", "10")  # the minimum decides: the CPU default
     quiet, noisy = [], []
     for rep in range(2):  # alternated: other load on a shared machine hits both alike
         quiet.append(_agent_run(bundle, ws.path / "quiet.csv", cpu, *opts))
@@ -88,56 +127,64 @@ def test_a_cpu_hog_on_the_same_core_takes_more_samples_and_the_median_still_agre
         finally:
             hog.kill()
             hog.wait()
-    total = lambda rows, f: sum(f(r) for r in rows)  # noqa: E731
     assert all(r.status == "ok" and str(int(r.pinned_cpu)) == str(cpu) for r in quiet + noisy)
-    # the hog's bursts hit samples, and the agent samples on past the minimum: until the noise
-    # settles again (then it took more samples than the quiet runs, when those settled too), or
-    # up to the time cap with the noise left above the target (the hog's share of the core
-    # makes those fewer samples per second, so they are not compared by count)
-    assert all(r.samples > 10 for r in noisy)
-    if all(r.noise < 0.005 for r in quiet + noisy):
-        assert total(noisy, lambda r: r.samples) > total(quiet, lambda r: r.samples)
-    # and the median stays where the quiet runs put it (stated tolerance: within their range +- 10 %)
-    lo, hi = min(r.time_ns_median for r in quiet), max(r.time_ns_median for r in quiet)
-    assert all(0.9 * lo <= r.time_ns_median <= 1.1 * hi for r in noisy)
+    assert all(r.estimator == "min" and r.time_ns == r.time_ns_min for r in quiet + noisy)
+    # the hog's bursts slow the samples they hit; the agent samples on for at least its settle
+    # time, and the samples that dodged the bursts keep the minimum where the quiet runs put it
+    # (stated tolerance: within their range +- 10 %) while the hog moves the median
+    assert all(r.samples > 10 and r.noise is not None for r in noisy)
+    lo, hi = min(r.time_ns for r in quiet), max(r.time_ns for r in quiet)
+    assert all(0.9 * lo <= r.time_ns <= 1.1 * hi for r in noisy)
+    moved = lambda col: max(r[col] for r in noisy) / min(r[col] for r in quiet)  # noqa: E731
+    assert moved("time_ns_median") > moved("time_ns")
 
 
-# ---- the previous results schema --------------------------------------------------------
+# ---- the previous results schemas -------------------------------------------------------
 
 
-def _schema1_header():
-    fixed = [c for c in contract.FIXED_COLUMNS if c not in contract.ADDED_IN_SCHEMA_2]
-    return fixed + ["cfg_BLOCK_M", "ctr_task_clock"]
+def _old_header(schema):
+    added = contract.ADDED_SINCE_SCHEMA_1 if schema == 1 else contract.ADDED_IN_SCHEMA_3
+    return [c for c in contract.FIXED_COLUMNS if c not in added] + ["cfg_BLOCK_M", "ctr_task_clock"]
 
 
-def _write_schema1(path):
-    header = _schema1_header()
-    row = dict.fromkeys(header, "")
-    row.update(schema_version=1, target="local", kernel="matmul", variant_id="v1", shape_id="32x32x32_fp32_NN",
-               M=32, N=32, K=32, dtype="fp32", layout="NN", device="cpu", status="ok", time_ns_median=1000,
-               time_ns_min=990, time_ns_p20=995, time_ns_p80=1010, iterations=10, tflops=0.06, rel_err=1e-7,
-               timestamp="2026-11-01T00:00:00+0000", cfg_BLOCK_M=16, ctr_task_clock=0.5)
+def _write_old(path, schema):
+    header = _old_header(schema)
+    rows = []
+    for vid, median, low in (("v1", 1000, 900), ("v2", 1050, 800)):  # v2: the lower minimum, the higher median
+        row = dict.fromkeys(header, "")
+        row.update(schema_version=schema, target="local", kernel="matmul", variant_id=vid,
+                   shape_id="32x32x32_fp32_NN", M=32, N=32, K=32, dtype="fp32", layout="NN", device="cpu",
+                   status="ok", time_ns_median=median, time_ns_min=low, time_ns_p20=median - 5,
+                   time_ns_p80=median + 10, iterations=10, tflops=0.06, rel_err=1e-7,
+                   timestamp="2026-11-01T00:00:00+0000", cfg_BLOCK_M=16, ctr_task_clock=0.5)
+        if schema == 2:
+            row.update(samples=10, noise=0.001)
+        rows.append(row)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
         w.writeheader()
-        w.writerow(row)
+        w.writerows(rows)
 
 
-def test_a_results_file_of_the_previous_schema_still_loads_and_resumes(tmp_path):
+@pytest.mark.parametrize("schema", [1, 2])
+def test_results_files_of_older_schemas_still_load_with_the_median_deciding_and_resume(tmp_path, schema):
     from harness.report.aggregate import best_per_shape, load_results
+    from harness.report.common import deciding_times
 
     path = tmp_path / "results.csv"
-    _write_schema1(path)
+    _write_old(path, schema)
     df = load_results([path])
-    assert df.loc[0, "time_ns_median"] == 1000 and pd.isna(df.loc[0, "noise"]) and pd.isna(df.loc[0, "samples"])
-    assert best_per_shape(df).iloc[0]["variant_id"] == "v1"
-    # the agent resumes it: the old row is kept (the job is done), the file takes the new columns
+    assert list(deciding_times(df)) == [1000, 1050] and df["estimator"].isna().all()
+    assert pd.isna(df.loc[0, "samples"]) == (schema == 1)
+    assert best_per_shape(df).iloc[0]["variant_id"] == "v1"  # by the median, not v2's lower minimum
+    # the agent resumes it: the old rows are kept (the jobs are done), the file takes the new columns
     writer = ResultsWriter(str(path), contract.results_header(["BLOCK_M"], ["task-clock"]))
     assert contract.job_key("v1", "32x32x32_fp32_NN", "cpu") in writer.done
     writer.close()
     rows = list(csv.DictReader(open(path)))
-    assert rows[0]["variant_id"] == "v1" and rows[0]["time_ns_median"] == "1000" and rows[0]["samples"] == ""
+    assert rows[0]["variant_id"] == "v1" and rows[0]["time_ns_median"] == "1000" and rows[0]["time_ns"] == ""
     assert list(rows[0]) == contract.results_header(["BLOCK_M"], ["task-clock"])
+    assert [contract.deciding_time(r) for r in rows] == [1000.0, 1050.0]
 
 
 # ---- winners and counters in words ------------------------------------------------------
@@ -154,6 +201,22 @@ def test_winners_say_clear_with_a_margin_or_tie_with_whom():
     entry = {"variant_id": "v2", "decided": "tie", "median_ns": 100.0, "margin_ns": -27165.0, "tied": ["v2", "v1"],
              "candidates": [{"variant_id": "v1", "config": {"BLOCK_M": 16}}, {"variant_id": "v2", "config": {}}]}
     assert entry_words(entry) == "tie with BLOCK_M=16"
+
+
+def test_winners_judged_by_the_minimum_take_the_lowest_floor_and_its_reproduction_as_spread():
+    from harness.strategies.base import Trial
+    from harness.strategies.winner import pick_winner
+
+    def trials(*times):
+        return [Trial({}, "ok", t, None, 1, 0.005, "min") for t in times]
+
+    # repeats of a min-decided job: most found the floor, one ran in a slow stretch (+20 %)
+    clear = pick_winner({"a": trials(1000, 1002, 1200, 1001, 1003), "b": trials(1030, 1240, 1031, 1032, 1230)})
+    assert clear.estimator == "min" and clear.median == 1000 and clear.spread == 1
+    assert clear.words() == "clear by 3.0 %" and clear.noise == pytest.approx(0.001)
+    # b found its floor once: it is not known to better than its next repeat, so they tie
+    tie = pick_winner({"a": trials(1000, 1002, 1001), "b": trials(990, 1200, 1190)})
+    assert tie.decided == "tie" and set(tie.tied) == {"a", "b"} and tie.words() == "tie with b"
 
 
 def test_counters_that_are_time_by_another_name_are_left_out():

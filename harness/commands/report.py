@@ -151,10 +151,11 @@ def _formats(formats) -> list:
 
 def apply_winners(best, df, winners: dict):
     """Replace a shape's best row with its noise-aware winner (re-measured interleaved by
-    `harness tune`): its median and spread are those of the re-measure."""
+    `harness tune`): its deciding time (``time_ns``) and spread are those of the re-measure
+    (winners.json ``median_ns``: the winner's deciding time over the repeats)."""
     import pandas as pd
 
-    from remote_agent.contract import OK
+    from remote_agent.contract import OK, TIME, deciding_time
 
     if not winners or best.empty:
         return best.assign(decided=None) if not best.empty else best
@@ -166,8 +167,8 @@ def apply_winners(best, df, winners: dict):
                        & (df["device"] == row["device"]) & (df["status"] == OK)]
             if len(match):
                 new = match.iloc[-1].copy()
-                new["tflops"] = float(new["tflops"]) * float(new["time_ns_median"]) / float(w["median_ns"])
-                new["time_ns_median"] = float(w["median_ns"])
+                new["tflops"] = float(new["tflops"]) * deciding_time(new) / float(w["median_ns"])
+                new[TIME] = float(w["median_ns"])
                 new["spread_ns"] = float(w["spread_ns"])
                 new["tied_with"] = max(0, len(w.get("tied") or []) - 1)
                 new["decided"] = w.get("decided")

@@ -8,14 +8,17 @@ import typer
 
 from .. import state, ui
 from ..errors import HarnessError
+from ..run import ESTIMATOR_HELP, MAX_TIME_HELP
 from .common import ROOT, TargetsOpt, kernel_of, pick_target
 
 
-def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise=0.01, max_time=0.5):
+def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise=0.01, max_time=0.5,
+                 estimator=None):
     from ..run import RunOptions
 
     return RunOptions(warmup=warmup, iters=iters, timeout=timeout, rerun_all=rerun_all, profiler=profiler,
-                      devices=devices, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time)
+                      devices=devices, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time,
+                      estimator=estimator)
 
 
 def run(
@@ -25,8 +28,9 @@ def run(
     kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel bundle to run (default: the last built)"),
     warmup: int = typer.Option(2, "--warmup", help="untimed runs before timing"),
     iters: int = typer.Option(10, "--iters", help="at least this many timed samples per variant and shape"),
-    max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the median settles under this (0.01: 1%)"),
-    max_time: float = typer.Option(0.5, "--max-time", help="seconds of sampling per variant and shape at most (once --iters samples are in)"),
+    max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the deciding estimator settles under this (0.01: 1%)"),
+    max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP, show_default=False),
+    estimator: Optional[str] = typer.Option(None, "--estimator", help=ESTIMATOR_HELP, show_default=False),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape before it counts as timeout"),
     rerun_all: bool = typer.Option(False, "--all", help="re-run rows already measured (default: resume)"),
     profiler: Optional[str] = typer.Option(None, "--profiler", help="override the target's profiler (perf, wallclock, events, ncu, rocprof)"),
@@ -39,11 +43,13 @@ def run(
     With --remote the agent runs on the target over one SSH command (on a Slurm target, one job
     array of slurm.tasks chunks, dead tasks submitted again); without, it runs here (under the
     target's run_under, e.g. qemu). An interrupted run resumes where it stopped."""
-    from ..run import run_local, run_remote
+    from ..run import run_local, run_remote, timing_choice
     from ..transport import for_hosts
 
-    options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise, max_time)
     tgt = _target(name, remote, target, targets_file)
+    estimator, max_time = timing_choice(tgt, estimator, max_time)
+    options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise, max_time,
+                           estimator)
     if not (remote and tgt.is_remote):
         _check_perf_here(tgt, profiler)
     kern = kernel_of(tgt.name, kernel)

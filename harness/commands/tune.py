@@ -10,6 +10,7 @@ import typer
 
 from .. import ui
 from ..errors import HarnessError
+from ..run import ESTIMATOR_HELP, MAX_TIME_HELP
 from .common import ROOT, TargetsOpt, pick_build_target, require, require_triton
 
 STRATEGY_HELP = "exhaustive (every config), random, halving (brief runs, the best re-run longer), bayes (optuna " \
@@ -29,8 +30,9 @@ def tune(
     compile_timeout: float = typer.Option(120.0, "--compile-timeout", help="seconds per compile"),
     warmup: int = typer.Option(2, "--warmup"),
     iters: int = typer.Option(10, "--iters", help="at least this many timed samples (a halving rung k takes eta^k times as many)"),
-    max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the median settles under this (0.01: 1%)"),
-    max_time: float = typer.Option(0.5, "--max-time", help="seconds of sampling per variant and shape at most (once --iters samples are in)"),
+    max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the deciding estimator settles under this (0.01: 1%)"),
+    max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP, show_default=False),
+    estimator: Optional[str] = typer.Option(None, "--estimator", help=ESTIMATOR_HELP, show_default=False),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape"),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help=STRATEGY_HELP),
     budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included (default: 96 with the default strategy on GPU targets, else none)"),
@@ -62,7 +64,7 @@ def tune(
     from .. import kernels
     from ..build import BuildOptions
     from ..rounds import Session, remeasure_rows, search, shape_history
-    from ..run import RunOptions
+    from ..run import RunOptions, timing_choice
     from ..space import load_space_file
     from ..strategies import STRATEGIES, default_for
     from .build import build, read_shapes
@@ -87,6 +89,7 @@ def tune(
         require("optuna", "--strategy bayes", "pip install 'optuna>=4'")
     tgt = pick_build_target(target, targets_file)
     target = tgt.name
+    estimator, max_time = timing_choice(tgt, estimator, max_time)
     if tgt.is_gpu:
         require_triton(tgt)
     kern = kernels.get(kernel)
@@ -100,7 +103,7 @@ def tune(
                 strategy, ", --budget %d per shape" % budget if budget else ""))
     build_options = BuildOptions(jobs=jobs, compile_timeout=compile_timeout)
     run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout, min_time_ms=min_time_ms,
-                             max_noise=max_noise, max_time=max_time)
+                             max_noise=max_noise, max_time=max_time, estimator=estimator)
     if agent not in ("long-lived", "per-round"):
         raise HarnessError("--agent %s: choose long-lived or per-round" % agent)
     long_lived = agent == "long-lived" and not getattr(tgt, "slurm", None)  # Slurm runs rounds as its jobs
@@ -114,7 +117,7 @@ def tune(
             call(push, target=target, kernel=kern.name, targets_file=targets_file)
         call(run, remote=tgt.is_remote, target=target, kernel=kern.name, warmup=warmup, iters=iters,
              timeout=timeout, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time,
-             targets_file=targets_file)
+             estimator=estimator, targets_file=targets_file)
         if top:
             from ..bundle import Manifest, bundle_dir
 
@@ -161,8 +164,9 @@ def _remeasure(session, space, histories, top, repeats) -> None:
     winners = remeasure_winners(session, space, histories, top, repeats)
     for sid, w in winners.items():
         noise = "" if w.get("noise") is None else ", noise %.2f %%" % (100.0 * w["noise"])
-        ui.out.print("  %s: %s, median %.4g us%s, spread %.4g us (%.1f %%), %s" % (
-            sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w["median_ns"] / 1e3, noise,
+        ui.out.print("  %s: %s, %s %.4g us%s, spread %.4g us (%.1f %%), %s" % (
+            sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w.get("estimator", "median"),
+            w["median_ns"] / 1e3, noise,
             w["spread_ns"] / 1e3, 100.0 * w["rel_spread"], entry_words(w)))
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from remote_agent.contract import ADDED_IN_SCHEMA_2, CONFIG_PREFIX, OK, READABLE_RESULTS_SCHEMAS
+from remote_agent.contract import ADDED_SINCE_SCHEMA_1, CONFIG_PREFIX, OK, READABLE_RESULTS_SCHEMAS, TIME
 
 from ..errors import HarnessError
+from .common import deciding_spreads, deciding_times
 
 KEY = ["variant_id", "shape_id", "device"]
 
@@ -27,7 +28,7 @@ def load_results(paths) -> pd.DataFrame:
         if missing or not schemas <= set(READABLE_RESULTS_SCHEMAS):
             raise HarnessError("results written by another schema version (this harness reads %s)"
                                % ", ".join(map(str, READABLE_RESULTS_SCHEMAS)), where=str(path))
-        for col in ADDED_IN_SCHEMA_2:  # a schema-1 file: the columns it lacks are empty
+        for col in ADDED_SINCE_SCHEMA_1:  # schema 1 and 2 files: the columns they lack are empty
             if col not in frame.columns:
                 frame[col] = None
         frames.append(frame)
@@ -43,21 +44,24 @@ def config_columns(df: pd.DataFrame) -> list:
 
 
 def best_per_shape(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (shape, device): the fastest ok config by median time.
+    """One row per (shape, device): the fastest ok config by its deciding time (``time_ns``:
+    the minimum on CPU targets, the median on GPU targets; the median in older files).
 
-    Candidates whose median is within the measured spread (p80 - p20) of the fastest are a
-    tie; a tie goes to the lowest spread, then the lowest median. Adds columns ``spread_ns``
-    and ``tied_with`` (how many others were within the spread)."""
+    Candidates whose time is within the measured spread (common.deciding_spreads) of the fastest
+    are a tie; a tie goes to the lowest spread, then the lowest time. Fills ``time_ns`` where
+    older files lack it and adds columns ``spread_ns`` and ``tied_with`` (how many others were
+    within the spread)."""
     ok = df[df["status"] == OK].copy()
     if ok.empty:
         return ok.assign(spread_ns=[], tied_with=[])
-    ok["spread_ns"] = ok["time_ns_p80"] - ok["time_ns_p20"]
+    ok[TIME] = deciding_times(ok)
+    ok["spread_ns"] = deciding_spreads(ok)
     rows = []
     for _, group in ok.groupby(["shape_id", "device"], sort=True):
-        fastest = group.loc[group["time_ns_median"].idxmin()]
+        fastest = group.loc[group[TIME].idxmin()]
         margin = group["spread_ns"].clip(lower=fastest["spread_ns"])
-        tied = group[group["time_ns_median"] - fastest["time_ns_median"] <= margin]
-        winner = tied.sort_values(["spread_ns", "time_ns_median", "variant_id"]).iloc[0].copy()
+        tied = group[group[TIME] - fastest[TIME] <= margin]
+        winner = tied.sort_values(["spread_ns", TIME, "variant_id"]).iloc[0].copy()
         winner["tied_with"] = len(tied) - 1
         rows.append(winner)
     return pd.DataFrame(rows).reset_index(drop=True)

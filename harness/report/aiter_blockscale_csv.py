@@ -30,7 +30,7 @@ from typing import Optional
 import pandas as pd
 
 from ..errors import HarnessError
-from .common import Meta, config_of, kernel_name, plain, tuned_best
+from .common import Meta, config_of, deciding_time, kernel_name, plain, tuned_best
 
 KEYS = ["gfx", "cu_num", "M", "N", "K"]
 RESULTS = ["libtype", "kernelId", "splitK", "us", "kernelName", "tflops", "bw", "errRatio"]
@@ -73,7 +73,7 @@ def write_tuned_csv(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path) 
 def _row(r, meta: Meta) -> dict:
     config = config_of(r)
     M, N, K = int(r["M"]), int(r["N"]), int(r["K"])
-    us = round(float(r["time_ns_median"]) / 1e3, 4)
+    us = round(deciding_time(r) / 1e3, 4)
     tflops, bw = aiter_tflops_bw(M, N, K, us)
     err = plain(r.get("err_ratio"))
     return {"gfx": meta.arch, "cu_num": meta.cu_num, "M": M, "N": N, "K": K, "libtype": LIBTYPE,

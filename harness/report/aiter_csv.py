@@ -30,7 +30,7 @@ import pandas as pd
 from remote_agent.contract import OK, PRUNED
 
 from ..errors import HarnessError
-from .common import Meta, config_of, kernel_name, kernel_rows, plain, tuned_best
+from .common import Meta, config_of, deciding_time, deciding_times, kernel_name, kernel_rows, plain, tuned_best
 
 KEY_COLUMNS = ["arch", "cu_num", "M", "N", "K"]
 RESULT_COLUMNS = ["kernelId", "splitK", "us", "kernelName", "tflops", "bw", "errRatio"]
@@ -65,7 +65,7 @@ def write_tuned_csv(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path, 
     written = [_write(out, path)]
     if all_path:
         cands = kernel_rows(df[df["status"] != PRUNED]).copy()
-        cands["_t"] = cands["time_ns_median"].where(cands["status"] == OK)
+        cands["_t"] = deciding_times(cands).where(cands["status"] == OK)
         cands = cands.sort_values(["dtype", "layout", "N", "K", "M", "_t"], kind="stable", na_position="last")
         all_rows = [_row(r, meta, extras, header) | {"status": r["status"]} for _, r in cands.iterrows()]
         all_out = pd.DataFrame(all_rows, columns=header + ALL_EXTRA)
@@ -157,7 +157,7 @@ def _row(r, meta: Meta, extras: dict, header: list) -> dict:
     row = {
         "arch": meta.arch, "cu_num": meta.cu_num, "M": int(r["M"]), "N": int(r["N"]), "K": int(r["K"]),
         "kernelId": r["variant_id"], "splitK": config.get("SPLIT_K", 1),
-        "us": round(float(r["time_ns_median"]) / 1e3, 4) if ok else None,
+        "us": round(deciding_time(r) / 1e3, 4) if ok else None,
         "kernelName": kernel_name(r["kernel"], config),
         "tflops": _num(r.get("tflops")) if ok else None, "bw": _num(r.get("gbps")) if ok else None,
         "errRatio": _num(r.get("err_ratio")),

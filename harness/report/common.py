@@ -1,5 +1,10 @@
 """What every tuned-file writer shares: the metadata, library rows, the tuned best per shape,
-config names.
+config names, the time that decides.
+
+The time that decides. Every reader that ranks rows, picks a best row, reports uplift or writes
+a tuned file reads a row's time through ``deciding_times`` (a frame) or ``deciding_time`` (one
+row): the ``time_ns`` column (schema 3: the row's ``estimator``, min on CPU targets and median on
+GPU targets, of its samples), or ``time_ns_median`` for files of schemas 1 and 2.
 
 Library rows. The vendor library's time for a shape (cuBLAS/hipBLASLt through torch, OpenBLAS
 or a plain reference build) is a row of the results CSV like any other, told apart by its
@@ -14,7 +19,7 @@ from typing import Optional
 
 import pandas as pd
 
-from remote_agent.contract import CONFIG_PREFIX, COUNTER_PREFIX, MATMUL_DIMS, OK
+from remote_agent.contract import CONFIG_PREFIX, COUNTER_PREFIX, MATMUL_DIMS, OK, TIME, deciding_time  # noqa: F401
 
 from ..errors import HarnessError
 
@@ -67,6 +72,32 @@ class Meta:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def deciding_times(df: pd.DataFrame) -> pd.Series:
+    """The time that decides of every row (``deciding_time`` for a whole frame), NaN where none."""
+    median = pd.to_numeric(df["time_ns_median"], errors="coerce") if "time_ns_median" in df.columns \
+        else pd.Series(float("nan"), index=df.index)
+    if TIME not in df.columns:
+        return median
+    return pd.to_numeric(df[TIME], errors="coerce").fillna(median)
+
+
+def deciding_spreads(df: pd.DataFrame) -> pd.Series:
+    """How far a row's deciding time may move between measurements: for rows the minimum decided,
+    ``noise`` x time (the spread of the minima of its samples' blocks); else p80 - p20 of the
+    samples."""
+    times = deciding_times(df)
+    spread = pd.to_numeric(df["time_ns_p80"], errors="coerce") - pd.to_numeric(df["time_ns_p20"], errors="coerce")
+    if "estimator" not in df.columns or "noise" not in df.columns:
+        return spread
+    by_min = (df["estimator"] == "min") & pd.to_numeric(df["noise"], errors="coerce").notna()
+    return spread.where(~by_min, pd.to_numeric(df["noise"], errors="coerce") * times)
+
+
+def fastest_row(group: pd.DataFrame):
+    """The row of ``group`` with the smallest deciding time."""
+    return group.loc[deciding_times(group).idxmin()]
 
 
 def is_library(df: pd.DataFrame) -> pd.Series:
@@ -149,8 +180,7 @@ def tuned_best(df: pd.DataFrame, best: Optional[pd.DataFrame] = None) -> pd.Data
     row of ``df`` instead (a tuned file never holds a library row). Several devices: the
     fastest of their rows."""
     ok = kernel_rows(df[df["status"] == OK])
-    fastest = {shape_id: group.loc[group["time_ns_median"].idxmin()]
-               for shape_id, group in ok.groupby("shape_id", sort=False)}
+    fastest = {shape_id: fastest_row(group) for shape_id, group in ok.groupby("shape_id", sort=False)}
     if best is None:
         chosen = fastest
     else:
@@ -159,7 +189,7 @@ def tuned_best(df: pd.DataFrame, best: Optional[pd.DataFrame] = None) -> pd.Data
         for shape_id, group in given.groupby("shape_id", sort=False):
             kernels = kernel_rows(group)
             if len(kernels):
-                chosen[shape_id] = kernels.loc[kernels["time_ns_median"].idxmin()]
+                chosen[shape_id] = fastest_row(kernels)
             elif shape_id in fastest:
                 chosen[shape_id] = fastest[shape_id]
     if not chosen:

@@ -25,7 +25,7 @@ from typing import Optional
 
 import pandas as pd
 
-from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED, finite_float
+from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED, deciding_time, finite_float
 
 from ..errors import HarnessError
 from ..library import is_library_id
@@ -133,7 +133,7 @@ def _from_json(path: Path) -> list:
             config = dict(b["config"])
         except (KeyError, TypeError) as exc:
             raise HarnessError("entry lacks %s" % exc, where=where)
-        t = b.get("time_ns_median")
+        t = b.get("time_ns", b.get("time_ns_median"))  # tuned JSON: the deciding time (older: the median)
         out.append(Entry(shape, config, float(t) / 1e3 if t is not None else None, where))
     return out
 
@@ -174,8 +174,8 @@ def compare(path, kernel, target, root: Path, build_options, run_options, librar
         row = measured.get((tuple(sorted((k, str(v)) for k, v in e.config.items())), e.shape.id))
         lib = library_rows.get(e.shape.id)
         status = row.get("status") if row else "not_run"
-        t = finite_float(row.get("time_ns_median")) if row and status == OK else None
-        lib_t = finite_float(lib.get("time_ns_median")) if lib and lib.get("status") == OK else None
+        t = deciding_time(row) if row and status == OK else None
+        lib_t = deciding_time(lib) if lib and lib.get("status") == OK else None
         p20, p80 = (finite_float(row.get("time_ns_p20")), finite_float(row.get("time_ns_p80"))) if row else (None, None)
         out.append({
             "line": e.where, "shape_id": e.shape.id, "M": e.shape.M, "N": e.shape.N, "K": e.shape.K,

@@ -1,5 +1,5 @@
 """Counter correlation: Pearson r of each profiler counter (``ctr_*``) against kernel time
-(``time_ns_median``) across the variants of a shape, as the Triton-CPU RVV workflow's
+(the deciding time, ``common.deciding_times``) across the variants of a shape, as the Triton-CPU RVV workflow's
 report does with ``perf stat`` counters.
 
 Only ok kernel rows count (library rows are left out), and only where both values are present
@@ -24,7 +24,7 @@ import pandas as pd
 
 from remote_agent.contract import COUNTER_PREFIX, OK
 
-from .common import counter_columns, kernel_rows
+from .common import counter_columns, deciding_times, kernel_rows
 
 COLUMNS = ["shape_id", "counter", "r", "abs_r", "n", "listed"]
 FIXED_FREQUENCY_CV = 0.05
@@ -68,7 +68,7 @@ def counter_correlation(df: pd.DataFrame, threshold: float = 0.8, min_variants: 
     rows = []
     for col in counter_columns(ok):
         values = pd.to_numeric(ok[col], errors="coerce")
-        times = pd.to_numeric(ok["time_ns_median"], errors="coerce")
+        times = deciding_times(ok)
         frame = pd.DataFrame({"shape_id": ok["shape_id"], "x": values, "t": times}).dropna()
         for shape_id, group in frame.groupby("shape_id", sort=True):
             if len(group) < min_variants:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from remote_agent.contract import CONFIG_PREFIX, OK, STATUSES
 
-from .common import Meta, config_columns, config_of, kernel_rows, library_rows, plain
+from .common import Meta, config_columns, config_of, deciding_times, kernel_rows, library_rows, plain
 from .counters import counter_correlation
 from .uplift import library_uplift
 
@@ -143,7 +143,7 @@ def _best_section(df: pd.DataFrame, best, weights, max_err_ratio) -> list:
             ax.set_yscale("log")
         ax.set_xticks(x)
         ax.set_xticklabels(plotted["shape_id"], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("median time (us)")
+        ax.set_ylabel("time (us)")
         ax.set_title("best tuned kernel vs library")
         ax.legend()
         out.append(_img(fig, "best tuned vs library time per shape"))
@@ -158,8 +158,9 @@ def _params_section(df: pd.DataFrame) -> list:
     params = [c for c in config_columns(ok) if ok[c].dropna().nunique() > 1]
     if ok.empty or not params:
         return out + ["<p class=\"note\">No parameter took more than one value among ok results.</p>"]
-    ok["_rel"] = ok["time_ns_median"] / ok.groupby("shape_id")["time_ns_median"].transform("min")
-    out.append("<p class=\"note\">Each point is one variant on one shape: its median time over the "
+    ok["_t"] = deciding_times(ok)
+    ok["_rel"] = ok["_t"] / ok.groupby("shape_id")["_t"].transform("min")
+    out.append("<p class=\"note\">Each point is one variant on one shape: its time (the deciding estimator) over the "
                "shape's best (1 = the best). The line joins the medians per value.</p>")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter
@@ -202,7 +203,7 @@ def _counters_section(df: pd.DataFrame, threshold: float) -> list:
     if corr.empty:
         return out + ["<p class=\"note\">No counter varied over at least 3 ok variants of a shape.</p>"]
     listed = corr[corr["listed"]]
-    out.append("<p class=\"note\">Pearson r of each counter against median time across the variants of a "
+    out.append("<p class=\"note\">Pearson r of each counter against the deciding time across the variants of a "
                "shape; %d of %d (shape, counter) pairs have |r| &ge; %.2f.</p>" % (len(listed), len(corr), threshold))
     if listed.empty:
         return out
@@ -217,7 +218,7 @@ def _counters_section(df: pd.DataFrame, threshold: float) -> list:
             color=[TUNED_COLOR if v > 0 else LIB_COLOR for v in top["r"].to_numpy()[::-1]])
     ax.axvline(0, color="#333", lw=0.8)
     ax.set_xlim(-1, 1)
-    ax.set_xlabel("Pearson r with median time")
+    ax.set_xlabel("Pearson r with time")
     ax.tick_params(axis="y", labelsize=7)
     ax.set_title("counters with |r| >= %.2f" % threshold)
     fig.tight_layout()

@@ -8,6 +8,14 @@ import pandas as pd
 from rich.table import Table
 
 from .aggregate import config_columns
+from .common import deciding_time
+
+
+def _time_header(best: pd.DataFrame) -> str:
+    """The time column's name: the estimator that decided (``min``, ``median``), or ``time``
+    where rows of both kinds are shown."""
+    names = set(best["estimator"].fillna("median")) if "estimator" in best.columns else {"median"}
+    return names.pop() if len(names) == 1 else "time"
 
 
 def best_table(best: pd.DataFrame, counts: dict) -> Table:
@@ -16,13 +24,13 @@ def best_table(best: pd.DataFrame, counts: dict) -> Table:
     cfg_cols = config_columns(best)
     # vector instructions in the kernel (from the bundle's disassembly), when the build counted them
     vec = "vector_instructions" in best.columns and best["vector_instructions"].notna().any()
-    for col in ["shape", "device"] + [_short(c[4:]) for c in cfg_cols] + ["median", "spread", "GFLOP/s", "rel err",
+    for col in ["shape", "device"] + [_short(c[4:]) for c in cfg_cols] + [_time_header(best), "spread", "GFLOP/s", "rel err",
                                                                           "ties"] + (["vec instr"] if vec else []):
         table.add_column(col, justify="right" if col not in ("shape", "device") else "left")
     for _, row in best.iterrows():
         cfg = [str(_int(row[c])) for c in cfg_cols]
         extra = [("-" if pd.isna(row["vector_instructions"]) else str(int(row["vector_instructions"])))] if vec else []
-        table.add_row(row["shape_id"], str(row["device"]), *cfg, _time(row["time_ns_median"]),
+        table.add_row(row["shape_id"], str(row["device"]), *cfg, _time(deciding_time(row)),
                       _time(row["spread_ns"]), "%.2f" % (row["tflops"] * 1e3), "%.1e" % row["rel_err"],
                       str(int(row["tied_with"])), *extra)
     return table
@@ -36,7 +44,7 @@ def winners_table(best: pd.DataFrame, winners: dict) -> Optional[Table]:
     if not winners or "decided" not in best.columns:
         return None
     table = Table(title="noise-aware winners (top candidates re-measured interleaved)")
-    for col in ("shape", "winner", "median", "noise %", "spread %", "decided", "repeats"):
+    for col in ("shape", "winner", _time_header(best), "noise %", "spread %", "decided", "repeats"):
         table.add_column(col, justify="left" if col in ("shape", "winner", "decided") else "right")
     shown = 0
     for _, row in best.iterrows():

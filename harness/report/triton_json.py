@@ -37,7 +37,7 @@ import pandas as pd
 from remote_agent.contract import OK
 
 from ..errors import HarnessError
-from .common import TRITON_NAMES, Meta, config_key, config_of, kernel_rows, tuned_best
+from .common import TRITON_NAMES, Meta, config_key, config_of, deciding_time, kernel_rows, tuned_best
 
 BUCKETS = ("small", "medium_M32", "medium_M64", "medium_M128", "large", "xlarge", "any")
 JSON_NAMES = dict(TRITON_NAMES, SPLIT_K="NUM_KSPLIT")
@@ -158,7 +158,7 @@ def _buckets(best_rows: pd.DataFrame, cands: pd.DataFrame) -> tuple:
 def _bucket_config(rows: list, cands: pd.DataFrame) -> dict:
     if len(rows) == 1:
         return config_of(rows[0])
-    best_time = {int(r["M"]): float(r["time_ns_median"]) for r in rows}
+    best_time = {int(r["M"]): deciding_time(r) for r in rows}
     slowdowns = defaultdict(dict)  # config key -> {M: time / best}
     configs = {}
     for _, c in cands[cands["M"].isin(list(best_time))].iterrows():
@@ -166,7 +166,7 @@ def _bucket_config(rows: list, cands: pd.DataFrame) -> dict:
         k = config_key(cfg)
         configs[k] = cfg
         m = int(c["M"])
-        ratio = float(c["time_ns_median"]) / best_time[m]
+        ratio = deciding_time(c) / best_time[m]
         slowdowns[k][m] = min(ratio, slowdowns[k].get(m, ratio))
     full = [(sum(v.values()) / len(v), k) for k, v in slowdowns.items() if len(v) == len(best_time)]
     if full:

@@ -24,7 +24,7 @@ import yaml
 
 from ..errors import HarnessError
 from ..shapes.tune_gemm_yaml import major_value
-from .common import TRITON_NAMES, Meta, config_of, tuned_best
+from .common import TRITON_NAMES, Meta, config_of, deciding_time, tuned_best
 
 HEADER = "# harness tuned configs"
 _META = re.compile(r"^#\s*(arch|device|cu_num|driver|toolchain|triton)\s*:\s*(.*?)\s*$")
@@ -44,7 +44,7 @@ def write_tuned_yaml(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path)
                  "rowMajorA": major_value(row["layout"][0]), "rowMajorB": major_value(row["layout"][1]),
                  "dtype": str(row["dtype"])}
         entry.update({TRITON_NAMES.get(k, k): v for k, v in config_of(row).items()})
-        us = float(row["time_ns_median"]) / 1e3
+        us = deciding_time(row) / 1e3
         tflops = 2.0 * entry["M"] * entry["N"] * entry["K"] / (us * 1e-6) / 1e12
         lines.append("- %s # TFLOPS: %s time(us): %s" % (_flow(entry), _fmt(tflops), _fmt(us)))
     path = Path(path)

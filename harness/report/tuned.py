@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from .aggregate import config_columns
-from .common import dim_columns
+from .common import deciding_time, dim_columns
+from remote_agent.contract import deciding_estimator
 
 
 def write_tuned(df: pd.DataFrame, best: pd.DataFrame, out_dir: Path, kernel: str, meta: dict) -> tuple:
@@ -25,7 +26,8 @@ def write_tuned(df: pd.DataFrame, best: pd.DataFrame, out_dir: Path, kernel: str
             "dtype": row["dtype"], "layout": _plain(row["layout"]) if not pd.isna(row["layout"]) else "",
             "device": row["device"],
             "config": {c[len("cfg_"):]: _plain(row[c]) for c in cfg_cols if not pd.isna(row[c])},
-            "variant_id": row["variant_id"], "time_ns_median": float(row["time_ns_median"]),
+            "variant_id": row["variant_id"], "time_ns": deciding_time(row),
+            "estimator": deciding_estimator(row), "time_ns_median": float(row["time_ns_median"]),
             "spread_ns": float(row["spread_ns"]), "tied_with": int(row["tied_with"]),
             "tflops": float(row["tflops"]), "rel_err": float(row["rel_err"]),
         })

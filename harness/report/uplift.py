@@ -30,7 +30,7 @@ import pandas as pd
 from remote_agent.contract import OK
 
 from ..errors import HarnessError
-from .common import dim_columns, library_rows, tuned_best
+from .common import deciding_time, dim_columns, fastest_row, library_rows, tuned_best
 
 COLUMNS = ["shape_id", "M", "N", "K", "dtype", "layout", "weight", "library", "library_ns", "tuned_variant",
            "tuned_ns", "speedup", "uplift_pct", "err_ratio", "kept", "reason", "uses"]  # matmul's; other kernels: columns()
@@ -77,7 +77,7 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
     lib = library_rows(df[df["status"] == OK])
     lib_best = {}
     for shape_id, group in lib.groupby("shape_id", sort=False):
-        lib_best[shape_id] = group.loc[group["time_ns_median"].idxmin()]
+        lib_best[shape_id] = fastest_row(group)
     shapes = list(tuned["shape_id"]) + [s for s in lib_best if s not in set(tuned["shape_id"])]
     by_id = {r["shape_id"]: r for _, r in tuned.iterrows()}
     rows = []
@@ -88,9 +88,9 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
         row = {"shape_id": shape_id, **{d: int(ref[d]) for d in dims},
                "dtype": ref["dtype"], "layout": ref["layout"], "weight": w.get(shape_id, 1.0 if not w else 0.0),
                "library": l["variant_id"] if l is not None else None,
-               "library_ns": float(l["time_ns_median"]) if l is not None else None,
+               "library_ns": deciding_time(l) if l is not None else None,
                "tuned_variant": t["variant_id"] if t is not None else None,
-               "tuned_ns": float(t["time_ns_median"]) if t is not None else None,
+               "tuned_ns": deciding_time(t) if t is not None else None,
                "err_ratio": _float(t.get("err_ratio")) if t is not None else None}
         if t is not None and l is not None:
             row["speedup"] = row["library_ns"] / row["tuned_ns"]

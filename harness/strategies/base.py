@@ -27,10 +27,11 @@ class Trial:
 
     config: dict
     status: str = OK
-    time_ns: Optional[float] = None  # the measured time (median of its iterations); None unless ok
+    time_ns: Optional[float] = None  # the measured time (the deciding estimator of its samples); None unless ok
     spread_ns: Optional[float] = None  # p80 - p20 of its iterations, where known
     fidelity: int = 1  # how long it was measured, in units of the briefest measurement
-    noise: Optional[float] = None  # relative standard error of its median (results column noise), where known
+    noise: Optional[float] = None  # the noise of its deciding estimator (results column noise), where known
+    estimator: Optional[str] = None  # min or median (results column estimator); None: median
 
     @property
     def ok(self) -> bool:

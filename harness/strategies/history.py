@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Iterable, Optional
 
-from remote_agent.contract import CONFIG_PREFIX, PRUNED, finite_float
+from remote_agent.contract import CONFIG_PREFIX, PRUNED, deciding_estimator, deciding_time, finite_float
 
 from .base import OK, Trial, key
 
@@ -51,12 +51,13 @@ def row_config(row: dict, space: Optional[dict] = None) -> dict:
 
 def row_trial(row: dict, space: Optional[dict] = None) -> Trial:
     status = row.get("status") or "crash"
-    t = finite_float(row.get("time_ns_median"))
+    t = deciding_time(row)
     p20, p80 = finite_float(row.get("time_ns_p20")), finite_float(row.get("time_ns_p80"))
     spread = (p80 - p20) if (p20 is not None and p80 is not None) else None
     ok = status == OK and t is not None
     return Trial(row_config(row, space), status if (ok or status != OK) else "crash",
-                 t if ok else None, spread if ok else None, 1, finite_float(row.get("noise")) if ok else None)
+                 t if ok else None, spread if ok else None, 1, finite_float(row.get("noise")) if ok else None,
+                 deciding_estimator(row) if ok else None)
 
 
 def trials_from_rows(rows: Iterable[dict], space: Optional[dict] = None, shape_id: Optional[str] = None,

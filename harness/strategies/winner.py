@@ -6,16 +6,25 @@ each candidate once; the order rotates so no candidate always runs first after a
 before one). Slow drift (clocks, temperature, a neighbour's load) then hits every candidate
 alike instead of whichever ran last.
 
-Decision (``pick_winner``), with the median and the spread of every candidate: the spread is
-p80 - p20 of its repeated measurements, or, when larger, what the repeats' own measurements
-say it should be at least (five or seven repeats alone underestimate it): for repeats that carry
-the noise of their median (results column ``noise``, the agent's adaptive measurement),
-NOISE_TO_SPREAD times the median noise in ns (p80 - p20 of normal medians is 1.68 of their
-standard error); for older rows without it, the median of their own p80 - p20:
-  1. The leader is the candidate with the lowest median.
-  2. A candidate is *tied* with the leader when the gap between their medians is not more than
+Decision (``pick_winner``), with the time and the spread of every candidate, both of the
+estimator that decided its repeats (results column ``estimator``; ``candidate_stats``):
+- ``median`` (GPU targets, older rows): the time is the median of the repeats' times; the spread
+  is p80 - p20 of them, or, when larger, what the repeats' own measurements say it should be at
+  least (five or seven repeats alone underestimate it): for repeats that carry the noise of
+  their median (results column ``noise``, the agent's adaptive measurement), NOISE_TO_SPREAD
+  times the median noise in ns (p80 - p20 of normal medians is 1.68 of their standard error);
+  for older rows without it, the median of their own p80 - p20.
+- ``min`` (CPU targets): the time is the smallest of the repeats' minima (a neighbour only ever
+  slows a measurement down, so the lowest floor seen is the kernel's); the spread is how well
+  that floor reproduced: the second smallest repeat minus the smallest. Two repeats that found
+  the same floor make it small; a floor seen once makes it as large as the slowdown the other
+  repeats suffered, and the candidate ties with everything within it.
+The candidate's *noise* is its spread over its time for ``min``, the median of its repeats'
+noise for ``median``.
+  1. The leader is the candidate with the lowest time.
+  2. A candidate is *tied* with the leader when the gap between their times is not more than
      the larger of their two spreads. With no tied candidate the leader wins outright ("clear",
-     with its margin: how much slower the next candidate is, in percent of the winner's median;
+     with its margin: how much slower the next candidate is, in percent of the winner's time;
      never negative). With tied candidates the result is a "tie" and has no margin.
   3. Tie rule (default, ``tie_rule="id"``): the smallest config id among the leader and its tied
      candidates wins. They are indistinguishable by the measurements, so the rule must not depend
@@ -67,11 +76,13 @@ def quantile(values: Sequence[float], q: float) -> float:
 @dataclass
 class CandidateStats:
     id: str
-    median: float
-    spread: float  # p80 - p20 of its repeats, or the median in-run p80 - p20 when larger
+    median: float  # its deciding time over the repeats: the median, or the min where the minimum decides
+    spread: float  # see the module docstring
     repeats: int
     failed: int = 0
     samples: List[float] = field(default_factory=list)
+    estimator: str = "median"
+    noise: Optional[float] = None  # relative noise of its deciding time (module docstring)
 
     @property
     def rel_spread(self) -> float:
@@ -81,14 +92,16 @@ class CandidateStats:
 @dataclass
 class Winner:
     id: str
-    median: float
+    median: float  # its deciding time (CandidateStats.median)
     spread: float
     decided: str  # "clear": beat every other candidate by more than the spread; "tie": tie rule
     tied: List[str]  # the leader and its tied candidates (just the winner when clear)
     runner_up: Optional[str]
     margin: Optional[float]  # clear: the runner-up's median minus the winner's (> 0); tie: None
     rule: str  # how it was decided, in words
-    table: List[CandidateStats]  # every candidate, fastest median first
+    table: List[CandidateStats]  # every candidate, fastest first
+    estimator: str = "median"
+    noise: Optional[float] = None  # the winner's CandidateStats.noise
 
     @property
     def rel_spread(self) -> float:
@@ -117,8 +130,12 @@ def decision_words(decided: str, margin_pct: Optional[float], tied_with: Sequenc
 
 
 def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
-    """``samples``: times (floats) or Trials of one candidate's repeats."""
-    times, inner, noise, failed = [], [], [], 0
+    """``samples``: times (floats) or Trials of one candidate's repeats. Trials whose minimum
+    decided (``estimator == "min"``, all of them) are judged by their minimum; the rest (and
+    plain floats) by their median."""
+    times, inner, noise, rel_noise, failed = [], [], [], [], 0
+    trials = [s for s in samples if isinstance(s, Trial) and s.ok]
+    by_min = bool(trials) and all(t.estimator == "min" for t in trials)
     for s in samples:
         if isinstance(s, Trial):
             if not s.ok:
@@ -127,6 +144,7 @@ def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
             times.append(float(s.time_ns))
             if s.noise is not None:
                 noise.append(NOISE_TO_SPREAD * float(s.noise) * float(s.time_ns))
+                rel_noise.append(float(s.noise))
             elif s.spread_ns is not None:
                 inner.append(float(s.spread_ns))
         elif s is None:
@@ -135,6 +153,8 @@ def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
             times.append(float(s))
     if not times:
         return CandidateStats(cid, float("inf"), float("inf"), 0, failed, [])
+    if by_min:
+        return min_stats(cid, times, failed)
     if len(times) >= 3:
         spread = quantile(times, 0.8) - quantile(times, 0.2)
     elif len(times) == 2:
@@ -145,7 +165,16 @@ def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
         spread = max(spread, statistics.median(noise))
     elif inner:  # older rows: their own p80 - p20 (over their iterations)
         spread = max(spread, statistics.median(inner))
-    return CandidateStats(cid, statistics.median(times), spread, len(times), failed, times)
+    return CandidateStats(cid, statistics.median(times), spread, len(times), failed, times,
+                          noise=statistics.median(rel_noise) if rel_noise else None)
+
+
+def min_stats(cid: str, times: Sequence[float], failed: int = 0) -> CandidateStats:
+    """A candidate judged by its minimum: the smallest repeat, spread to the second smallest."""
+    low = sorted(times)
+    spread = (low[1] - low[0]) if len(low) >= 2 else 0.0
+    return CandidateStats(cid, low[0], spread, len(low), failed, list(times), "min",
+                          spread / low[0] if (low[0] and len(low) >= 2) else None)
 
 
 def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "id",
@@ -178,7 +207,7 @@ def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "id",
     runner = min(rest, key=lambda c: (c.median, c.id)) if rest else None
     margin = (runner.median - win.median) if (runner and decided == "clear") else None
     return Winner(win.id, win.median, win.spread, decided, [c.id for c in tied],
-                  runner.id if runner else None, margin, rule, table)
+                  runner.id if runner else None, margin, rule, table, win.estimator, win.noise)
 
 
 def entry_words(entry: Mapping, short=None) -> str:

@@ -7,14 +7,15 @@ measures (so that the two agree, bench/timing_fidelity.py):
      launches), so clocks and power settle where a sustained run puts them;
   3. count: enough flushed launches for ``min_time_ms`` (flush included, as do_bench's ``rep``),
      at least ``iters``, at most MAX_ITERS; then more, CHUNK at a time, until remote_agent/measure.py's
-     Stopper is done (the noise of the median settled under ``max_noise``, or ``max_time`` spent):
+     Stopper is done (the noise of the deciding estimator, the median unless the run says
+     ``estimator: min``, settled under ``max_noise``, or ``max_time`` spent):
      the rule every runner uses. A sample is one launch (the flush between launches is what makes
      it read DRAM, as do_bench); the event timer's resolution is about 0.5 us;
   4. each timed launch: write the flush buffer (larger than L2, so every launch reads its inputs
      from device memory), record a start event, launch, record an end event, all on one stream;
      with the flush off (HARNESS_GPU_FLUSH=0) the runner rotates copies of inputs that fit in L2
      instead;
-  5. one synchronize; per-launch times from event pairs; the runner takes median and quantiles.
+  5. one synchronize; per-launch times from event pairs; the runner takes the estimator and quantiles.
 
 Counter columns for events are the function's registers and local (spill) bytes, read from the
 driver (CUDA; empty on HIP, never 0).
@@ -64,7 +65,8 @@ class EventsProfiler(object):
         n = max(iters, int(min_ms / per) if per > 0 else iters)
         n = min(n, MAX_ITERS)
         stopper = measure.Stopper(float(self.options.get("max_noise", measure.DEFAULT_MAX_NOISE)),
-                                  float(self.options.get("max_time", measure.DEFAULT_MAX_TIME)), min_samples=n)
+                                  float(self.options.get("max_time", measure.DEFAULT_MAX_TIME)), min_samples=n,
+                                  estimator=self.options.get("estimator") or measure.MEDIAN)
         done = 0
         while not stopper.done():
             chunk = n if done == 0 else CHUNK

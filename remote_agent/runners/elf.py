@@ -5,8 +5,9 @@ operands' files and element counts and its scalar arguments in the manifest's or
 answer and prints one line ``HARNESS_RESULT {json}`` (error figures, timer resolution); then it
 times as many calls as this runner writes on its stdin, one count per line, answering
 ``HARNESS_SAMPLE <ns>`` each. The runner decides, with remote_agent/measure.py: one call to
-estimate, a warm-up (the same rule for every variant), the calls per sample, and samples until
-the noise settles or the time cap is spent. Exit code 3 means the program could not load its
+estimate, a warm-up (the same rule for every variant: longer where the minimum decides), the
+calls per sample, and samples until the noise of the deciding estimator (``estimator``: min by
+default on CPUs) settles or the time cap is spent. Exit code 3 means the program could not load its
 data. A signal, a missing result line or a timeout are statuses.
 
 The process (and whatever wraps it: perf, qemu) is pinned to one core where the OS allows
@@ -36,7 +37,7 @@ MAX_REMEASURE = 2
 
 class ElfRunner:
     def __init__(self, bundle_dir, manifest, profiler, run_under=None, timeout=60.0, scratch_dir=None,
-                 max_noise=measure.DEFAULT_MAX_NOISE, max_time=measure.DEFAULT_MAX_TIME, pin_cpu="auto"):
+                 max_noise=measure.DEFAULT_MAX_NOISE, max_time=None, pin_cpu="auto", estimator=measure.MIN):
         self.bundle = os.path.abspath(bundle_dir)
         self.manifest = manifest
         self.profiler = profiler
@@ -44,6 +45,7 @@ class ElfRunner:
         self.timeout = timeout
         self.tolerances = manifest["tolerances"]
         self.scratch_dir = scratch_dir  # perf output goes here: the agent writes only in its workdir
+        self.estimator = measure.check_estimator(estimator)
         self.max_noise, self.max_time = max_noise, max_time
         self.cpus = pick_cpus(pin_cpu, int(manifest["target"].get("threads") or 1))
 
@@ -133,11 +135,12 @@ class ElfRunner:
         """One call to estimate, the warm-up, then samples of ``batch`` calls until the
         Stopper is done. Returns ((per-call sample times, batch), calls made in all)."""
         first = _sample(proc, lines, 1)
-        n_warm = measure.warmup_calls(first, warmup)
+        n_warm = measure.warmup_calls(first, warmup, measure.MIN_WARM_NS if self.estimator == measure.MIN
+                                      else measure.WARM_NS)
         if n_warm:
             _sample(proc, lines, n_warm)
         batch = measure.batch_size(first, check.get("resolution_ns", 1))
-        stopper = measure.Stopper(self.max_noise, self.max_time, iters)
+        stopper = measure.Stopper(self.max_noise, self.max_time, iters, estimator=self.estimator)
         while not stopper.done():
             stopper.add(_sample(proc, lines, batch) / batch)
         return (stopper.samples, batch), 2 + n_warm + batch * len(stopper.samples)
@@ -155,7 +158,7 @@ class ElfRunner:
             row.update(status=contract.CRASH, message=_crash_message(returncode, err))
             return row
         if times:
-            row.update(measure.summarize(times[0], times[1]))
+            row.update(measure.summarize(times[0], times[1], self.estimator))
         row.update(rel_err=result["rel_err"], max_abs_err=result["max_abs_err"], err_ratio=result["err_ratio"])
         tol = self.tolerances["rel_err"][shape["dtype"]]
         if not (result["rel_err"] <= tol):  # NaN fails too

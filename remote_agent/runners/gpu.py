@@ -22,7 +22,7 @@ import json
 import os
 import sys
 
-from .. import contract
+from .. import contract, measure
 from ..errors import AgentError
 from .gpu_api import GpuError, api_for
 from .gpu_library import library_plan
@@ -56,9 +56,11 @@ class GpuRunner(object):
         return library_plan(self.manifest, selected)
 
     def worker_options(self):
+        estimator = _opt(self.options, "estimator", None) or measure.default_estimator(self.manifest["target"]["backend"])
         return {"profiler": self.profiler.name, "warmup": _opt(self.options, "warmup", 2),
                 "iters": _opt(self.options, "iters", 10), "min_time_ms": _opt(self.options, "min_time_ms", 100.0),
-                "max_noise": _opt(self.options, "max_noise", 0.01), "max_time": _opt(self.options, "max_time", 0.5),
+                "max_noise": _opt(self.options, "max_noise", 0.01), "estimator": estimator,
+                "max_time": _opt(self.options, "max_time", measure.default_max_time(estimator)),
                 "timeout": _opt(self.options, "timeout", 60.0),
                 "reference": os.environ.get("HARNESS_GPU_REFERENCE", "auto")}
 

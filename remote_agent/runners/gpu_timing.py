@@ -6,7 +6,7 @@ remote_agent/profilers/events.py. Standard library only."""
 import os
 
 from .. import contract
-from ..stats import summarize
+from ..stats import MEDIAN, summarize
 from .gpu_clocks import Clocks, reason_words, throttled
 from .gpu_launch import cdiv
 
@@ -77,7 +77,7 @@ def check_and_time(worker, data, shape, launch, counters, kernel, variant, grid)
         return result
 
     measured = timed_unthrottled(worker, launch, kernel, variant, shape, grid, result)
-    result.update(summarize(measured["times_ns"]))
+    result.update(summarize(measured["times_ns"], estimator=worker.options.get("estimator") or MEDIAN))
     for k, v in measured.get("counters", {}).items():
         result["ctr:" + k] = v
     # the last timed launch's C must still be right (split-K races, stale workspace)

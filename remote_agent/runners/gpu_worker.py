@@ -21,7 +21,7 @@ import sys
 import time
 
 from .. import contract
-from ..stats import summarize
+from ..stats import MEDIAN, summarize
 from .gpu_api import GpuError, api_for
 from .gpu_launch import Kernel, cdiv, specialization_problem
 from .gpu_library import run_library
@@ -313,7 +313,7 @@ def _wrapped_worker(bundle, manifest, options, infile, outfile):
                 if not times:
                     result.update(status=contract.CRASH, message="%s recorded no launch of %s" % (
                         profiler.name, request["variant"]["launch"]["entry"]))
-                result.update(summarize(times))
+                result.update(summarize(times, estimator=options.get("estimator") or MEDIAN))
                 for k, v in counters.items():
                     result["ctr:" + k] = v
             if os.environ.get("HARNESS_KEEP_PROFILES"):
