@@ -48,6 +48,7 @@ class Stats:
     measure_wall: float = 0.0  # rounds' wall time on the agents (the slowest host of each round)
     busy_seconds: dict = field(default_factory=dict)  # device -> seconds a job ran there (every device listed)
     restarts: int = 0
+    devices: dict = field(default_factory=dict)  # machine -> devices its agent measures on (known after a round)
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Bridge:
         self.chan = t._channel(command)
         self.out = self.chan.makefile("rb")
         self.lock = threading.Lock()
+        self.send_lock = threading.Lock()  # a round is sent from its build's thread while others wait
         self.replies, self.events = {}, {}
         self.next_id = 0
         self.closed = None
@@ -97,7 +99,8 @@ class Bridge:
             rid = self.next_id
             event = self.events[rid] = threading.Event()
         try:
-            self.chan.sendall((json.dumps(dict(request, id=rid)) + "\n").encode())
+            with self.send_lock:  # one request's line at a time: a big one goes out in several packets
+                self.chan.sendall((json.dumps(dict(request, id=rid)) + "\n").encode())
         except Exception as exc:
             raise ConnectionLost("lost the connection to %s (%s)" % (self.label, exc))
         event.wait()
@@ -297,6 +300,7 @@ class AgentSession:
         for (lane, _), reply in zip(ticket.parts, replies):
             done = reply["done"]
             self.stats.measure_seconds += float(done.get("seconds") or 0.0)
+            self.stats.devices[lane.label] = len(done.get("devices") or []) or 1
             busy = done.get("busy") or {}
             for device in (set(busy) | set(done.get("devices") or [])) if busy else ():  # GPU workers only
                 key = "%s %s" % (lane.label, device) if len(self.lanes) > 1 else device

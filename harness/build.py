@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -24,7 +25,9 @@ class BuildOptions:
     space: Optional[dict] = None  # overrides the kernel's space
     frontend: str = "auto"  # cpu: cpp or triton-cpu; gpu: triton
     from_ir: Optional[str] = None  # triton-cpu: import IR directories made elsewhere
-    only_configs: Optional[list] = None  # build exactly these configs (a search strategy's round)
+    only_configs: Optional[list] = None  # build exactly these configs, for every shape
+    only_pairs: Optional[list] = None  # build exactly these (config, shape id) pairs (a search's round)
+    progress: bool = True  # the compile bar (off for rounds built while others are)
 
 
 @dataclass
@@ -83,7 +86,41 @@ def plan(kernel, target, shapes, space, compiler):
     return variants, jobs, pruned
 
 
+def plan_pairs(kernel, target, pairs, compiler):
+    """``plan`` for exactly the (config, [shapes]) ``pairs``: each config is built for the
+    specializations of its own shapes only (a config one shape asked for is not compiled for the
+    others' specializations)."""
+    variants, jobs, pruned = {}, [], []
+    for cfg, cfg_shapes in pairs:
+        v, j, p = plan(kernel, target, cfg_shapes, {k: [val] for k, val in cfg.items()}, compiler)
+        variants.update(v)
+        jobs += j
+        pruned += p
+    return variants, jobs, pruned
+
+
 def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSummary:
+    """Build and save the bundle (manifest.json, the target's state)."""
+    summary = compile_bundle(kernel, target, shapes, root, options)
+    save_bundle(summary.manifest, root, target)
+    return summary
+
+
+_bundle_lock = threading.Lock()  # builds of overlapping rounds write one manifest.json and state file
+
+
+def save_bundle(manifest: Manifest, root: Path, target) -> None:
+    """Write the bundle's manifest.json and record it in the target's state (one build at a time)."""
+    out = bundle_dir(root, target.name, manifest.kernel)
+    with _bundle_lock:
+        manifest.save(out)
+        state.record(root, target.name, kernel=manifest.kernel, bundle=str(out.relative_to(root)))
+
+
+def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSummary:
+    """Plan, compile and describe the bundle; the manifest is returned, not saved. Several may
+    run at once (rounds built while others are): they share the compile pool, and a variant two
+    of them want is compiled once."""
     import time
 
     start = time.monotonic()
@@ -92,20 +129,19 @@ def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSum
     compiler = compiler_for(kernel, target, out, options.frontend, options.from_ir, options.jobs)
     space = options.space or kernel.space_for(target)
     only_configs = options.only_configs
-    if only_configs is None:
+    if only_configs is None and options.only_pairs is None:
         only_configs = getattr(compiler, "fixed_configs", None)  # imported IR decides the configs
-    if only_configs is not None:
-        space_configs = only_configs
-        variants, jobs, pruned = {}, [], []
-        for cfg in space_configs:
-            v, j, p = plan(kernel, target, shapes, {k: [val] for k, val in cfg.items()}, compiler)
-            variants.update(v)
-            jobs += j
-            pruned += p
+    if options.only_pairs is not None:
+        by_id = {s.id: s for s in shapes}
+        variants, jobs, pruned = plan_pairs(kernel, target, [(cfg, [by_id[sid]]) for cfg, sid in options.only_pairs],
+                                            compiler)
+        config_names = list(dict.fromkeys(k for cfg, _ in options.only_pairs for k in cfg))
+    elif only_configs is not None:
+        variants, jobs, pruned = plan_pairs(kernel, target, [(cfg, shapes) for cfg in only_configs], compiler)
+        config_names = list(dict.fromkeys(k for cfg in only_configs for k in cfg))
     else:
         variants, jobs, pruned = plan(kernel, target, shapes, space, compiler)
-    config_names = list(space) if only_configs is None else \
-        list(dict.fromkeys(k for cfg in only_configs for k in cfg))
+        config_names = list(space)
 
     results = compile_all(compiler, variants, options)
     summary = BuildSummary(out, None, pruned_pairs=len(pruned))
@@ -124,7 +160,7 @@ def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSum
             message=res.message, launch=res.launch, compile_seconds=round(res.seconds, 3)))
     summary.reused_across_shapes = len(jobs) - len(variants)
     manifest_shapes = write_test_data(kernel, target, shapes, out, options.seed)
-    manifest = Manifest(
+    summary.manifest = Manifest(
         kernel=kernel.name,
         target=target_facts(target),
         toolchain=compiler.describe(),
@@ -140,30 +176,64 @@ def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSum
         device_reference=kernel.device_reference,
         data_on_device=target.is_gpu,
     )
-    manifest.save(out)
-    summary.manifest = manifest
     summary.seconds = time.monotonic() - start
     for v in manifest_variants:
         summary.statuses[v.status] = summary.statuses.get(v.status, 0) + 1
-    state.record(root, target.name, kernel=kernel.name, bundle=str(out.relative_to(root)))
     return summary
 
 
+_pool_lock = threading.Lock()
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_size = 0
+_compiling: dict = {}  # (bundle folder, variant id) -> Future of the compile in progress
+
+
+def compile_pool(jobs: int) -> ThreadPoolExecutor:
+    """The process's compile threads, shared by every build (overlapping rounds queue their
+    compiles in the order they asked, so an older round finishes first)."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size != jobs:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool, _pool_size = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="compile"), jobs
+        return _pool
+
+
 def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
-    """Compile every variant in parallel with a rich progress bar; failures are results."""
-    jobs = options.jobs or os.cpu_count() or 1
+    """Compile every variant in the shared pool with a rich progress bar; failures are results.
+    A variant another build is compiling right now is waited for, not compiled twice."""
+    pool = compile_pool(options.jobs or os.cpu_count() or 1)
+    futures = {}
+    with _pool_lock:
+        for vid, (cfg, shape, spec) in variants.items():
+            key = (str(compiler.out_dir), vid)
+            future = _compiling.get(key)
+            if future is None:
+                future = _compiling[key] = pool.submit(compiler.compile, cfg, shape, options.compile_timeout)
+                future.add_done_callback(lambda f, key=key: _forget(key, f))
+            futures[future] = vid
+    if not options.progress:
+        return {vid: future.result() for future, vid in futures.items()}
     results = {}
-    with ui.progress() as bar, ThreadPoolExecutor(max_workers=jobs) as pool:
+    with ui.progress() as bar:
         task = bar.add_task("compile", total=len(variants), info="")
-        futures = {pool.submit(compiler.compile, cfg, shape, options.compile_timeout): vid
-                   for vid, (cfg, shape, spec) in variants.items()}
         failed = 0
-        for future in as_completed(futures):
-            res = future.result()
-            results[futures[future]] = res
-            failed += res.status != "ok"
-            bar.update(task, advance=1, info="%d failed" % failed if failed else "")
+        todo = set(futures)
+        while todo:
+            done, todo = wait(todo, return_when="FIRST_COMPLETED")
+            for future in done:
+                res = future.result()
+                results[futures[future]] = res
+                failed += res.status != "ok"
+                bar.update(task, advance=1, info="%d failed" % failed if failed else "")
     return results
+
+
+def _forget(key, future: Future) -> None:
+    with _pool_lock:
+        if _compiling.get(key) is future:
+            del _compiling[key]
 
 
 def write_test_data(kernel, target, shapes, out: Path, seed: int) -> list:

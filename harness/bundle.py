@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -151,7 +152,7 @@ def sha256_file(path: Path) -> str:
 
 def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp%d" % os.getpid())
+    tmp = path.with_name(path.name + ".tmp%d.%d" % (os.getpid(), threading.get_ident()))
     tmp.write_bytes(data)
     os.replace(tmp, path)
 

@@ -9,7 +9,10 @@ winner re-measure) is measured again instead of skipped, and the rows are append
 
 ``search`` sets up one strategy per shape, resumed from the rows already in the results CSV, and
 hands them to the one search loop, ``strategies.driver.drive``, with ``Session.execute`` as its
-evaluator (one build, push and run per round for all shapes). ``remeasure_winners`` measures the
+evaluator (one build, push and run per round for all shapes). With long-lived agents a round is
+``submit``-ted and built in a thread of its own while earlier rounds build or are measured (as
+many rounds in flight as there are measuring devices, plus one), and ``collect``-ed later; the
+rounds reach the agents in the order they were asked. ``remeasure_winners`` measures the
 top candidates of each shape interleaved and picks noise-aware winners; they are kept in
 ``results/<target>/<kernel>/winners.json``, which ``harness report`` reads.
 """
@@ -20,6 +23,7 @@ import dataclasses
 import json
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +53,12 @@ class Session:
     quiet: bool = False
     rounds: int = 0
     long_lived: bool = False  # rounds go to agents kept up across rounds (harness.agent_session)
-    build_seconds: float = 0.0  # compiling rounds
+    in_flight: int = 0  # long_lived: rounds in flight at most (building, queued, measured); 0: devices + 1
+    build_seconds: float = 0.0  # building rounds (wall time while at least one was building)
     run_seconds: float = 0.0  # without long_lived: running rounds (agent start, push, run, fetch)
     _transport: object = None
     _agents: object = None
+    _builds: object = None  # long_lived: the threads that build rounds (harness.rounds.Builds)
 
     @property
     def results_path(self) -> Path:
@@ -78,6 +84,9 @@ class Session:
         return self._transport
 
     def close(self) -> None:
+        if self._builds is not None:
+            self._builds.close()
+            self._builds = None
         if self._agents is not None:
             self._agents.close()
             self._agents = None
@@ -104,22 +113,21 @@ class Session:
         return self.collect(self.submit(pairs, fidelity, library_shapes, pin))
 
     def submit(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False):
-        """Build the round and hand it to the long-lived agents (``long_lived``: returns at
-        once, ``collect`` brings its rows); otherwise run it to the end here."""
+        """Start the round: with ``long_lived``, built in a thread and handed to the long-lived
+        agents (returns at once; ``collect`` brings its rows); otherwise built and run to the end
+        here."""
+        run_options = self._round_options(fidelity)
+        if self.long_lived:
+            if self._builds is None:
+                self._builds = Builds(self)
+            return self._builds.submit(pairs, library_shapes, run_options, pin)
         began = time.monotonic()
         prepared = self._prepare(pairs, library_shapes)
         self.build_seconds += time.monotonic() - began
         if prepared is None:
             return []
         bundle, manifest = prepared
-        run_options = dataclasses.replace(self.run_options, iters=int(self.run_options.iters * fidelity),
-                                          min_time_ms=self.run_options.min_time_ms * fidelity,
-                                          max_time=self.run_options.max_time * fidelity, rerun_all=True)
-        if run_options.devices is None:
-            run_options.devices = getattr(self.target, "devices", None)
         self.rounds += 1
-        if self.long_lived:
-            return self.agents().submit(bundle, manifest, dataclasses.asdict(run_options), pin)
         if pin and run_options.devices:
             run_options.devices = str(run_options.devices).split(",")[0]
         began = time.monotonic()
@@ -128,13 +136,40 @@ class Session:
         finally:
             self.run_seconds += time.monotonic() - began
 
+    def _round_options(self, fidelity: int):
+        """The run options of a round of ``fidelity`` (taken when it is submitted)."""
+        run_options = dataclasses.replace(self.run_options, iters=int(self.run_options.iters * fidelity),
+                                          min_time_ms=self.run_options.min_time_ms * fidelity,
+                                          max_time=self.run_options.max_time * fidelity, rerun_all=True)
+        if run_options.devices is None:
+            run_options.devices = getattr(self.target, "devices", None)
+        return run_options
+
     def collect(self, handle) -> list:
         """The rows of a submitted round."""
         if isinstance(handle, list):
             return handle
-        rows = self.agents().collect(handle, self.results_path)
+        ticket = self._builds.sent(handle)
+        if ticket is None:
+            return []
+        rows = self.agents().collect(ticket, self.results_path)
         state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
         return rows
+
+    def depth(self) -> int:
+        """Rounds in flight at most: ``in_flight``, else one per measuring device plus one (so
+        that every device has a round queued while the next is built)."""
+        return self.in_flight or self.measuring_devices() + 1
+
+    def measuring_devices(self) -> int:
+        """Devices that measure rounds: those the agents reported (after the first round), else
+        the target's ``devices`` (one where it lists none) on each machine."""
+        if self._agents is not None and self._agents.stats.devices:
+            return sum(self._agents.stats.devices.values())
+        devices = self.run_options.devices or getattr(self.target, "devices", None)
+        per_machine = len([d for d in str(devices).split(",") if d.strip()]) if devices else 1
+        hosts = self.target.host_list() if self.target.is_remote and hasattr(self.target, "host_list") else []
+        return max(1, per_machine) * max(1, len(hosts))
 
     def timing(self) -> dict:
         """Where the time went so far (``ui.throughput_line``)."""
@@ -167,7 +202,7 @@ class Session:
         """Build the round's configs; the bundle's manifest then holds only the asked pairs in
         the asked order (and the library reference where wanted). (bundle, manifest) or None
         when nothing is left to run."""
-        from .build import build
+        from .build import compile_bundle, save_bundle
         from .bundle import bundle_dir
         from .library import add_library
         from .strategies import key
@@ -181,10 +216,9 @@ class Session:
         shapes = [s for s in self.shapes if s.id in wanted]
         if not configs:
             return None
-        options = dataclasses.replace(self.build_options, only_configs=configs)
-        with _quiet(self.quiet):
-            summary = build(self.kernel, self.target, shapes, self.root, options)
-        manifest = summary.manifest
+        options = dataclasses.replace(self.build_options, only_pairs=[(cfg, s.id) for cfg, s in pairs],
+                                      progress=self.build_options.progress and not self.long_lived)
+        manifest = compile_bundle(self.kernel, self.target, shapes, self.root, options).manifest
         bundle = bundle_dir(self.root, self.target.name, self.kernel.name)
         variants = {v.id: v for v in manifest.variants}
         index = {(key(variants[j.variant].config), j.shape): j for j in manifest.jobs}
@@ -203,7 +237,7 @@ class Session:
             add_library(self.kernel, self.target, library_shapes, manifest, bundle,
                         compile_timeout=self.build_options.compile_timeout, frontend=self.build_options.frontend,
                         from_ir=self.build_options.from_ir, say=lambda line: ui.console.print(line))
-        manifest.save(bundle)
+        save_bundle(manifest, self.root, self.target)  # what a GPU worker started later reads
         if not manifest.jobs and not any(v.status != OK for v in manifest.variants):
             return None
         return bundle, manifest
@@ -227,6 +261,65 @@ class Session:
                 run_local(self.root, self.target, self.kernel.name, run_options)
         state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
         return self.rows()[before:]
+
+
+class Builds:
+    """The rounds of a long-lived tune being built: each in a thread of its own (their compiles
+    share one pool, oldest round first), handed to the agents in the order they were submitted."""
+
+    def __init__(self, session: Session):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.session = session
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="round")
+        self.lock = threading.Lock()
+        self.last_sent = None  # the Event set once the last submitted round reached the agents
+        self.building = 0
+        self.began = 0.0
+        self.closed = False
+
+    def submit(self, pairs, library_shapes, run_options, pin):
+        """A Future of the round's Ticket (None: nothing to run)."""
+        before, sent = self.last_sent, threading.Event()
+        self.last_sent = sent
+        return self.pool.submit(self._build_and_send, pairs, library_shapes, run_options, pin, before, sent)
+
+    def sent(self, handle):
+        """The round's Ticket once it reached the agents (a build's error is raised here)."""
+        return handle.result()
+
+    def _build_and_send(self, pairs, library_shapes, run_options, pin, before, sent):
+        s = self.session
+        try:
+            self._count(+1)
+            try:
+                prepared = s._prepare(pairs, library_shapes)
+            finally:
+                self._count(-1)
+            if before is not None:
+                before.wait()  # the rounds reach the agents in the order they were asked
+            if prepared is None or self.closed:
+                return None
+            bundle, manifest = prepared
+            s.rounds += 1
+            return s.agents().submit(bundle, manifest, dataclasses.asdict(run_options), pin)
+        finally:
+            sent.set()
+
+    def _count(self, step: int) -> None:
+        """Count the builds in progress; ``build_seconds`` is the wall time with at least one."""
+        with self.lock:
+            now = time.monotonic()
+            if step > 0 and not self.building:
+                self.began = now
+            self.building += step
+            if not self.building:
+                self.session.build_seconds += now - self.began
+
+    def close(self) -> None:
+        """No round is sent any more; wait for the builds in progress."""
+        self.closed = True
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _quiet:
@@ -318,8 +411,9 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
         return [[r for r in round_rows if r.get("shape_id") == s.shape.id and not is_library_id(r.get("variant_id"))]
                 for s, _ in asks]
 
-    if session.long_lived:  # the next round is built while this one is measured
-        evaluate = AskAhead(submit, lambda submitted: per_shape(session.collect(submitted[0]), submitted[1]))
+    if session.long_lived:  # the next rounds are built while this one is measured
+        evaluate = AskAhead(submit, lambda submitted: per_shape(session.collect(submitted[0]), submitted[1]),
+                            depth=session.depth)
     else:
         evaluate = lambda asks, fidelity: per_shape(*submit(asks, fidelity, run=True))  # noqa: E731
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -34,7 +35,7 @@ def load(root: Path) -> dict:
 def _save(root: Path, state: dict) -> None:
     path = _path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("state.json.tmp%d" % os.getpid())
+    tmp = path.with_name("state.json.tmp%d.%d" % (os.getpid(), threading.get_ident()))
     tmp.write_text(json.dumps(state, indent=1))
     os.replace(tmp, path)
 

@@ -4,8 +4,12 @@
   host restarts it, the round resumes, and the tune ends with every asked pair measured once;
 - GPU workers (the real worker process on tests/gpu_standin.py's CPU stand-in) stay up from one
   round to the next, jobs spread over two devices, and a pinned round uses one;
-- strategies.driver.drive asks the next round before the last one is told, never asks a pending
-  config again, keeps the budget, and waits for strategies that cannot ask ahead.
+- strategies.driver.drive asks the next rounds before the last one is told (up to its depth),
+  tells them in the order they were asked, never asks a pending config again, keeps the budget
+  (pending configs counted), asks nothing ahead of the first results under a time limit, and
+  waits for strategies that cannot ask ahead;
+- rounds built at once (harness.build.compile_bundle in two threads) compile a variant they both
+  want once, and a round compiles each config only for the specializations of its own shapes.
 """
 
 import csv
@@ -19,6 +23,8 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from harness.strategies import get_strategy, key
 from harness.strategies.driver import AskAhead, ShapeSearch, drive
@@ -37,7 +43,8 @@ def _progress(log: Path) -> list:
     return [json.loads(l[len("@@progress "):]) for l in text.splitlines() if l.startswith("@@progress ")]
 
 
-def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace):
+@pytest.mark.parametrize("in_flight", ["0", "3"])
+def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace, in_flight):
     ws = workspace
     (ws.path / "space2.yaml").write_text(SPACE)
     with open(ws.path / "targets.yaml", "a") as f:
@@ -46,7 +53,7 @@ def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace
     tune = subprocess.Popen(
         [sys.executable, "-m", "harness", "tune", "matmul", "--target", "box", "--space", "space2.yaml",
          "--shapes", "96x96x96,64x96x80", "--strategy", "random", "--budget", "6", "--batch-size", "2",
-         "--iters", "300", "--top", "0"], cwd=ws.path, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+         "--iters", "300", "--top", "0", "--in-flight", in_flight], cwd=ws.path, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     killed = None
     deadline = time.monotonic() + 300
@@ -129,17 +136,29 @@ def test_gpu_workers_stay_up_across_rounds_and_a_pinned_round_uses_one_device(tm
 SPACE_DICT = {"A": [1, 2, 3, 4], "B": [1, 2, 3, 4, 5]}
 
 
-def _ahead_evaluator(log):
-    """Times are a function of the config; every submit and collect is logged."""
+def _ahead_evaluator(log, depth=2, budget=None):
+    """Times are a function of the config; every submit and collect is logged; with ``budget``,
+    each submit checks that no search has more told and pending configs than that."""
     def submit(asks, fidelity):
         log.append(("submit", [key(c) for _, b in asks for c in b.configs]))
+        for s, _ in asks:
+            assert budget is None or len(s.history) + len(s.pending) <= budget
         return asks
 
     def collect(asks):
         log.append(("collect", [key(c) for _, b in asks for c in b.configs]))
         return [[{"config": c, "status": "ok", "time_ns": 10.0 * c["A"] + c["B"]} for c in b.configs] for _, b in asks]
 
-    return AskAhead(submit, collect)
+    return AskAhead(submit, collect, depth)
+
+
+def _in_flight(log) -> list:
+    """Rounds submitted and not yet collected, after each step of the log."""
+    out, n = [], 0
+    for kind, _ in log:
+        n += 1 if kind == "submit" else -1
+        out.append(n)
+    return out
 
 
 def test_drive_asks_the_next_round_before_the_last_is_told():
@@ -180,3 +199,80 @@ def test_a_worker_keeps_the_data_of_several_shapes_within_its_budget(tmp_path, m
     first = worker.data_for(a)
     worker.data_for(b)
     assert list(worker.shapes) == [b["id"]] and worker.data_for(a) is not first
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_drive_keeps_depth_rounds_in_flight_and_tells_them_in_the_order_asked(depth):
+    log = []
+    searches = [ShapeSearch(get_strategy(name, seed=1, batch_size=2), lambda c: False)
+                for name in ("random", "genetic", "bayes")]
+    drive(searches, SPACE_DICT, _ahead_evaluator(log, depth, budget=14), budget=14)
+    assert max(_in_flight(log)) == depth  # depth rounds out before the first came back
+    assert [k for k, _ in log][:depth + 1] == ["submit"] * depth + ["collect"]
+    submitted = [configs for kind, configs in log if kind == "submit"]
+    collected = [configs for kind, configs in log if kind == "collect"]
+    assert collected == submitted  # told in the order they were asked, each once
+    for s in searches:
+        asked = [key(t.config) for t in s.history]
+        assert len(asked) == 14 and len(set(asked)) == 14  # the budget exactly, and no config twice
+        assert not s.pending and s.stopped == "budget"
+
+
+def test_drive_asks_nothing_ahead_of_the_first_results_under_a_time_limit():
+    log, now = [], {"t": 0.0}
+    evaluate = _ahead_evaluator(log, depth=3)
+    collect = evaluate.collect
+    evaluate.collect = lambda asks: now.__setitem__("t", now["t"] + 1.0) or collect(asks)  # a round: 1 s
+    search = ShapeSearch(get_strategy("random", seed=1, batch_size=2), lambda c: False)
+    drive([search], SPACE_DICT, evaluate, time_limit=4.5, clock=lambda: now["t"])
+    kinds = [k for k, _ in log]
+    assert kinds[:4] == ["submit", "collect", "submit", "submit"]  # then up to 3 in flight
+    assert max(_in_flight(log)) == 3
+    assert search.stopped == "time_limit" and not search.pending
+    # each round of 2 took 1 s: the limit's 4.5 s hold 8 or 9 configs; the last round is shrunk to what fits
+    assert 8 <= len(search.history) <= 10 and now["t"] <= 5.0
+
+
+def _cpu_build(tmp_path, pairs):
+    from harness import kernels
+    from harness.build import BuildOptions, compile_bundle
+    from harness.shapes import parse_shape
+    from harness.targets import Target
+
+    shapes = [parse_shape("32x32x32"), parse_shape("32x32x32:fp16")]
+    return compile_bundle(kernels.get("matmul"), Target(name="local", arch="native"), shapes, tmp_path,
+                          BuildOptions(jobs=2, only_pairs=pairs, progress=False))
+
+
+def test_a_round_compiles_each_config_for_its_own_shapes_only_and_overlapping_rounds_compile_once(
+        tmp_path, monkeypatch):
+    from harness.compile.cpp import CppCompiler
+
+    calls = []
+    real = CppCompiler.compile
+
+    def counted(self, config, shape, timeout):
+        calls.append((config["BLOCK_M"], shape.dtype))
+        return real(self, config, shape, timeout)
+
+    monkeypatch.setattr(CppCompiler, "compile", counted)
+    a = {"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 16, "GROUP_M": 1}
+    b = dict(a, BLOCK_M=16)
+    fp32, fp16 = "32x32x32_fp32_NN", "32x32x32_fp16_NN"
+    summary = _cpu_build(tmp_path, [(a, fp32), (b, fp16)])
+    assert sorted(calls) == [(8, "fp32"), (16, "fp16")]  # not a for fp16 nor b for fp32
+    assert sorted((j.variant, j.shape) for j in summary.manifest.jobs) == sorted(
+        (v.id, s) for v, s in zip(summary.manifest.variants, (fp32, fp16)))
+    assert {v.status for v in summary.manifest.variants} == {"ok"}
+    calls.clear()
+    c = dict(a, BLOCK_N=16)
+    results = [None, None]
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _cpu_build(tmp_path, [(c, fp32)])))
+               for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert calls == [(8, "fp32")]  # two rounds built at once wanted c: compiled once
+    (va,), (vb,) = results[0].manifest.variants, results[1].manifest.variants
+    assert va.status == vb.status == "ok" and va.sha256 == vb.sha256

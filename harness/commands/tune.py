@@ -45,6 +45,9 @@ def tune(
     agent: str = typer.Option("long-lived", "--agent", help="long-lived: one agent per machine stays up across "
                               "rounds (GPU contexts, modules and test data kept) and the next round is built while "
                               "one is measured; per-round: a new agent for every round"),
+    in_flight: int = typer.Option(0, "--in-flight", help="long-lived agent: rounds in flight at most (being "
+                                  "built, queued or measured; later rounds are built while earlier ones are "
+                                  "measured). 0: one per measuring device plus one"),
     min_time_ms: float = typer.Option(25.0, "--min-time-ms", help="GPU: time each config of the search at least "
                                       "this long (a halving rung k, eta^k times as long; the noise rule may take "
                                       "longer); the winners' re-measure takes at least 100 ms"),
@@ -80,6 +83,8 @@ def tune(
             strategy, " (did you mean %r?)" % close[0] if close else "", ", ".join(STRATEGIES)))
     if budget is not None and budget < 1:
         raise HarnessError("--budget is a number of evaluations per shape, at least 1 (got %d)" % budget)
+    if in_flight < 0:
+        raise HarnessError("--in-flight must be 0 (automatic) or more (got %d)" % in_flight)
     if batch_size < 1:
         raise HarnessError("--batch-size must be at least 1 (got %d)" % batch_size)
     if top < 0 or (top and repeats < 2):
@@ -136,7 +141,7 @@ def tune(
     else:
         shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, None, thr, None, kern)
         session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=library,
-                          long_lived=long_lived)
+                          long_lived=long_lived, in_flight=in_flight)
         try:
             fetched = session.sync()
             if fetched:

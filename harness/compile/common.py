@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ class CompileResult:
         sidecar = artifact.with_name(artifact.name + ".json")
         data = asdict(self)
         data["artifact"] = str(self.artifact) if self.artifact else None
-        tmp = sidecar.with_name(sidecar.name + ".tmp%d" % os.getpid())
+        tmp = sidecar.with_name(sidecar.name + ".tmp%d.%d" % (os.getpid(), threading.get_ident()))
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, sidecar)
 

@@ -215,7 +215,7 @@ def compile_objects(tc: Toolchain, texts: dict, obj_dir: Path, timeout: float):
         if not obj.exists():
             src = obj_dir / ("%s-%s.cpp" % (Path(name).stem, h))
             src.write_text(text)
-            tmp = obj.with_suffix(".o.%d.tmp" % os.getpid())
+            tmp = obj.with_suffix(".o.%d.%d.tmp" % (os.getpid(), threading.get_ident()))
             cmd = tc.cxx + tc.flags + ["-I", str(TEMPLATES / "cpu"), "-c", str(src), "-o", str(tmp)]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -264,6 +264,10 @@ class TritonGpuCompiler:
 
     def _compile_job(self, job: dict, timeout: float) -> CompileResult:
         digest = self._digest(None, None, job)
+        with _compiling(digest):  # builds of overlapping rounds may want the same artifact
+            return self._compile_once(job, digest, timeout)
+
+    def _compile_once(self, job: dict, digest: str, timeout: float) -> CompileResult:
         artifact = self._artifact_path(digest)
         cached = CompileResult.load_cached(artifact)
         if cached is not None:
@@ -345,6 +349,32 @@ class TritonGpuCompiler:
                 "arch": self.arch, "warp_size": self.warp_size, "format": self.ext,
                 "python": sys.version.split()[0], "support_block": SUPPORT_BLOCK,
                 "support": self._support}
+
+
+_locks_lock = threading.Lock()
+_digest_locks: dict = {}  # digest -> [lock, users]
+
+
+class _compiling:
+    """Held while one artifact (by digest) is compiled in this process: a second build that
+    wants it waits, then finds it cached."""
+
+    def __init__(self, digest: str):
+        self.digest = digest
+
+    def __enter__(self):
+        with _locks_lock:
+            entry = _digest_locks.setdefault(self.digest, [threading.Lock(), 0])
+            entry[1] += 1
+        entry[0].acquire()
+
+    def __exit__(self, *exc):
+        with _locks_lock:
+            entry = _digest_locks[self.digest]
+            entry[0].release()
+            entry[1] -= 1
+            if not entry[1]:
+                del _digest_locks[self.digest]
 
 
 def _module_attr(module, name: str, default=None):

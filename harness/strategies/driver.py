@@ -95,10 +95,16 @@ class ShapeSearch:
 @dataclass
 class AskAhead:
     """An evaluator ``drive`` asks ahead of: ``submit(asks, fidelity) -> handle`` starts a round,
-    ``collect(handle)`` returns one result list per ask."""
+    ``collect(handle)`` returns one result list per ask. ``depth``: rounds submitted and not yet
+    told at most (an int, or a callable asked before each round: the devices may be learned
+    from the first round); 2: the next round is asked while one is measured."""
 
     submit: Callable
     collect: Callable
+    depth: object = 2
+
+    def rounds_in_flight(self) -> int:
+        return max(1, int(self.depth() if callable(self.depth) else self.depth))
 
 
 def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budget: Optional[int] = None,
@@ -110,24 +116,27 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
     A search stops when ``stop(history)`` says so, when its ``budget`` of evaluations (its
     history included) is used, when its strategy has nothing left to ask, or when a round brings
     nothing back for it. All stop at ``time_limit`` seconds: the first round always runs (nothing
-    is known of its length yet); a later one starts only where at least one evaluation is
-    expected to fit in the time left at this call's pace, and it is shrunk to what fits.
+    is known of its length yet, so no round is asked ahead of its results); a later one starts
+    only where at least one evaluation is expected to fit in the time left at this call's pace
+    (the evaluations in flight counted), and it is shrunk to what fits.
 
     evaluate(asks, fidelity) -> one result list per ask, where ``asks`` is [(ShapeSearch, Batch)]
     of one fidelity (halving asks for f-times longer measurements, so a round of mixed fidelities
     is evaluated once per fidelity). Results: Trials, {"config", "status", "time_ns"} dicts, or
     results CSV rows. on_round(round_number, fidelity, asks) after each evaluation.
 
-    Asking ahead: when ``evaluate`` has ``submit(asks, fidelity) -> handle`` and
-    ``collect(handle) -> results per ask``, round k+1 is asked and submitted before round k is
-    collected, so it is built while round k is measured. A strategy with ``asks_ahead`` is asked
-    with the configs in flight as ``pending`` trials (never proposed again, told like the liar
-    values of a batch); any other waits for its last batch to be told.
+    Asking ahead: when ``evaluate`` is an ``AskAhead`` (``submit(asks, fidelity) -> handle``,
+    ``collect(handle) -> results per ask``, ``depth``), up to ``depth`` rounds are submitted
+    before the oldest is collected, so later rounds are built while earlier ones are measured;
+    rounds are told in the order they were submitted. A strategy with ``asks_ahead`` is asked
+    with the configs in flight as ``pending`` trials (never proposed again, counted against the
+    budget, told like the liar values of a batch); any other waits for its last batch to be told.
     """
     start = clock()
     number = 0
     ahead = hasattr(evaluate, "submit")
     in_flight = []  # ahead: [(round number, fidelity, asks, handle)] submitted, results not yet told
+    told = 0  # ahead: rounds told
     while True:
         waiting = {id(s) for _, _, group, _ in in_flight for s, _ in group}
         limits = []
@@ -185,8 +194,13 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
             if not asks:
                 break
             continue
-        # ahead: one round stays in flight while the one before it is told (and the next is asked)
-        while in_flight and (len(in_flight) > 1 or not asks):
+        # ahead: up to depth rounds in flight; the oldest is told before the next is asked. With
+        # a time limit, none is asked ahead of the first results (nothing is known of the pace)
+        depth = evaluate.rounds_in_flight() if asks else 0
+        if time_limit is not None and not told:
+            depth = 1
+        while in_flight and len(in_flight) >= depth:
+            told += 1
             n, fidelity, group, handle = in_flight.pop(0)
             for s, b in group:
                 del s.pending[:len(b.configs)]
