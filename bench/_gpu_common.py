@@ -10,6 +10,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from remote_agent.contract import deciding_time  # noqa: E402
 from remote_agent.runners.cuda import CudaApi  # noqa: E402
 from remote_agent.runners.gpu_launch import Kernel, cdiv  # noqa: E402
 from remote_agent.runners.gpu_memory import strides, workspace_need  # noqa: E402
@@ -102,14 +103,15 @@ def geomean(values):
 
 
 def ranked_rows(rows):
-    """Ok kernel rows per shape id, fastest median first (library rows, ``lib:...``, are not kernels)."""
+    """Ok kernel rows per shape id, fastest first by the deciding time (the median on GPUs; library
+    rows, ``lib:...``, are not kernels)."""
     out = {}
     for r in rows:
-        if r["status"] != "ok" or not r["time_ns_median"] or r["variant_id"].startswith("lib:"):
+        if r["status"] != "ok" or deciding_time(r) is None or r["variant_id"].startswith("lib:"):
             continue
         out.setdefault(r["shape_id"], []).append(r)
     for ranked in out.values():
-        ranked.sort(key=lambda r: float(r["time_ns_median"]))
+        ranked.sort(key=deciding_time)
     return out
 
 

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import (Launcher, do_bench_median_ms, geomean, job_grid, load_bundle, make_inputs,  # noqa: E402
                          open_driver, ranked_rows, read_results, rel_err)
+from remote_agent.contract import deciding_time  # noqa: E402  (_gpu_common put the repo on the path)
 
 
 def ceilings():
@@ -133,7 +134,7 @@ def main(argv=None):
         for sid, these in ranked.items():
             chosen.setdefault(sid, []).extend((bundle, manifest, row) for row in these)
     for sid in chosen:
-        chosen[sid] = sorted(chosen[sid], key=lambda c: float(c[2]["time_ns_median"]))[:max(1, args.top)]
+        chosen[sid] = sorted(chosen[sid], key=lambda c: deciding_time(c[2]))[:max(1, args.top)]
     seen = []
     for bundle, manifest, best in pairs:
         for s in manifest["shapes"]:

@@ -130,7 +130,7 @@ def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
             minima.setdefault(r["variant_id"], []).append(float(r["time_ns"]))
         low = sorted(minima[w["variant_id"]])
         assert w["estimator"] == "min" and w["median_ns"] == low[0]  # the smallest of its 3 repeats
-        assert w["spread_ns"] == low[1] - low[0]  # and how far the next one came
+        assert w["spread_ns"] == pytest.approx(max(low[1] - low[0], 0.01 * low[0]))  # to its next repeat
         # the report uses the winner and shows its spread
         best = {b["shape"]: b for b in json.loads((ws.path / "tuned" / TARGET / "matmul.json").read_text())["best"]}
         assert best[sid]["variant_id"] == w["variant_id"]

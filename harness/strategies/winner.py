@@ -16,11 +16,14 @@ estimator that decided its repeats (results column ``estimator``; ``candidate_st
   for older rows without it, the median of their own p80 - p20.
 - ``min`` (CPU targets): the time is the smallest of the repeats' minima (a neighbour only ever
   slows a measurement down, so the lowest floor seen is the kernel's); the spread is how well
-  that floor reproduced: the second smallest repeat minus the smallest. Two repeats that found
-  the same floor make it small; a floor seen once makes it as large as the slowdown the other
-  repeats suffered, and the candidate ties with everything within it.
-The candidate's *noise* is its spread over its time for ``min``, the median of its repeats'
-noise for ``median``.
+  that floor reproduced: the second smallest repeat minus the smallest, and at least
+  MIN_RESOLUTION of the time: the minima of one config in separate processes differ by up to
+  about 0.5 % even when no neighbour interferes (measured on a 2-core VM: configs whose code is
+  the same, GROUP_M 1 and 8 on a 2 x 2 tile grid, swapped places by 0.3 % between two tunes), so
+  closer candidates tie. A floor seen by one repeat only makes the spread as large as the
+  slowdown the others suffered, and the candidate ties with everything within it.
+The candidate's *noise* is the second smallest repeat minus the smallest, over the smallest, for
+``min``; the median of its repeats' noise for ``median``.
   1. The leader is the candidate with the lowest time.
   2. A candidate is *tied* with the leader when the gap between their times is not more than
      the larger of their two spreads. With no tied candidate the leader wins outright ("clear",
@@ -46,6 +49,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from .base import Trial, config_id
 
 TIE_SPREAD_RATIO = 0.25
+MIN_RESOLUTION = 0.01  # min: the smallest spread, relative to the time (see the module docstring)
 NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
 
 
@@ -170,11 +174,12 @@ def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
 
 
 def min_stats(cid: str, times: Sequence[float], failed: int = 0) -> CandidateStats:
-    """A candidate judged by its minimum: the smallest repeat, spread to the second smallest."""
+    """A candidate judged by its minimum: the smallest repeat, spread to the second smallest (at
+    least MIN_RESOLUTION of it)."""
     low = sorted(times)
-    spread = (low[1] - low[0]) if len(low) >= 2 else 0.0
-    return CandidateStats(cid, low[0], spread, len(low), failed, list(times), "min",
-                          spread / low[0] if (low[0] and len(low) >= 2) else None)
+    reach = (low[1] - low[0]) if len(low) >= 2 else 0.0
+    return CandidateStats(cid, low[0], max(reach, MIN_RESOLUTION * low[0]), len(low), failed, list(times), "min",
+                          reach / low[0] if (low[0] and len(low) >= 2) else None)
 
 
 def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "id",
