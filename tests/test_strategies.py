@@ -512,3 +512,29 @@ def test_remeasure_runs_rounds_in_the_planned_order(recordings):
     ids = {remeasure(configs, Replay(rec, noise=1.0, seed=s), repeats=7).id for s in range(10)}
     assert ids == {w.id}
     assert winner_from_trials(replay(configs) + replay(configs) + replay(configs), configs).id == w.id
+
+
+def test_big_spaces_of_several_shapes_are_pruned_at_once_in_other_processes_with_the_same_candidates():
+    from harness.strategies.base import PARALLEL_PRUNING, Problem, prepare_problems
+
+    space = {"A": list(range(16)), "B": list(range(16)), "C": list(range(16)), "D": [1, 2, 4]}  # 12288 configs
+    calls = []
+
+    def pruning(m):
+        def is_pruned(c):
+            calls.append(1)  # in this process only
+            return (c["A"] * c["D"] + c["B"]) % m == 0 or c["C"] > 12 + m
+        return is_pruned
+
+    predicates = [pruning(m) for m in (2, 3, 5, 7, 11)]
+    assert len(expand(space)) * len(predicates) >= PARALLEL_PRUNING
+    strategies = [get_strategy("random", seed=i) for i in range(len(predicates))]
+    prepare_problems(strategies, space, predicates, jobs=2)
+    assert not calls  # every space was pruned in the forked processes
+    for strategy, is_pruned in zip(strategies, predicates):
+        assert strategy.has_problem(space, is_pruned)
+        assert strategy.problem(space, is_pruned).candidates == Problem(space, is_pruned).candidates
+    calls.clear()
+    one = get_strategy("random", seed=9)
+    prepare_problems([one], space, predicates[:1], jobs=2)  # one shape: its Problem is built when first asked
+    assert not calls and not one.has_problem(space, predicates[0])

@@ -79,11 +79,15 @@ class Problem:
     stages), which the model-based strategies search in.
     """
 
-    def __init__(self, space: dict, is_pruned: Callable[[dict], bool]):
+    def __init__(self, space: dict, is_pruned: Callable[[dict], bool], feasible: Optional[Sequence[int]] = None):
         self.space = {name: list(values) for name, values in space.items()}
         self.names = list(self.space)
         self.is_pruned = is_pruned
-        self.candidates = [c for c in expand(self.space) if not is_pruned(c)]
+        configs = expand(self.space)
+        if feasible is None:  # else: the indices in expand(space) of the configs is_pruned keeps
+            self.candidates = [c for c in configs if not is_pruned(c)]
+        else:
+            self.candidates = [configs[i] for i in feasible]
         self.index = {key(c): i for i, c in enumerate(self.candidates)}
         self._value_pos = [{_hashable(v): j for j, v in enumerate(self.space[n])} for n in self.names]
         self.codes = np.array([self.encode(c) for c in self.candidates], dtype=np.int32).reshape(
@@ -183,13 +187,18 @@ class Strategy:
         self.batch_size = batch_size
         self._problem_cache = None
 
-    def problem(self, space: dict, is_pruned: Callable[[dict], bool]) -> Problem:
+    def has_problem(self, space: dict, is_pruned: Callable[[dict], bool]) -> bool:
         cached = self._problem_cache
-        if cached is None or cached[1] != is_pruned or cached[2] != space:
-            problem = Problem(space, is_pruned)
+        return cached is not None and cached[1] == is_pruned and cached[2] == space
+
+    def problem(self, space: dict, is_pruned: Callable[[dict], bool], feasible=None) -> Problem:
+        """The Problem of (space, is_pruned), built once (``feasible``: its configs' indices in
+        expand(space), computed elsewhere: ``prepare_problems``)."""
+        if not self.has_problem(space, is_pruned):
+            problem = Problem(space, is_pruned, feasible)
             self._problem_cache = (space, is_pruned, {k: list(v) for k, v in space.items()}, problem)
             return problem
-        return cached[3]
+        return self._problem_cache[3]
 
     def next_batch(self, history: Sequence[Trial], space: dict, is_pruned: Callable[[dict], bool],
                    limit: Optional[int] = None, budget: Optional[int] = None) -> Batch:
@@ -232,3 +241,40 @@ class Strategy:
                 if len(out) >= limit:
                     break
         return out
+
+
+PARALLEL_PRUNING = 50_000  # configs x searches from which prepare_problems prunes in forked processes
+_forked_work = None  # (configs, predicates) for the forked processes of prepare_problems
+
+
+def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: Sequence[Callable[[dict], bool]],
+                     jobs: int = 0) -> None:
+    """Build each strategy's Problem for (space, its predicate) at once: pruning a big space is
+    pure Python (seconds per shape), so with several shapes it runs in forked processes, one
+    per shape, up to ``jobs`` (default: the cores) at a time. Where fork is not available, or
+    the work is small, the Problems are built when first asked for."""
+    global _forked_work
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo = [(s, p) for s, p in zip(strategies, predicates) if not s.has_problem(space, p)]
+    strategies, predicates = [s for s, _ in todo], [p for _, p in todo]
+    size = math.prod(len(v) for v in space.values())
+    jobs = min(len(strategies), jobs or os.cpu_count() or 1)
+    if jobs < 2 or size * len(strategies) < PARALLEL_PRUNING or "fork" not in multiprocessing.get_all_start_methods():
+        return
+    _forked_work = (expand({k: list(v) for k, v in space.items()}), list(predicates))
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            kept = list(pool.map(_feasible, range(len(strategies))))
+    finally:
+        _forked_work = None
+    for strategy, is_pruned, feasible in zip(strategies, predicates, kept):
+        strategy.problem(space, is_pruned, feasible)
+
+
+def _feasible(i: int):
+    configs, predicates = _forked_work
+    is_pruned = predicates[i]
+    return np.array([j for j, c in enumerate(configs) if not is_pruned(c)], dtype=np.int64)

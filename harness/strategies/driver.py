@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
-from .base import Batch, Strategy, StrategyError, Trial, best_trial, key
+from .base import Batch, Strategy, StrategyError, Trial, best_trial, key, prepare_problems
 from .history import trials_from_rows
 
 STOP_BUDGET = "budget"  # the evaluations allowed are used up
@@ -135,6 +135,8 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
     start = clock()
     number = 0
     ahead = hasattr(evaluate, "submit")
+    live = [s for s in searches if s.stopped is None]
+    prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
     in_flight = []  # ahead: [(round number, fidelity, asks, handle)] submitted, results not yet told
     told = 0  # ahead: rounds told
     while True:
