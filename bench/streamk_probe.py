@@ -1,8 +1,8 @@
-"""Stream-K probe: the harness's persistent TMA matmul with STREAM_K 0, 1 and 2 against
-torch.matmul (cuBLAS), on wave-quantized prefill shapes (run on the GPU node; about 2-3 minutes
+"""Stream-K probe: the harness's persistent TMA matmul with STREAM_K 0 and 1 against
+torch.matmul (cuBLAS), on wave-quantized prefill shapes (run on the GPU node; about 2 minutes
 on an H200).
 
-    python3 bench/streamk_probe.py [--out streamk.json] [--budget-s 270]
+    python3 bench/streamk_probe.py [--out streamk.json] [--budget-s 150]
 
 Needs torch and triton (the node's 2.11 and 3.6) and this repository, nothing installed: the
 kernel's source is loaded from harness/kernels/matmul/triton_kernel.py and launched with Triton's
@@ -12,13 +12,15 @@ own JIT; the workspace and counters are what the GPU agent gives a config
 
 Shapes: the prefill shapes (M >= 512) of bench/shapes/llm_gemms.txt, then four linear layers of
 real models whose 128 x 128 and 128 x 256 tiles fill the last wave of 132 SMs badly (EXTRA
-below). Configs: the persistent tiles the search finds for them (CONFIGS), each with STREAM_K 0,
-1 and 2. Every launch is checked against torch (rel. error under 1e-2), every stream-K launch
+below). Configs: the persistent tiles the search finds for them (CONFIGS), each with STREAM_K 0
+and 1. Every launch is checked against torch (rel. error under 1e-2), every stream-K launch
 also for bit-identical output on a second launch and counters back at zero. Timing:
 triton.testing.do_bench, median.
 
-Prints per shape: the tile waves, cuBLAS time, then per config the times of STREAM_K 0/1/2 and
-whether the kernel's rules would prune the stream-K ones (`stream_k_little_idle`); then per shape
+Prints per shape: the tile waves, cuBLAS time, then per config the times of STREAM_K 0/1, the
+stream-K plan (K pieces per last-wave tile, K steps spared per busy program: harness/kernels/
+matmul/stream_k.py), whether the kernel's rules would prune it (`stream_k_little_idle`,
+`stream_k_unsplit`) and whether the seeds would offer it; then per shape
 the best STREAM_K = 0 config against the best of all, as cuBLAS/Triton ratios, and the geomeans.
 
 ``--interpret``: no GPU; runs the same code on tiny shapes in Triton's interpreter with torch on
@@ -44,16 +46,18 @@ EXTRA = [  # M x N x K : dtype : layout  -- model, and why its waves are quantiz
     ("1024x3584x18944:bf16:NT", "Qwen2-7B down_proj, prefill 1024 (224 tiles: 1.70 waves)"),
     ("512x5120x14336:bf16:NT", "Mistral-NeMo-12B down_proj, prefill 512 (160 tiles: 1.21 waves)"),
 ]
-CONFIGS = [  # persistent TMA tiles (GROUP_M 8), each run with STREAM_K 0, 1, 2
+CONFIGS = [  # persistent TMA tiles (GROUP_M 8), each run with STREAM_K 0 and 1
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=4),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3),
     dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),
 ]
 # fp16 only: Triton 3.6's interpreter multiplies bf16 tiles wrongly in tl.dot (bf16 is right on GPUs)
-INTERPRET_SHAPES = ["40x96x200:fp16:NT", "64x96x72:fp16:NN", "48x64x96:fp16:TN"]
+# on 5 "SMs" with 16 x 32 tiles: the last tile in 4 K pieces, 2 tiles in 2, 1 in 3
+INTERPRET_SHAPES = ["40x64x200:fp16:NT", "64x96x72:fp16:NN", "48x64x96:fp16:TN"]
 INTERPRET_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=3)]
 STREAM_K_MIN_IDLE = 0.05  # harness/kernels/matmul/rules.py (read from there when it imports)
+STREAM_K_MIN_STEPS_SAVED = 64  # harness/kernels/matmul/seeds.py (likewise)
 REL_TOL = 1e-2
 
 
@@ -80,22 +84,27 @@ def prefill_shapes(path):
     return out
 
 
-def load_kernel_module():
-    """harness/kernels/matmul/triton_kernel.py by its path (the harness package needs more than torch)."""
-    path = os.path.join(ROOT, "harness", "kernels", "matmul", "triton_kernel.py")
-    spec = importlib.util.spec_from_file_location("streamk_probe_triton_kernel", path)
+def load_matmul_module(name):
+    """harness/kernels/matmul/<name>.py by its path (the harness package needs more than torch)."""
+    path = os.path.join(ROOT, "harness", "kernels", "matmul", name + ".py")
+    spec = importlib.util.spec_from_file_location("streamk_probe_" + name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def min_idle():
+PLAN = load_matmul_module("stream_k")  # standard library only: the kernel's stream-K plan
+
+
+def thresholds():
+    """(rules' STREAM_K_MIN_IDLE, seeds' STREAM_K_MIN_STEPS_SAVED)."""
     try:
-        from harness.kernels.matmul.rules import STREAM_K_MIN_IDLE as value
-        return value
+        from harness.kernels.matmul.rules import STREAM_K_MIN_IDLE as idle
+        from harness.kernels.matmul.seeds import STREAM_K_MIN_STEPS_SAVED as steps
+        return idle, steps
     except Exception:  # the harness's host requirements (yaml, ...) are not on the node
-        return STREAM_K_MIN_IDLE
+        return STREAM_K_MIN_IDLE, STREAM_K_MIN_STEPS_SAVED
 
 
 def idle_share(tiles, programs):
@@ -103,14 +112,19 @@ def idle_share(tiles, programs):
     return (waves * programs - tiles) / (waves * programs)
 
 
-def stream_k_pruned(cfg, shape, programs, threshold):
-    """Which of the kernel's stream-K rules would prune this (None: the search may pick it)."""
+def stream_k_plan(cfg, shape, programs, limits):
+    """(pieces per last-wave tile, K steps spared per busy program, the kernel's stream-K rule that
+    would prune this or None, whether the seeds offer it)."""
     tiles = cdiv(shape["M"], cfg["BLOCK_M"]) * cdiv(shape["N"], cfg["BLOCK_N"])
-    if idle_share(tiles, programs) < threshold:
-        return "stream_k_little_idle"
-    if cfg["STREAM_K"] > 1 and tiles < programs:
-        return "stream_k_two_waves_short"
-    return None
+    k_tiles = cdiv(shape["K"], cfg["BLOCK_K"])
+    pieces = PLAN.pieces_per_tile(tiles, programs, k_tiles)
+    saved = PLAN.steps_saved(tiles, programs, k_tiles)
+    pruned = None
+    if idle_share(tiles, programs) < limits[0]:
+        pruned = "stream_k_little_idle"
+    elif pieces == 1:
+        pruned = "stream_k_unsplit"
+    return pieces, saved, pruned, saved >= limits[1]
 
 
 class Probe(object):
@@ -204,8 +218,8 @@ def name(cfg):
     return "%dx%dx%d w%d s%d" % (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"], cfg["num_stages"])
 
 
-def probe_shape(probe, s, configs, threshold):
-    """Every config with STREAM_K 0, 1, 2 on one shape; prints a block, returns its entry."""
+def probe_shape(probe, s, configs, limits):
+    """Every config with STREAM_K 0 and 1 on one shape; prints a block, returns its entry."""
     torch = probe.torch
     a, b, a_log, b_log = probe.inputs(s)
     ref = torch.matmul(a_log, b_log)
@@ -219,21 +233,25 @@ def probe_shape(probe, s, configs, threshold):
     rows = []
     for base in configs:
         times = []
-        for sk in (0, 1, 2):
+        pieces, saved, pruned_sk, seeded = stream_k_plan(base, s, probe.programs, limits)
+        for sk in (0, 1):
             cfg = dict(base, STREAM_K=sk)
-            pruned = stream_k_pruned(cfg, s, probe.programs, threshold) if sk else None
+            pruned = pruned_sk if sk else None
             try:
                 ms, err, problem = probe.run_config(cfg, s, a, b, ref)
             except Exception as exc:  # a compile or launch error: say it, keep going
                 ms, err, problem = None, None, "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:200]
                                                            if str(exc) else "")
-            rows.append({"config": cfg, "ms": ms, "rel_err": err, "problem": problem, "pruned_by": pruned})
+            rows.append({"config": cfg, "ms": ms, "rel_err": err, "problem": problem, "pruned_by": pruned,
+                         "pieces": pieces if sk else None, "steps_saved": saved if sk else None,
+                         "seeded": seeded if sk else None})
             times.append("%s%s" % ("%.4f" % ms if ms else "FAILED", " (pruned)" if pruned else ""))
             if problem:
                 print("  %s STREAM_K=%d: %s" % (name(cfg), sk, problem))
             if problem and "CUDA" in problem:
                 raise RuntimeError("the CUDA context is lost after %s STREAM_K=%d: %s" % (name(cfg), sk, problem))
-        print("  %-18s STREAM_K 0/1/2: %s ms" % (name(base), " / ".join(times)))
+        print("  %-18s STREAM_K 0/1: %s ms  (%d pieces, %d steps spared%s)"
+              % (name(base), " / ".join(times), pieces, saved, ", seeded" if seeded and not pruned_sk else ""))
     ok = [r for r in rows if r["ms"]]
     best0 = min((r for r in ok if not r["config"]["STREAM_K"]), key=lambda r: r["ms"], default=None)
     best = min(ok, key=lambda r: r["ms"], default=None)
@@ -265,7 +283,7 @@ def main(argv=None):
     p.add_argument("--shapes", default=os.path.join(ROOT, "bench", "shapes", "llm_gemms.txt"),
                    help="shapes file; its prefill shapes (M >= 512) are probed, then the EXTRA ones")
     p.add_argument("--out", default=None, help="write every measurement as JSON")
-    p.add_argument("--budget-s", type=float, default=270.0, help="stop starting new shapes after this many seconds")
+    p.add_argument("--budget-s", type=float, default=150.0, help="stop starting new shapes after this many seconds")
     p.add_argument("--interpret", action="store_true", help="no GPU: tiny shapes in Triton's interpreter (CPU)")
     args = p.parse_args(argv)
     if args.interpret:
@@ -273,7 +291,7 @@ def main(argv=None):
     import torch
     import triton
 
-    tk = load_kernel_module()
+    tk = load_matmul_module("triton_kernel")
     if args.interpret:
         probe = Probe(torch, triton, tk, "cpu", 5, True)
         shapes, configs = [parse_shape(t) for t in INTERPRET_SHAPES], INTERPRET_CONFIGS
@@ -287,7 +305,7 @@ def main(argv=None):
         configs = CONFIGS
         print("%s, %d SMs; torch %s, triton %s" % (torch.cuda.get_device_name(0), programs, torch.__version__,
                                                    triton.__version__))
-    threshold = min_idle()
+    limits = thresholds()
     start = time.monotonic()
     entries = []
     for s in shapes:
@@ -295,7 +313,7 @@ def main(argv=None):
             print("\nbudget of %.0f s spent: %d shapes left out" % (args.budget_s, len(shapes) - len(entries)))
             break
         try:
-            entries.append(probe_shape(probe, s, configs, threshold))
+            entries.append(probe_shape(probe, s, configs, limits))
         except RuntimeError as exc:
             print("\nstopped: %s" % exc)
             break

@@ -304,14 +304,14 @@ def test_tail_split_k_and_persistent_variants_compile_for_sm90(tmp_path):
 
 
 def test_stream_k_variants_compile_for_sm90(tmp_path):
-    # the wave-quantized prefill shape (320 tiles of 128 x 128 on 132 multiprocessors): the persistent
-    # kernel with its last tiles shared out (STREAM_K 1) and with one more wave (STREAM_K 2, 128 x 256:
-    # 160 tiles) compiles for sm90 within the device's shared memory, on the full grid; the same
-    # configs on 4096^3 (1024 tiles: 3 % of the time idle) are pruned
+    # the wave-quantized prefill shape (320 tiles of 128 x 128 on 132 multiprocessors, 160 of
+    # 128 x 256): the persistent kernel with its last tiles cut into K pieces (STREAM_K 1) compiles
+    # for sm90 within the device's shared memory, on the full grid; the same configs on 4096^3
+    # (1024 tiles: 3 % of the time idle) are pruned
     target = targets()["gpu-node"]
     base = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1,
                 PERSISTENT=1)
-    configs = [dict(base, STREAM_K=1), dict(base, BLOCK_N=256, num_stages=3, STREAM_K=2)]
+    configs = [dict(base, STREAM_K=1), dict(base, BLOCK_N=256, num_stages=3, STREAM_K=1)]
     prefill, square = make_shape(512, 10240, 8192, "bf16", "NT"), make_shape(4096, 4096, 4096, "fp16", "NN")
     summary = build(get("matmul"), target, [prefill, square], tmp_path, BuildOptions(jobs=2, only_configs=configs))
     m = summary.manifest

@@ -171,13 +171,22 @@ STREAM_K = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, TMA=1, PERSISTENT
 
 
 def test_stream_k_masks_every_tail_on_few_programs():
-    # tiles not a multiple of the programs, K off BLOCK_K, M and N tails, fewer tiles than programs
-    # (every tile shared out), both stream-K depths, three layouts: within 1e-3 of fp64, counters zero
+    # tiles not a multiple of the programs, K off BLOCK_K, M and N tails, three layouts; the last
+    # wave cut into 2 and 4 K pieces, left whole (over half full, or K of one step), fewer tiles than
+    # programs with programs left idle, and whole waves: within 1e-3 of fp64, counters zero
+    from harness.kernels.matmul.stream_k import pieces_per_tile
+
+    plans = [((40, 48, 200), 4, 2),   # 6 tiles: 2 left over on 4 programs, 2 pieces each
+             ((72, 80, 1000), 7, 4),  # 15 tiles: 1 left over, 4 pieces, 3 programs idle
+             ((8, 72, 1000), 13, 4),  # 3 tiles on 13 programs: all shared, 1 program idle
+             ((16, 32, 40), 5, 2),    # 1 tile of 2 K steps: 2 pieces at most
+             ((24, 40, 56), 5, 1),    # 4 tiles on 5 programs: one piece each, stored directly
+             ((40, 64, 72), 3, 1)]    # 6 tiles on 3: whole waves, no stream-K tile
     cases = []
-    for (M, N, K), programs in (((40, 48, 200), 4), ((24, 40, 56), 5), ((72, 80, 1000), 3), ((8, 72, 1000), 5)):
-        for stream_k, layout in itertools.product((1, 2), ("NN", "TN", "NT")):
-            cases.append(dict(M=M, N=N, K=K, layout=layout, config=dict(STREAM_K, STREAM_K=stream_k),
-                              programs=programs))
+    for (M, N, K), programs, pieces in plans:
+        assert pieces_per_tile(-(-M // 16) * -(-N // 32), programs, -(-K // 32)) == pieces, (M, N, K)
+        for layout in ("NN", "TN", "NT"):
+            cases.append(dict(M=M, N=N, K=K, layout=layout, config=dict(STREAM_K, STREAM_K=1), programs=programs))
     for case, result in zip(cases, interp.run_cases(cases)):
         err = interp.rel_err(result)
         assert err < 1e-3, (case, err)
@@ -195,50 +204,41 @@ def _tile_rows_cols(tile, M, N, cfg):
     return slice(pm * bm, min(M, (pm + 1) * bm)), slice(pn * bn, min(N, (pn + 1) * bn))
 
 
-@pytest.mark.parametrize("stream_k", [1, 2])
-def test_stream_k_is_deterministic_and_follows_its_plan(stream_k):
-    # 72x80x1000: 5 x 3 = 15 tiles of 16 x 32, 32 K steps each, on 4 programs (15 % 4 = 3 left
-    # over). fp32 C keeps every bit of the sums: any change of summation order would show
-    from harness.kernels.matmul import stream_k_ranges, stream_k_tiles
+@pytest.mark.parametrize("programs", [11, 13])
+def test_stream_k_is_deterministic_and_follows_its_plan(programs):
+    # 72x80x1000: 5 x 3 = 15 tiles of 16 x 32, 32 K steps each; on 11 programs 4 tiles left over,
+    # 2 pieces each (3 programs idle), on 13 programs 2 left over, 4 pieces each (5 idle). fp32 C
+    # keeps every bit of the sums: any change of summation order would show
+    from harness.kernels.matmul.stream_k import pieces_per_tile, stream_k_pieces, stream_k_tiles
 
-    M, N, K, programs = 72, 80, 1000, 4
-    cfg = dict(STREAM_K, STREAM_K=stream_k)
+    M, N, K, tiles, k_tiles = 72, 80, 1000, 15, 32
+    cfg = dict(STREAM_K, STREAM_K=1)
     runs = interp.run_cases([dict(M=M, N=N, K=K, layout="NT", config=cfg, c_dtype="fp32", programs=programs,
                                   order_seed=s) for s in (None, 2, 4, 6)])  # 6: reversed
     assert len({tuple(r["order"]) for r in runs}) == 4  # the programs really ran in four orders
     first = runs[0]["C"].view(np.uint32)
     for r in runs[1:]:
         assert np.array_equal(r["C"].view(np.uint32), first)
-    # the plan: the last 3 tiles (stream_k 1) or 3 + 4 (stream_k 2) shared out in ranges of K steps
-    tiles, k_tiles = 15, 32
-    sk = stream_k_tiles(tiles, programs, stream_k)
-    assert sk == (3 if stream_k == 1 else 7)
-    ranges = stream_k_ranges(tiles, programs, k_tiles, stream_k)
-    assert ranges[0][0] == 0 and ranges[-1][1] == sk * k_tiles
-    assert max(e - s for s, e in ranges) - min(e - s for s, e in ranges) <= 1
+    sk, pieces = stream_k_tiles(tiles, programs), pieces_per_tile(tiles, programs, k_tiles)
+    assert (sk, pieces) == {11: (4, 2), 13: (2, 4)}[programs]
+    plan = stream_k_pieces(tiles, programs, k_tiles)
+    assert len(plan) == sk * pieces and [p for p, _, _, _ in plan] == list(range(sk * pieces))
     A, B, ws, C = (runs[0]["A"].astype(np.float64), runs[0]["B"].astype(np.float64), runs[0]["ws"],
                    runs[0]["C"])
-    reduced = 0
+    assert np.isnan(ws[sk * pieces:]).all()  # the idle programs wrote no partial
     for t in range(sk):
         rows, cols = _tile_rows_cols(tiles - sk + t, M, N, cfg)
-        parts = []  # (program, slot, K steps) of each contributor, in program order
-        for p, (s, e) in enumerate(ranges):
-            lo, hi = max(s, t * k_tiles), min(e, (t + 1) * k_tiles)
-            if lo < hi:
-                parts.append((p, 0 if s // k_tiles == t else 1, lo - t * k_tiles, hi - t * k_tiles))
-        if len(parts) == 1:
-            continue  # a range covered the whole tile and stored it directly
-        reduced += 1
-        total = np.zeros((16, 32), np.float32)
-        for p, slot, lo, hi in parts:  # the partial of steps [lo, hi) in the program's slot
+        parts = [(p, lo, hi) for p, tile, lo, hi in plan if tile == t]  # in piece order
+        assert [lo for _, lo, _ in parts] == [0] + [hi for _, _, hi in parts[:-1]] and parts[-1][2] == k_tiles
+        total = None
+        for p, lo, hi in parts:  # the partial of steps [lo, hi) in the program's slot
             k0, k1 = lo * 32, min(K, hi * 32)
-            part = ws[2 * p + slot]
+            part = ws[p]
             want = A[rows, k0:k1] @ B[k0:k1, cols]
             assert np.allclose(part[:want.shape[0], :want.shape[1]], want, rtol=1e-5, atol=1e-4), (t, p)
-            total += part
-        assert np.array_equal(C[rows, cols].view(np.uint32), total[:C[rows, cols].shape[0], :C[rows, cols].shape[1]]
-                              .view(np.uint32)), t  # summed in program order, bit for bit
-    assert reduced >= 3
+            total = part.copy() if total is None else total + part
+        got = C[rows, cols]
+        assert np.array_equal(got.view(np.uint32), total[:got.shape[0], :got.shape[1]].view(np.uint32)), t
 
 
 def test_stream_k_rules():
@@ -252,13 +252,16 @@ def test_stream_k_rules():
         found = first_pruning_rule(kernel.gpu_rules, dict(base, **change), shape, node)
         return found.name if found else None
 
-    prefill = make_shape(512, 10240, 8192, "bf16", "NT")  # 320 tiles: 2.42 waves, 19 % idle
-    assert rule(prefill, STREAM_K=1) is None and rule(prefill, STREAM_K=2) is None
+    prefill = make_shape(512, 10240, 8192, "bf16", "NT")  # 320 tiles: 2.42 waves, 56 left over in 2 pieces
+    assert rule(prefill, STREAM_K=1) is None
     assert rule(prefill, STREAM_K=1, PERSISTENT=0) == "stream_k_needs_persistent"
     assert rule(make_shape(1024, 16896, 4096, "fp16"), STREAM_K=1) == "stream_k_little_idle"  # 1056 = 8 x 132
     assert rule(make_shape(4096, 4096, 4096, "fp16"), STREAM_K=1) == "stream_k_little_idle"  # 1024 tiles: 3 % idle
-    few = make_shape(128, 1536, 7168, "bf16")  # 12 tiles for 132 programs: all shared out
-    assert rule(few, STREAM_K=1, GROUP_M=1) is None and rule(few, STREAM_K=2, GROUP_M=1) == "stream_k_two_waves_short"
+    assert rule(make_shape(1024, 3584, 18944, "bf16"), STREAM_K=1) == "stream_k_unsplit"  # 224 tiles: 92 left over
+    few = make_shape(128, 1536, 7168, "bf16")  # 12 tiles for 132 programs: all shared out, 4 pieces each
+    assert rule(few, STREAM_K=1, GROUP_M=1) is None
+    assert rule(make_shape(128, 1536, 64, "bf16"), STREAM_K=1, GROUP_M=1) == "stream_k_unsplit"  # one K step
+    assert kernel.space_for(node)["STREAM_K"] == [0, 1]
     assert "STREAM_K" not in kernel.space_for(laptop) and "STREAM_K" in kernel.space_for(node)
     assert kernel.grid(dict(base, STREAM_K=1), few, node) == (132, 1, 1)
     assert kernel.grid(base, few, node) == (12, 1, 1)
@@ -266,8 +269,8 @@ def test_stream_k_rules():
 
 def test_stream_k_through_the_gpu_agent(tmp_path, monkeypatch):
     # a real sm90 stream-K bundle (5 multiprocessors: 6 tiles of 16 x 32 on 5 programs) run by the
-    # GPU agent and worker on the stand-in API, which refuses a workspace shorter than two
-    # BLOCK_M x BLOCK_N fp32 slots per program or counters that are not zero
+    # GPU agent and worker on the stand-in API, which refuses a workspace shorter than one
+    # BLOCK_M x BLOCK_N fp32 slot per program or counters that are not zero
     import dataclasses
 
     from harness.build import BuildOptions, build
@@ -276,36 +279,44 @@ def test_stream_k_through_the_gpu_agent(tmp_path, monkeypatch):
     target = dataclasses.replace(load_targets(REPO / "targets.yaml")["gpu-node"], multiprocessors=5)
     cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1,
                PERSISTENT=1, STREAM_K=1)
-    shapes = [make_shape(40, 64, 200, "fp16", "NT"), make_shape(48, 96, 64, "bf16")]  # 6 tiles; 9 tiles (no tail)
+    # 6 tiles: 1 left over in 4 pieces; 2 tiles: 2 pieces each; 9 tiles: 4 left over, one piece each (pruned)
+    shapes = [make_shape(40, 64, 200, "fp16", "NT"), make_shape(16, 64, 512, "bf16"), make_shape(48, 96, 64, "bf16")]
     summary = build(get("matmul"), target, shapes, tmp_path / "build", BuildOptions(jobs=2, only_configs=[cfg]))
     m = summary.manifest
     assert [j.grid for j in m.jobs] == [[5, 1, 1], [5, 1, 1]]
+    assert [(p.shape, p.rule) for p in m.pruned] == [("48x96x64_bf16_NN", "stream_k_unsplit")]
     assert all(v.launch["constexprs"]["STREAM_K"] == 1 for v in m.variants)
     rows, _ = run_agent(summary.bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",))
-    assert len(rows) == 2
+    assert sorted(r["status"] for r in rows) == ["ok", "ok", "pruned"]
     for r in rows:
-        assert r["status"] == "ok", r
-        assert float(r["rel_err"]) < 1e-2 and float(r["err_ratio"]) == 0.0
+        if r["status"] == "ok":
+            assert float(r["rel_err"]) < 1e-2 and float(r["err_ratio"]) == 0.0
 
 
 def test_wave_quantized_shapes_are_seeded_with_stream_k():
-    # seeds from the geometry: a last wave of persistent tiles more than 15 % empty gets STREAM_K 1
-    # and 2, and every seed passes the rules; whole or many waves get none
-    from harness.kernels.matmul.seeds import last_wave_empty
+    # seeds from the geometry: persistent tiles whose stream-K pieces spare each busy program at
+    # least 64 K steps of the last wave get STREAM_K = 1, and every seed passes the rules; a last
+    # wave over half full, a short K, whole or many waves get none
+    from harness.kernels.matmul.stream_k import steps_saved
 
     kernel = get("matmul")
     node = load_targets(REPO / "targets.yaml")["gpu-node"]
     rules = kernel.rules_for(node)
 
     def stream_k_seeds(text):
-        shape = make_shape(*(int(x) for x in text.split(":")[0].split("x")), dtype="bf16", layout="NT")
+        shape = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
         seeds = kernel.seed_configs(shape, node)
         assert all(first_pruning_rule(rules, c, shape, node) is None for c in seeds)
-        return {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["STREAM_K"]) for c in seeds if c.get("STREAM_K")}
+        return {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in seeds if c.get("STREAM_K")}
 
-    assert last_wave_empty(320, 132) == 76 / 132 and last_wave_empty(264, 132) == 0.0
-    assert stream_k_seeds("512x10240x8192") == {(128, 128, 4, 1), (128, 128, 4, 2), (128, 256, 8, 1), (128, 256, 8, 2)}
-    assert stream_k_seeds("128x1536x7168") == {(128, 128, 4, 1), (128, 256, 8, 1)}  # 12 and 6 tiles: no full wave
+    # 320 tiles, 56 left over in 2 pieces of 64 of 128 steps; 160 tiles, 28 in 4 pieces of 32
+    assert steps_saved(320, 132, 128) == 64 and steps_saved(160, 132, 128) == 96
+    assert steps_saved(264, 132, 128) == 0 and steps_saved(224, 132, 296) == 0  # whole waves; 92 left over
+    assert stream_k_seeds("512x10240x8192") == {(128, 128, 4), (128, 256, 8)}
+    assert stream_k_seeds("512x5120x14336") == {(128, 128, 4)}  # 80 tiles of 128 x 256: one piece each
+    assert stream_k_seeds("128x1536x7168") == {(128, 128, 4), (128, 256, 8)}  # 12 and 6 tiles in 4 pieces
+    assert stream_k_seeds("1024x4608x3584") == set()  # 56 steps a tile: 42 spared
+    assert stream_k_seeds("512x6144x4096") == set()  # 60 of 192 tiles left over, 2 pieces: 32 spared
     assert stream_k_seeds("4096x4096x4096") == set()  # 1024 / 512 tiles: 3 % idle
     assert stream_k_seeds("1024x16896x4096") == set()  # 1056 = 8 x 132 tiles of 128 x 128, 528 = 4 x 132
     assert stream_k_seeds("16x4096x4096") == set()  # skinny: the SWAP_AB tiles

@@ -35,7 +35,7 @@ GPU_SPACE_CUDA = {  # NVIDIA: the tile transposed for skinny products, tensor de
     "SWAP_AB": [0, 1],
     "TMA": [0, 1],
     "PERSISTENT": [0, 1],
-    "STREAM_K": [0, 1, 2],
+    "STREAM_K": [0, 1],
 }
 GPU_SPACE_HIP = {
     "waves_per_eu": [0, 2],
@@ -111,23 +111,6 @@ def grid(config: dict, shape, target=None) -> tuple:
     if config.get("PERSISTENT"):  # one program per multiprocessor walks the tiles (rules: the target has the count)
         return (min(gemm_tiles.tiles(config, shape), target.multiprocessors), 1, 1)
     return gemm_tiles.grid(config, shape, target)
-
-
-def stream_k_tiles(tiles: int, programs: int, stream_k: int) -> int:
-    """How many of the last tiles the stream-K phase shares out: the partial wave, plus
-    ``stream_k - 1`` full waves (all tiles when there are fewer). The kernel computes the same."""
-    if not stream_k:
-        return 0
-    return tiles - max(0, tiles - tiles % programs - (stream_k - 1) * programs)
-
-
-def stream_k_ranges(tiles: int, programs: int, k_tiles: int, stream_k: int) -> list:
-    """Each program's [start, end) of the stream-K tiles' steps (tile after tile, ``k_tiles``
-    each): contiguous, lengths differing by at most one, the longer ones first."""
-    steps = stream_k_tiles(tiles, programs, stream_k) * k_tiles
-    per, extra = divmod(steps, programs)
-    starts = [p * per + min(p, extra) for p in range(programs + 1)]
-    return list(zip(starts, starts[1:]))
 
 
 KERNEL = Kernel(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ...space import Rule
-from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, multiprocessors, split_k_rules, tiles,
-                          tile_rules)
+from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, split_k_rules,
+                          tile_rules, tiles)
+from .stream_k import pieces_per_tile
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
 
@@ -64,9 +65,9 @@ def idle_share(n_tiles: int, programs: int) -> float:
     return (waves * programs - n_tiles) / (waves * programs)
 
 
-# stream-K costs each program up to two fp32 partial tiles written and about one read back and
-# summed, and a second pipeline (fill and drain); where waves quantized to whole waves idle the
-# multiprocessors less than this, that cost eats the gain
+# stream-K costs a busy program an fp32 partial tile written (the last piece of a tile reads the
+# pieces back and sums them) and a second pipeline (fill and drain); where waves quantized to
+# whole waves idle the multiprocessors less than this, that cost eats the gain
 STREAM_K_MIN_IDLE = 0.05
 
 
@@ -74,9 +75,10 @@ def _stream_k_little_idle(c, s, t):
     return bool(c.get("STREAM_K")) and idle_share(tiles(c, s), multiprocessors(t, 132)) < STREAM_K_MIN_IDLE
 
 
-def _stream_k_two_waves_short(c, s, t):
-    # STREAM_K = 2 moves one full wave to stream-K as well: with fewer tiles than that, it repeats STREAM_K = 1
-    return c.get("STREAM_K", 0) > 1 and tiles(c, s) < multiprocessors(t, 132)
+def _stream_k_unsplit(c, s, t):
+    # one piece per stream-K tile (a last wave over half full, or one K step): STREAM_K = 0's work
+    return bool(c.get("STREAM_K")) and pieces_per_tile(tiles(c, s), multiprocessors(t, 132),
+                                                       cdiv(s.K, c["BLOCK_K"])) == 1
 
 
 # matmul's rules count a target without `multiprocessors` as an H100 on AMD too (its seeds: an MI300X)
@@ -97,8 +99,8 @@ GPU_RULES = [
     Rule("stream_k_little_idle", "STREAM_K > 0 where whole waves of tiles leave the multiprocessors idle under %d %% "
          "of the time (none when the tiles are a multiple of the multiprocessors)" % round(100 * STREAM_K_MIN_IDLE),
          _stream_k_little_idle),
-    Rule("stream_k_two_waves_short", "STREAM_K = 2 with fewer tiles than multiprocessors repeats STREAM_K = 1",
-         _stream_k_two_waves_short),
+    Rule("stream_k_unsplit", "STREAM_K = 1 where the last wave's tiles get one K piece each (the wave over half "
+         "full, or K one BLOCK_K step): it repeats STREAM_K = 0", _stream_k_unsplit),
     Rule("swap_ab_off_skinny", "SWAP_AB = 1 with BLOCK_M over 64 or M over 128 (the swap is for skinny products)",
          _swap_ab_off_skinny),
     ACCUMULATOR_SPILLS,

@@ -12,11 +12,12 @@ Found by hand on an H200 (docs/gpu.md, "With SWAP_AB and PERSISTENT"):
   so that tiles x splits about fills the GPU;
 * **medium**: the rest, the 128 x 256 TMA tile (2048^3 NT), 128 x 128 and 64 x 128 tiles.
 
-Across the classes (M over 64, NVIDIA): **wave-quantized** shapes, where the persistent grid's
-last wave of 128 x 128 or 128 x 256 tiles leaves more than 15 % of the multiprocessors empty
-(512x10240x8192: 320 tiles of 128 x 128 on 132 = 2.42 waves, the third 58 % empty), also get
-those persistent tiles with STREAM_K 1 and 2 (the last tiles shared out by K steps); the rules
-drop them where the whole run idles under 5 % (stream_k_little_idle).
+Across the classes (M over 64, NVIDIA): **wave-quantized** shapes get those persistent 128 x 128
+and 128 x 256 tiles with STREAM_K = 1 where the stream-K plan (stream_k.py) spares each busy
+program at least 64 K steps of the last wave: the last wave at most half full (so its tiles are
+cut into 2-4 K pieces) and K long enough that the steps spared pay for the partials and their
+reduction (512x10240x8192: 160 tiles of 128 x 256 on 132, the 28 of the last wave in 4 pieces of
+32 of their 128 steps: 96 spared; 1024x4608x3584: 56 steps a tile, 42 spared: not seeded).
 
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
@@ -30,6 +31,7 @@ from typing import List
 
 from .. import gemm_tiles
 from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+from .stream_k import steps_saved
 
 LARGE_CUDA = [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
@@ -59,26 +61,23 @@ MEDIUM_HIP = [
 ]
 
 
-STREAM_K_CUDA = [  # the persistent tiles of the prefill shapes; each seeded with STREAM_K 1 and 2
+STREAM_K_CUDA = [  # the persistent tiles of the prefill shapes, seeded with STREAM_K = 1
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1, PERSISTENT=1),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
 ]
-LAST_WAVE_EMPTY = 0.15  # a last wave emptier than this: seed stream-K
-
-
-def last_wave_empty(tiles: int, multiprocessors: int) -> float:
-    """The share of the multiprocessors the last wave of ``tiles`` leaves empty (0: whole waves)."""
-    left = tiles % multiprocessors
-    return (multiprocessors - left) / multiprocessors if left else 0.0
+# K steps the stream-K phase must spare each busy program to be seeded: the partial tile it
+# writes, the reduction and the second pipeline cost about as much as tens of steps (H200, first
+# version: it won where the pieces spared 96 and 168 steps, lost at 32 and 42)
+STREAM_K_MIN_STEPS_SAVED = 64
 
 
 def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
     out = []
     for base in STREAM_K_CUDA:
         tiles = cdiv(shape.M, base["BLOCK_M"]) * cdiv(shape.N, base["BLOCK_N"])
-        if last_wave_empty(tiles, multiprocessors) > LAST_WAVE_EMPTY:
+        if steps_saved(tiles, multiprocessors, cdiv(shape.K, base["BLOCK_K"])) >= STREAM_K_MIN_STEPS_SAVED:
             group = base["GROUP_M"] if shape.M > base["BLOCK_M"] else 1  # one row of tiles: no swizzle
-            out += [dict(base, GROUP_M=group, STREAM_K=1), dict(base, GROUP_M=group, STREAM_K=2)]
+            out.append(dict(base, GROUP_M=group, STREAM_K=1))
     return out
 
 

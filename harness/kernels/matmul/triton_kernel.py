@@ -34,21 +34,18 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   in GROUP_M order; the tile loop and the K loop are flattened into one software pipeline so
   the next tile's loads overlap this tile's epilogue, and C is stored through a descriptor in
   two halves.
-* STREAM_K (config parameter, default 0; with PERSISTENT = 1): hybrid data-parallel + stream-K,
-  so that a last partial wave of tiles does not leave multiprocessors idle. With P programs, T
-  tiles and KT = cdiv(K, BLOCK_K) steps per tile, the last ``T % P + (STREAM_K - 1) x P`` tiles
-  (all of them when there are fewer) are the stream-K tiles; the others run as above. The
-  stream-K tiles' steps, one sequence tile after tile, are split into P contiguous ranges that
-  differ by at most one step, one per program (``stream_k_ranges`` in harness/kernels/matmul
-  computes the same plan). A tile that one range covers whole is stored directly; a range's
-  partial tile (at most one at each end of the range) goes as fp32 into the program's slot 0
-  (its first tile) or 1 (its last) of ``ws_ptr`` (2 x P x BLOCK_M x BLOCK_N fp32) and bumps the
-  tile's counter in ``lock_ptr`` (one per stream-K tile: fewer than 2 x P); the contributor that
-  arrives last sums the partials in contributor order (program 0, 1, ...), stores C and resets
-  the counter. Deterministic, no float atomics, no waiting, counters zero after every launch, as
-  for split-K. STREAM_K = 1 leaves only the partial wave to stream-K (each program takes a
-  fraction of a tile); STREAM_K = 2 adds one full wave (each program takes between one and two
-  tiles' steps, every tile has at most two contributors): which one wins is measured, not assumed.
+* STREAM_K (config parameter, 0/1, default 0; with PERSISTENT = 1): hybrid data-parallel +
+  stream-K, so that a last partial wave of tiles does not leave multiprocessors idle. With P
+  programs, T tiles and KT = cdiv(K, BLOCK_K) steps per tile, the last ``T % P`` tiles (all of
+  them when there are fewer) are the stream-K tiles; the others run as above, the same number on
+  every program. Each stream-K tile is cut into S = min(P // (T % P), 4, KT) contiguous K
+  pieces; program p takes piece p % S of stream-K tile p // S (programs past (T % P) x S idle;
+  harness/kernels/matmul/stream_k.py computes the same plan on the host). With S = 1 a program
+  stores its tile; otherwise its fp32 partial goes to its own slot p of ``ws_ptr`` (P x BLOCK_M
+  x BLOCK_N fp32) and bumps the tile's counter in ``lock_ptr`` (one per stream-K tile: fewer
+  than P); the piece that arrives last sums the tile's S slots in piece order, all S loads of a
+  chunk in flight at once, stores C and resets the counter. Deterministic, no float atomics, no
+  waiting, counters zero after every launch, as for split-K.
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
@@ -277,7 +274,7 @@ def _persistent_tma(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_am, s
     programs = tl.num_programs(0)
     data_parallel = tiles
     if STREAM_K:
-        data_parallel = max(0, tiles - tiles % programs - (STREAM_K - 1) * programs)
+        data_parallel = tiles - tiles % programs
     for tile in tl.range(tl.program_id(0), data_parallel, programs, flatten=True):
         pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -299,83 +296,65 @@ def _store_halves(c_desc, c_ptr, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK
 
 
 @triton.jit
-def _range_start(p, per, extra):
-    """First step of program p's range: P ranges of ``per`` steps, the first ``extra`` one longer."""
-    return p * per + min(p, extra)
-
-
-@triton.jit
-def _owner(step, per, extra):
-    """The program whose range holds ``step`` (the inverse of _range_start)."""
-    long_steps = extra * (per + 1)
-    return tl.where(step < long_steps, step // (per + 1), extra + (step - long_steps) // max(per, 1))
+def _pieces_per_tile(sk_tiles, programs, k_tiles):
+    """How many contiguous K pieces each stream-K tile is cut into: as many as the programs allow
+    (one piece per program), at most 4 (the reduction's loads in flight, _reduce_pieces) and at
+    most one per K step. harness/kernels/matmul/stream_k.py's pieces_per_tile computes the same."""
+    return max(1, min(min(programs // max(sk_tiles, 1), 4), k_tiles))
 
 
 @triton.jit
 def _stream_k(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, first_tile, sk_tiles, k_tiles,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
               A_T: tl.constexpr, B_T: tl.constexpr):
-    """This program's contiguous range of the stream-K tiles' steps (tile after tile, KT steps
-    each). A tile covered whole is stored; a partial one goes to the program's workspace slot (0:
-    its first tile, 1: its last) and the contributor that arrives last at the tile's counter sums
-    the slots in program order."""
+    """Program p takes piece p % S of stream-K tile p // S (S pieces per tile, programs past
+    sk_tiles x S idle): K steps [piece x KT / S, (piece + 1) x KT / S). With S = 1 it stores the
+    tile; otherwise its fp32 partial goes to its own workspace slot p, and the piece that arrives
+    last at the tile's counter sums the tile's S slots in piece order (_reduce_pieces)."""
     pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    steps = sk_tiles * k_tiles
-    per = steps // programs
-    extra = steps % programs
-    start = _range_start(pid, per, extra)
-    end = _range_start(pid + 1, per, extra)
-    first = start // k_tiles
-    last = tl.where(end > start, tl.cdiv(end, k_tiles), first)  # one past this range's last tile
-    for t in range(first, last):
-        lo = max(start, t * k_tiles) - t * k_tiles
-        hi = min(end, (t + 1) * k_tiles) - t * k_tiles
+    pieces = _pieces_per_tile(sk_tiles, tl.num_programs(0), k_tiles)
+    if pid < sk_tiles * pieces:
+        t = pid // pieces
+        piece = pid % pieces
         pid_m, pid_n = _tile_of(first_tile + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(lo, hi):
+        for k in range(piece * k_tiles // pieces, (piece + 1) * k_tiles // pieces):
             a, b = _load_tiles(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k * BLOCK_K, A_T, B_T)
             acc = tl.dot(a, b, acc)
-        if (lo == 0) & (hi == k_tiles):
+        if pieces == 1:
             _store_halves(c_desc, c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N)
         else:
-            slot = tl.where(t == first, 0, 1)
-            tile_elems = BLOCK_M * BLOCK_N
             local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * tile_elems + local, acc)
+            tl.store(ws_ptr + pid.to(tl.int64) * (BLOCK_M * BLOCK_N) + local, acc)
             tl.debug_barrier()  # every thread's partial is written before the counter is bumped
-            p_first = _owner(t * k_tiles, per, extra)
-            p_last = _owner((t + 1) * k_tiles - 1, per, extra)
             arrived = tl.atomic_add(lock_ptr + t, 1, sem="acq_rel")
-            if arrived == p_last - p_first:
-                _reduce_stream_k(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, t, p_first, p_last, k_tiles, per,
-                                 extra, BLOCK_M, BLOCK_N)
+            if arrived == pieces - 1:
+                _reduce_pieces(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, t * pieces, pieces, BLOCK_M, BLOCK_N)
                 tl.atomic_xchg(lock_ptr + t, 0)
 
 
 @triton.jit
-def _reduce_stream_k(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, t, p_first, p_last, k_tiles, per, extra,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """C tile t = its contributors' partials (programs p_first..p_last, each in its slot 0 when t
-    is its first tile, else 1) summed in program order, 4096 elements at a time; two
-    contributors' loads in flight together (the second masked off past p_last: + 0.0)."""
+def _reduce_pieces(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, first_slot, pieces, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    """C tile = slots first_slot .. first_slot + pieces - 1 summed in piece order (deterministic),
+    4096 elements of each at a time: the four loads of a chunk are issued before any sum
+    (the ones past ``pieces`` masked off, adding 0.0), so the reduction streams from L2 instead of
+    waiting on one load after another."""
     ROWS: tl.constexpr = min(BLOCK_M, 4096 // BLOCK_N)
-    tile_elems = BLOCK_M * BLOCK_N
+    tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+    slots = ws_ptr + first_slot.to(tl.int64) * tile_elems
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     for r in tl.static_range(0, BLOCK_M, ROWS):
         local = (r + tl.arange(0, ROWS))[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-        for p in range(p_first, p_last + 1, 2):
-            q = p + 1
-            slot_p = tl.where(_range_start(p, per, extra) // k_tiles == t, 0, 1)
-            slot_q = tl.where(_range_start(q, per, extra) // k_tiles == t, 0, 1)
-            # .cg: read at L2, where the other programs' partials are (never a stale L1 line)
-            x = tl.load(ws_ptr + (p * 2 + slot_p).to(tl.int64) * tile_elems + local, cache_modifier=".cg")
-            q_elems = tl.where(q <= p_last, tile_elems, 0)  # the whole slot, or none of it past p_last
-            y = tl.load(ws_ptr + (q * 2 + slot_q).to(tl.int64) * tile_elems + local, mask=local < q_elems, other=0.0,
-                        cache_modifier=".cg")
-            total += x
-            total += y
+        # .cg: read at L2, where the other programs' partials are (never a stale L1 line)
+        x0 = tl.load(slots + local, cache_modifier=".cg")
+        x1 = tl.load(slots + tile_elems + local, mask=local < tl.where(pieces > 1, tile_elems, 0), other=0.0,
+                     cache_modifier=".cg")
+        x2 = tl.load(slots + 2 * tile_elems + local, mask=local < tl.where(pieces > 2, tile_elems, 0), other=0.0,
+                     cache_modifier=".cg")
+        x3 = tl.load(slots + 3 * tile_elems + local, mask=local < tl.where(pieces > 3, tile_elems, 0), other=0.0,
+                     cache_modifier=".cg")
+        total = ((x0 + x1) + x2) + x3
         offs_m = pid_m * BLOCK_M + r + tl.arange(0, ROWS)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
