@@ -112,7 +112,7 @@ def test_halving_remeasures_the_best_longer(ws):
 
 def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
     out = tune(ws, "--shapes", "32x32x32,24x16x32", "--strategy", "random", "--budget", "3", "--batch-size", "3",
-               "--top", "2", "--repeats", "3", "--seed", "7").stdout
+               "--top", "2", "--repeats", "3", "--seed", "7", "--library").stdout
     assert "re-measuring the top 2 configs of 2 shapes interleaved, 3 rounds" in out
     assert "noise-aware winners" in out
     winners = json.loads((ws.path / "results" / TARGET / "matmul" / "winners.json").read_text())
@@ -122,6 +122,13 @@ def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
         assert w["repeats"] == 3 and w["decided"] in ("clear", "tie") and len(w["candidates"]) == 2
         assert w["spread_ns"] >= 0 and w["median_ns"] > 0
         re_rows = [all_rows[i] for i in winners["remeasure_rows"] if all_rows[i]["shape_id"] == sid]
+        # the library is timed again in every repeat, in the winners' window; the uplift uses its latest row
+        lib_rows = [r for r in re_rows if r["variant_id"].startswith("lib:")]
+        assert len(lib_rows) == 3 and len([r for r in all_rows if r["variant_id"].startswith("lib:")
+                                           and r["shape_id"] == sid]) == 4  # the first round's, and 3 repeats
+        uplift = {u["shape_id"]: u for u in csv.DictReader(open(ws.path / "tuned" / TARGET / "matmul.uplift.csv"))}
+        assert float(uplift[sid]["library_ns"]) == pytest.approx(float(lib_rows[-1]["time_ns"]))
+        re_rows = [r for r in re_rows if not r["variant_id"].startswith("lib:")]
         order = [r["variant_id"] for r in re_rows]
         assert len(order) == 6 and order[0:2] == order[4:6] == order[2:4][::-1]  # A B, B A, A B
         minima = {}
