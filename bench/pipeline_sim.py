@@ -257,6 +257,7 @@ def main(argv=None) -> int:
                    help="the strategies' real asking time here counts this much (the node's CPU is faster)")
     p.add_argument("--measure-s", type=float, default=0.055, help="device seconds per config")
     p.add_argument("--agent-round-s", type=float, default=0.05, help="the agent's own seconds per round")
+    p.add_argument("--modes", default="before,pairs,async", help="which pipelines (see above)")
     p.add_argument("--depth", default="", help="also async with these fixed depths, e.g. 2,4")
     p.add_argument("--calibrate", action="store_true", help="before, over compile costs 0.4-1.0 s")
     args = p.parse_args(argv)
@@ -277,7 +278,7 @@ def main(argv=None) -> int:
                   % (c, one["rate"], args.devices, two["rate"]))
         return 0
     rates = {}
-    for mode in ("before", "pairs", "async"):
+    for mode in args.modes.split(","):
         for d in (1, args.devices):
             r = simulate(setup, args, d, mode)
             rates[(mode, d)] = r["rate"]

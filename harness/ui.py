@@ -26,7 +26,7 @@ def progress(transient: bool = False) -> Progress:
 
 def throughput_line(configs: int, seconds: float, timing: dict) -> str:
     """configs/s, how busy the measuring devices were, and what waited on what. ``timing``:
-    build (host seconds compiling rounds), waited (host seconds blocked on results), measure
+    build (seconds while at least one round was building), waited (host seconds blocked on results), measure
     (seconds the agents ran rounds, per machine summed), machines, busy {device: seconds}."""
     parts = ["%.2f configs/s" % (configs / seconds if seconds > 0 else 0.0)]
     busy = timing.get("busy") or {}

@@ -7,7 +7,8 @@ returns ``(returncode, facts, stderr)``, or None past ``timeout``. A worker is
 on its stdin with ``MODULE.compile_job(job)`` as one JSON line. A worker that runs past the
 timeout is killed with its process group; one that dies returns its exit code and the tail of
 its stderr; either way the next job gets a fresh worker. Each worker has its own Triton cache
-folder, emptied after every job (the bundle's artifacts are the cache).
+folder, emptied after every job (the bundle's artifacts are the cache). Workers run at a lower
+priority (``NICE``): on a GPU node that also measures, the GPU workers take the cores first.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 ROOT = str(Path(__file__).resolve().parents[2])
 _idle: dict = {}  # (module, env) -> [Worker]
+NICE = 10  # the workers' lower scheduling priority
 _lock = threading.Lock()
 
 
@@ -128,6 +130,10 @@ def serve(module_name: str) -> int:
 
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
+    try:
+        os.nice(NICE)  # where the agent measures on this machine too, its GPU workers come first
+    except OSError:
+        pass
     handle = importlib.import_module(module_name).compile_job
     for line in sys.stdin:
         if line.strip():
