@@ -230,6 +230,15 @@ def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
     return results
 
 
+def cancel_compiles(out: Path) -> None:
+    """Cancel the compiles for bundle folder ``out`` queued and not started (their builds raise
+    CancelledError)."""
+    with _pool_lock:
+        futures = [f for (folder, _), f in _compiling.items() if folder == str(out)]
+    for future in futures:
+        future.cancel()
+
+
 def _forget(key, future: Future) -> None:
     with _pool_lock:
         if _compiling.get(key) is future:

@@ -317,9 +317,16 @@ class Builds:
                 self.session.build_seconds += now - self.began
 
     def close(self) -> None:
-        """No round is sent any more; wait for the builds in progress."""
+        """No round is sent any more: the rounds not started are dropped, the compiles not
+        started cancelled (a tune stopped early), and the builds in progress waited for."""
+        from .build import cancel_compiles
+        from .bundle import bundle_dir
+
+        s = self.session
         self.closed = True
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        cancel_compiles(bundle_dir(s.root, s.target.name, s.kernel.name))
+        self.pool.shutdown(wait=True)
 
 
 class _quiet:

@@ -198,7 +198,7 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
             continue
         # ahead: up to depth rounds in flight; the oldest is told before the next is asked. With
         # a time limit, none is asked ahead of the first results (nothing is known of the pace)
-        depth = evaluate.rounds_in_flight() if asks else 0
+        depth = (evaluate.rounds_in_flight() if hasattr(evaluate, "rounds_in_flight") else 2) if asks else 0
         if time_limit is not None and not told:
             depth = 1
         while in_flight and len(in_flight) >= depth:
