@@ -16,26 +16,11 @@ set -u
 OUT=$(realpath -m "$1"); SHAPES=$(realpath "$2"); KERNEL=${3:-matmul}; shift 2; [ $# -gt 0 ] && shift
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-if [ -d "$REPO/.whl" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$REPO"/.whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$REPO
-else
-  export PYTHONPATH=$REPO
-fi
-export PYTHONUNBUFFERED=1 COLUMNS=160
+. "$REPO/bench/_node_env.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
 python3 -c "import triton, torch; print('triton', triton.__version__, 'torch', torch.__version__)"
 PROJ=$(mktemp -d)
-cat > "$PROJ/targets.yaml" <<YAML
-node:
-  description: the GPU node itself (local transport)
-  backend: cuda
-  arch: x86_64
-  gpu_arch: 90
-  shared_mem_max: 232448
-  multiprocessors: 132
-  profiler: events
-YAML
+node_target "$PROJ/targets.yaml"
 cd "$PROJ"
 if [ -n "${SPACE:-}" ]; then
   python3 -m harness build "$KERNEL" --target node --shapes-file "$SHAPES" --space "$(realpath "$REPO/$SPACE")" "$@" 2>&1 | grep -v "^compile " | tee "$OUT/build.log"

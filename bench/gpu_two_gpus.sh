@@ -16,28 +16,13 @@ OUT=$(realpath -m "$1"); shift
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SHAPES=$(realpath "${1:-$REPO/bench/shapes/llm_gemms.txt}"); [ $# -gt 0 ] && shift
 mkdir -p "$OUT"
-if [ -d "$REPO/.whl" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$REPO"/.whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$REPO
-else
-  export PYTHONPATH=$REPO
-fi
-export PYTHONUNBUFFERED=1 COLUMNS=160
+. "$REPO/bench/_node_env.sh"
 nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 echo "cores: $(nproc), shapes: $SHAPES ($(grep -cv '^\s*\(#\|$\)' "$SHAPES") shapes)"
 
 tune() {  # tune PROJECT DEVICES LOG TOP [options]: one tune in a fresh project; prints its last configs/s line
   local proj=$1 devices=$2 log=$3 top=$4; shift 4
-  cat > "$proj/targets.yaml" <<YAML
-node:
-  backend: cuda
-  arch: x86_64
-  gpu_arch: 90
-  shared_mem_max: 232448
-  multiprocessors: 132
-  profiler: events
-  devices: "$devices"
-YAML
+  node_target "$proj/targets.yaml" "$devices"
   local start rc; start=$(date +%s.%N)
   (cd "$proj" && python3 -m harness tune matmul --target node --shapes-file "$SHAPES" --budget 96 --top "$top" "$@" \
     > "$log" 2>&1); rc=$?

@@ -30,14 +30,15 @@ the CPU (5 "SMs", 16 x 32 tiles), to check the probe itself.
 import argparse
 import importlib.util
 import json
-import math
 import os
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _gpu_common import geomean, rel_err  # noqa: E402
 from remote_agent.runners.gpu_memory import workspace_need  # noqa: E402
 
 EXTRA = [  # M x N x K : dtype : layout  -- model, and why its waves are quantized on 132 SMs
@@ -185,7 +186,7 @@ class Probe(object):
         launch, locks = self.launcher(cfg, s, a, b, c)
         launch()
         self.sync()
-        err = rel_err(torch, c, ref)
+        err = rel_err(c, ref)
         if not err < REL_TOL:
             return None, err, "wrong answer (rel. err %.3g)" % err
         if cfg["STREAM_K"]:
@@ -201,17 +202,6 @@ class Probe(object):
     def sync(self):
         if not self.interpret:
             self.torch.cuda.synchronize()
-
-
-def rel_err(torch, c, ref):
-    d = (c.float() - ref.float()).norm().item()
-    r = ref.float().norm().item()
-    return d / r if r else float("inf")
-
-
-def geomean(values):
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def name(cfg):
