@@ -38,7 +38,8 @@ def test_agent_killed_mid_run_resumes_without_redoing_or_losing_rows(local_works
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32,64x64x64,96x64x32")
     bundle = ws.path / "build/local/matmul"
     results = ws.path / "results.csv"
-    proc = subprocess.Popen(_agent(bundle, results), cwd=REPO, stdout=subprocess.PIPE, text=True,
+    quick = ("--max-time", "0.05")  # this test is about resuming, not timing: short jobs
+    proc = subprocess.Popen(_agent(bundle, results, *quick), cwd=REPO, stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     seen = 0
     for line in proc.stdout:
@@ -55,7 +56,7 @@ def test_agent_killed_mid_run_resumes_without_redoing_or_losing_rows(local_works
     # a torn half row at the end (killed mid-write) must not survive either
     with open(results, "a") as f:
         f.write("1,local,matmul,vhalf")
-    rerun = subprocess.run(_agent(bundle, results), cwd=REPO, capture_output=True, text=True)
+    rerun = subprocess.run(_agent(bundle, results, *quick), cwd=REPO, capture_output=True, text=True)
     assert rerun.returncode == 0, rerun.stderr
     final = pd.read_csv(results)
     keys = final[["variant_id", "shape_id", "device"]].apply(tuple, axis=1)
