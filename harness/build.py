@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -99,6 +99,16 @@ def plan_pairs(kernel, target, pairs, compiler):
     return variants, jobs, pruned
 
 
+def _wanted_pairs(options: BuildOptions, shapes, fixed_configs) -> Optional[list]:
+    """The (config, [shapes]) pairs a build is limited to: ``only_pairs``, else ``only_configs``
+    (or the configs imported IR fixes) for every shape; None: the whole space."""
+    if options.only_pairs is not None:
+        by_id = {s.id: s for s in shapes}
+        return [(cfg, [by_id[sid]]) for cfg, sid in options.only_pairs]
+    configs = options.only_configs if options.only_configs is not None else fixed_configs
+    return None if configs is None else [(cfg, shapes) for cfg in configs]
+
+
 def build(kernel, target, shapes, root: Path, options: BuildOptions) -> BuildSummary:
     """Build and save the bundle (manifest.json, the target's state)."""
     summary = compile_bundle(kernel, target, shapes, root, options)
@@ -128,20 +138,13 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
     out.mkdir(parents=True, exist_ok=True)
     compiler = compiler_for(kernel, target, out, options.frontend, options.from_ir, options.jobs)
     space = options.space or kernel.space_for(target)
-    only_configs = options.only_configs
-    if only_configs is None and options.only_pairs is None:
-        only_configs = getattr(compiler, "fixed_configs", None)  # imported IR decides the configs
-    if options.only_pairs is not None:
-        by_id = {s.id: s for s in shapes}
-        variants, jobs, pruned = plan_pairs(kernel, target, [(cfg, [by_id[sid]]) for cfg, sid in options.only_pairs],
-                                            compiler)
-        config_names = list(dict.fromkeys(k for cfg, _ in options.only_pairs for k in cfg))
-    elif only_configs is not None:
-        variants, jobs, pruned = plan_pairs(kernel, target, [(cfg, shapes) for cfg in only_configs], compiler)
-        config_names = list(dict.fromkeys(k for cfg in only_configs for k in cfg))
-    else:
+    wanted = _wanted_pairs(options, shapes, getattr(compiler, "fixed_configs", None))
+    if wanted is None:
         variants, jobs, pruned = plan(kernel, target, shapes, space, compiler)
         config_names = list(space)
+    else:
+        variants, jobs, pruned = plan_pairs(kernel, target, wanted, compiler)
+        config_names = list(dict.fromkeys(k for cfg, _ in wanted for k in cfg))
 
     results = compile_all(compiler, variants, options)
     summary = BuildSummary(out, None, pruned_pairs=len(pruned))
@@ -219,14 +222,11 @@ def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
     with ui.progress() as bar:
         task = bar.add_task("compile", total=len(variants), info="")
         failed = 0
-        todo = set(futures)
-        while todo:
-            done, todo = wait(todo, return_when="FIRST_COMPLETED")
-            for future in done:
-                res = future.result()
-                results[futures[future]] = res
-                failed += res.status != "ok"
-                bar.update(task, advance=1, info="%d failed" % failed if failed else "")
+        for future in as_completed(futures):
+            res = future.result()
+            results[futures[future]] = res
+            failed += res.status != "ok"
+            bar.update(task, advance=1, info="%d failed" % failed if failed else "")
     return results
 
 

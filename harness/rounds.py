@@ -1,7 +1,7 @@
 """Rounds: build, push, run and bring home exactly the (config, shape) pairs asked for.
 
 A search strategy (``harness.strategies``) asks for a few configs per shape at a time.
-``Session.execute(pairs)`` builds only those configs (``build(only_configs=...)``), keeps in the
+``Session.execute(pairs)`` builds only those pairs (``BuildOptions.only_pairs``), keeps in the
 manifest only the asked pairs in the asked order (plus the library reference where wanted),
 pushes what the remote lacks, runs them and returns the results rows of this round. The agent
 runs with ``--all``: the manifest holds nothing else, so a pair asked again (a halving rung, a
@@ -47,7 +47,7 @@ class Session:
     target: object
     kernel: object
     shapes: list
-    build_options: object  # harness.build.BuildOptions (only_configs is set per round)
+    build_options: object  # harness.build.BuildOptions (only_pairs is set per round)
     run_options: object  # harness.run.RunOptions (iters scaled by fidelity, rerun_all set)
     library: bool = False
     quiet: bool = False

@@ -12,6 +12,8 @@ from typing import Optional
 
 import yaml
 
+from remote_agent import measure
+
 from .errors import HarnessError
 
 TARGETS_ENV = "HARNESS_TARGETS"
@@ -22,7 +24,7 @@ DEFAULT_TARGET = "local"  # what a command that names no target builds for, with
 SETTINGS = ("default",)  # top-level keys that are settings of the file, not targets
 BACKENDS = ("cpu", "cuda", "hip")
 PROFILERS = ("perf", "wallclock", "events", "ncu", "rocprof")
-ESTIMATORS = ("min", "median")  # the time that decides (remote_agent/stats.py)
+ESTIMATORS = measure.ESTIMATORS  # the time that decides (remote_agent/stats.py)
 
 
 @dataclass
@@ -109,7 +111,7 @@ class Target:
     @property
     def deciding_estimator(self) -> str:
         """``estimator:`` where set, else min on CPU targets (native or under qemu), median on GPUs."""
-        return self.estimator or ("median" if self.is_gpu else "min")
+        return self.estimator or measure.default_estimator(self.backend)
 
 
 # key -> (python types, required)

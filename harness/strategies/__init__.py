@@ -6,7 +6,7 @@ A strategy proposes the next batch of configs from the history of measured confi
     batch = strategy.next_batch(history, space, is_pruned, limit, budget)   # -> Batch
 
 and ``tune_rounds`` drives it, calling ``evaluate_batch(configs)`` once per round (the CLI wires
-that to ``build(only_configs=configs)`` + push + run). Every strategy is a pure function of its
+that to a build of exactly those configs + push + run). Every strategy is a pure function of its
 seed and the history, so it is deterministic and resumes from the results CSV:
 ``load_history(results_csv, space, shape_id)``.
 
