@@ -18,6 +18,7 @@ of the runs' times, in percent (goal: <= 2 %), for
 import argparse
 import csv
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -79,8 +80,31 @@ def main():
             print("%-18s spread of %d runs: one job: %s %.2f %%, median %.2f %%;  %d repeats: %s %.2f %%, "
                   "median of medians %.2f %%" % (vid[:18], len(per_run), estimator, spread(one), spread(one_median),
                                                  args.repeats, estimator, spread(together), spread(together_median)))
+            pool = [deciding_time(r) for rows in per_run for r in rows]
+            if estimator == "min" and len(pool) >= 2 * args.repeats:
+                gaps = pair_gaps(pool, args.repeats)
+                print("%-18s two smallest-of-%d of its %d jobs (disjoint, drawn at random): apart by median %.2f %%, "
+                      "p80 %.2f %%, p90 %.2f %% (harness tune ties closer candidates: strategies/winner.py "
+                      "MIN_RESOLUTION)" % (vid[:18], args.repeats, len(pool), quantile(gaps, 0.5), quantile(gaps, 0.8),
+                                           quantile(gaps, 0.9)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def pair_gaps(pool, k, draws=5000):
+    """|a - b| / min(a, b) in percent, for a and b the smallest of two disjoint random sets of k jobs."""
+    rng = random.Random(0)
+    gaps = []
+    for _ in range(draws):
+        picked = rng.sample(pool, 2 * k)
+        a, b = min(picked[:k]), min(picked[k:])
+        gaps.append(100.0 * abs(a - b) / min(a, b))
+    return gaps
+
+
+def quantile(values, q):
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def spread(values):

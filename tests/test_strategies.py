@@ -18,7 +18,7 @@ from harness.shapes import parse_shape
 from harness.space import expand, first_pruning_rule
 from harness.strategies import (STRATEGIES, Trial, get_strategy, key, load_history, pruning_predicate,
                                 trials_from_rows, tune_rounds)
-from harness.strategies.base import StrategyError
+from harness.strategies.base import StrategyError, config_id
 from harness.strategies.driver import STOP_BUDGET, STOP_FINISHED, STOP_NO_RESULTS, STOP_TIME
 from harness.strategies.simulate import Replay, evaluations_to_target, load_recorded, simulate
 from harness.strategies.winner import (interleaved_rounds, pick_winner, plan_interleaved, remeasure,
@@ -538,3 +538,28 @@ def test_big_spaces_of_several_shapes_are_pruned_at_once_in_other_processes_with
     one = get_strategy("random", seed=9)
     prepare_problems([one], space, predicates[:1], jobs=2)  # one shape: its Problem is built when first asked
     assert not calls and not one.has_problem(space, predicates[0])
+
+
+def test_tie_goes_to_the_core_whatever_marginal_candidate_the_search_brought():
+    # Two README tunes of 256x256x128 on the 2-core VM (min-decided, spread 2 %): the same two
+    # configs (64x64x128, GROUP_M 1 and 8) led both re-measures; the third candidate, 1.1 and
+    # 1.3 % behind, was 64x64x64 with GROUP_M 1 in one run and 8 in the other. The smallest id of
+    # all tied candidates picked that third config, so the runs disagreed.
+    def cfg(block_k, group_m):
+        return config_id({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": block_k, "GROUP_M": group_m})
+
+    first = {cfg(128, 1): 504536.0, cfg(128, 8): 505167.0, cfg(64, 1): 509896.0}
+    second = {cfg(128, 1): 502352.0, cfg(128, 8): 504085.0, cfg(64, 8): 508768.5}
+
+    def decide(times, rule="core"):
+        repeats = (1.0, 1.002, 1.01, 1.2, 1.003)  # one in a slow stretch; the floor reproduced to 0.2 %
+        return pick_winner({cid: [Trial({}, "ok", t * r, None, 1, 0.002, "min") for r in repeats]
+                            for cid, t in times.items()}, tie_rule=rule)
+
+    by_core = [decide(first), decide(second)]
+    assert [w.decided for w in by_core] == ["tie", "tie"] and all(len(w.tied) == 3 for w in by_core)
+    assert [w.id for w in by_core] == [cfg(128, 1), cfg(128, 1)]
+    # candidates this run cannot order (0.1 % apart, repeats 0.2 %): the smallest id, not the faster
+    close = {cfg(128, 1): 504536.0, cfg(64, 1): 505000.0}
+    assert decide(close).id == cfg(64, 1) and decide(close).decided == "tie"
+    assert [decide(t, "id").id for t in (first, second)] == [cfg(64, 1), cfg(64, 8)]  # the old rule

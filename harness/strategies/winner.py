@@ -17,10 +17,10 @@ estimator that decided its repeats (results column ``estimator``; ``candidate_st
 - ``min`` (CPU targets): the time is the smallest of the repeats' minima (a neighbour only ever
   slows a measurement down, so the lowest floor seen is the kernel's); the spread is how well
   that floor reproduced: the second smallest repeat minus the smallest, and at least
-  MIN_RESOLUTION of the time: the minima of one config in separate processes differ by up to
-  about 0.5 % even when no neighbour interferes (measured on a 2-core VM: configs whose code is
-  the same, GROUP_M 1 and 8 on a 2 x 2 tile grid, swapped places by 0.3 % between two tunes), so
-  closer candidates tie. A floor seen by one repeat only makes the spread as large as the
+  MIN_RESOLUTION of the time: how far apart the smallest of 5 repeats of one and the same config
+  land from one measurement to the next (measured on a 2-core VM with busy neighbours: 40 fresh
+  processes timing one 256x256x256 kernel for 0.75 s each; two minima of 5 of them differ by a
+  median 0.8 %, 1.75 % at the 80th percentile, 2.4 % at the 90th), so closer candidates tie. A floor seen by one repeat only makes the spread as large as the
   slowdown the others suffered, and the candidate ties with everything within it.
 The candidate's *noise* is the second smallest repeat minus the smallest, over the smallest, for
 ``min``; the median of its repeats' noise for ``median``.
@@ -29,10 +29,20 @@ The candidate's *noise* is the second smallest repeat minus the smallest, over t
      the larger of their two spreads. With no tied candidate the leader wins outright ("clear",
      with its margin: how much slower the next candidate is, in percent of the winner's time;
      never negative). With tied candidates the result is a "tie" and has no margin.
-  3. Tie rule (default, ``tie_rule="id"``): the smallest config id among the leader and its tied
-     candidates wins. They are indistinguishable by the measurements, so the rule must not depend
-     on them: the config id never changes, so the same set of tied candidates gives the same
-     winner run after run. ``tie_rule="spread"`` first prefers a tied candidate whose spread is at
+  3. Tie rule (default, ``tie_rule="core"``): the smallest config id among the *core* of the tie
+     wins: the leader and the tied candidates that this re-measure's own repeats cannot order
+     against it, the gap between them no more than the larger of their spreads in this run (for
+     the minimum, the spread before MIN_RESOLUTION's floor; the floor covers how far a later
+     measurement may land, while interleaved repeats of one re-measure share their machine's
+     state). They are indistinguishable by the measurements, so the rule must not depend on them:
+     the config id never changes, so the same core gives the same winner run after run. Tied
+     candidates outside the core are listed but do not win: whether the re-measure had them at
+     all depends on the search's single measurements. (Two README tunes on the 2-core VM tied the
+     same two configs on 256x256x128 plus a third, 1.1 and 1.3 % behind, that differed between the
+     runs: GROUP_M 1 in one, GROUP_M 8 in the other, each missing from the other run's top 3; the
+     smallest id of all tied candidates picked that third config, so the runs disagreed.)
+     ``tie_rule="id"`` takes the smallest id among all tied candidates. ``tie_rule="spread"``
+     first prefers a tied candidate whose spread is at
      most a quarter of every other tied one's (clearly the steadier), then the smallest id; it
      can flip when true spreads differ by about that factor, because spread estimates from a
      handful of repeats are noisy themselves (with 9 repeats and equal noise, one estimate is
@@ -49,7 +59,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from .base import Trial, config_id
 
 TIE_SPREAD_RATIO = 0.25
-MIN_RESOLUTION = 0.01  # min: the smallest spread, relative to the time (see the module docstring)
+MIN_RESOLUTION = 0.02  # min: the smallest spread, relative to the time (see the module docstring)
 NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
 
 
@@ -87,10 +97,16 @@ class CandidateStats:
     samples: List[float] = field(default_factory=list)
     estimator: str = "median"
     noise: Optional[float] = None  # relative noise of its deciding time (module docstring)
+    run_spread: Optional[float] = None  # min: the spread without MIN_RESOLUTION's floor (None: ``spread``)
 
     @property
     def rel_spread(self) -> float:
         return self.spread / self.median if self.median else 0.0
+
+    @property
+    def spread_in_run(self) -> float:
+        """How far apart this re-measure's own repeats put it (the tie rule's core)."""
+        return self.spread if self.run_spread is None else self.run_spread
 
 
 @dataclass
@@ -179,14 +195,14 @@ def min_stats(cid: str, times: Sequence[float], failed: int = 0) -> CandidateSta
     low = sorted(times)
     reach = (low[1] - low[0]) if len(low) >= 2 else 0.0
     return CandidateStats(cid, low[0], max(reach, MIN_RESOLUTION * low[0]), len(low), failed, list(times), "min",
-                          reach / low[0] if (low[0] and len(low) >= 2) else None)
+                          reach / low[0] if (low[0] and len(low) >= 2) else None, reach)
 
 
-def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "id",
+def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "core",
                 tie_spread_ratio: float = TIE_SPREAD_RATIO) -> Winner:
     """``samples``: {candidate id: its repeated measurements (floats or Trials)}."""
-    if tie_rule not in ("id", "spread"):
-        raise ValueError("tie_rule is 'id' or 'spread', not %r" % tie_rule)
+    if tie_rule not in ("core", "id", "spread"):
+        raise ValueError("tie_rule is 'core', 'id' or 'spread', not %r" % tie_rule)
     table = [candidate_stats(cid, s) for cid, s in samples.items()]
     table.sort(key=lambda c: (c.median, c.id))
     eligible = [c for c in table if c.failed == 0 and c.repeats > 0]
@@ -205,6 +221,11 @@ def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "id",
                                         for c in tied if c is not steadiest):
             win = steadiest
             rule = "tied with %d others within the spread; it has the clearly lowest spread" % (len(tied) - 1)
+        elif tie_rule == "core":
+            core = [c for c in tied if c.median - leader.median <= max(leader.spread_in_run, c.spread_in_run)]
+            win = min(core, key=lambda c: c.id)
+            rule = "tied with %d others within the spread; smallest config id of the %d its repeats cannot order" % (
+                len(tied) - 1, len(core))
         else:
             win = min(tied, key=lambda c: c.id)
             rule = "tied with %d others within the spread; smallest config id" % (len(tied) - 1)
