@@ -63,6 +63,7 @@ class AgentMethod(object):
         if max_time is not None:
             options["max_time"] = max_time
         self.profiler = EventsProfiler(api, options)
+        self.samples = []  # samples each measurement took (more than the first chunk: the noise did not settle)
 
     def flush(self):
         self.api.memset32(self.buf, 0, self.flush_bytes // 4)
@@ -71,13 +72,22 @@ class AgentMethod(object):
         def launch(i, stream=None):  # on the agent's own stream, where its events are recorded
             launcher.kernel.run(launcher.grid, launcher.params, stream)
 
+        return self._median_ms(launch)
+
+    def _median_ms(self, launch):
         times = sorted(self.profiler.measure(self, launch, None, None, None, None)["times_ns"])
+        self.samples.append(len(times))
         return times[len(times) // 2] / 1e6
 
     def median_fn_ms(self, fn):
         """The same, for a Python callable (torch.matmul) that enqueues on the current stream."""
-        times = sorted(self.profiler.measure(self, lambda i, stream=None: fn(), None, None, None, None)["times_ns"])
-        return times[len(times) // 2] / 1e6
+        return self._median_ms(lambda i, stream=None: fn())
+
+
+def passes(row):
+    """Each pass of a row: agent and do_bench in us, and how many samples the agent took."""
+    return " ".join("[%.1f %.1f n=%d]" % (a * 1e3, d * 1e3, n)
+                    for a, d, n in zip(row["agent_ms"], row["do_bench_ms"], row["agent_samples"]))
 
 
 def torch_rows(torch, api, agent, shape_ids, shapes):
@@ -106,10 +116,11 @@ def torch_rows(torch, api, agent, shape_ids, shapes):
             torch.cuda.synchronize()
             db_ms.append(do_bench_median_ms(fn))
         agent_t, db_t = sum(agent_ms) / 2, sum(db_ms) / 2
-        rows.append({"shape": sid, "variant": "torch.matmul", "agent_ms": agent_ms, "do_bench_ms": db_ms,
+        rows.append({"shape": sid, "variant": "torch.matmul", "agent_ms": agent_ms, "agent_samples": agent.samples[-2:],
+                     "do_bench_ms": db_ms,
                      "ratio": agent_t / db_t, "csv_ms": float("nan"), "csv_ratio": float("nan")})
-        print("%-28s %-12s %10.2f %10.2f %10s %7.4f %7s" % (sid, "torch.matmul", agent_t * 1e3, db_t * 1e3, "-",
-                                                             agent_t / db_t, "-"))
+        print("%-28s %-12s %10.2f %10.2f %10s %7.4f %7s  %s" % (sid, "torch.matmul", agent_t * 1e3, db_t * 1e3, "-",
+                                                                 agent_t / db_t, "-", passes(rows[-1])))
     return rows
 
 
@@ -147,10 +158,11 @@ def main(argv=None):
         agent_t, db_t = sum(agent_ms) / 2, sum(db_ms) / 2
         csv_ms = float(row["time_ns_median"]) / 1e6
         ratio = agent_t / db_t
-        out.append({"shape": s["id"], "variant": v["id"], "agent_ms": agent_ms, "do_bench_ms": db_ms,
+        out.append({"shape": s["id"], "variant": v["id"], "agent_ms": agent_ms, "agent_samples": agent.samples[-2:],
+                    "do_bench_ms": db_ms,
                     "ratio": ratio, "csv_ms": csv_ms, "csv_ratio": csv_ms / db_t})
-        print("%-28s %-12s %10.2f %10.2f %10.2f %7.4f %7.4f" % (s["id"], v["id"], agent_t * 1e3, db_t * 1e3,
-                                                             csv_ms * 1e3, ratio, csv_ms / db_t))
+        print("%-28s %-12s %10.2f %10.2f %10.2f %7.4f %7.4f  %s" % (s["id"], v["id"], agent_t * 1e3, db_t * 1e3,
+                                                                 csv_ms * 1e3, ratio, csv_ms / db_t, passes(out[-1])))
         del a, b, c, launch
         torch.cuda.empty_cache()
     if args.torch:

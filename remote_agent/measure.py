@@ -105,6 +105,21 @@ class Stopper(object):
         self.noise = noise_of(self.samples, self.estimator)
         self.under = self.under + 1 if (self.noise is not None and self.noise < self.max_noise) else 0
 
+    def add_many(self, samples_ns):
+        """A chunk of samples timed back to back (GPU event pairs, read after one synchronize):
+        the noise is estimated once, after the chunk, and counts for each of its samples. (Judged
+        sample by sample, a chunk of 2000 cost 2000 sorts of up to 2000 samples: 0.24 s of host
+        time on the 2-core VM, with the GPU idle; 900 samples, a 100 ms chunk of 100 us launches,
+        45 ms.)"""
+        chunk = [float(s) for s in samples_ns]
+        if not chunk:
+            return
+        if self.started is None:
+            self.started = self.clock()
+        self.samples.extend(chunk)
+        self.noise = noise_of(self.samples, self.estimator)
+        self.under = self.under + len(chunk) if (self.noise is not None and self.noise < self.max_noise) else 0
+
     def done(self):
         n = len(self.samples)
         if n >= MAX_SAMPLES:

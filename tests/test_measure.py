@@ -45,6 +45,21 @@ def test_stopper_waits_for_min_samples_and_settled_noise_or_the_time_cap():
     assert noisy.reason == "time" and len(noisy.samples) == 20 and noisy.noise > 0.01
 
 
+def test_a_chunk_of_gpu_samples_is_judged_once_and_settles_like_its_samples_one_by_one():
+    now = [0.0]
+    chunked = measure.Stopper(max_noise=0.01, max_time=10, min_samples=200, clock=lambda: now[0])
+    chunked.add_many([1000.0 + i % 7 for i in range(199)])
+    assert not chunked.done() and chunked.under == 199  # under the noise target, short of min_samples
+    chunked.add_many([1000.0])
+    assert chunked.done() and chunked.reason == "noise" and len(chunked.samples) == 200
+    bimodal = measure.Stopper(max_noise=0.01, max_time=10, min_samples=10, clock=lambda: now[0])
+    bimodal.add_many([1000.0, 1100.0] * 50)  # two clock states: the median is not known to 1 %
+    assert bimodal.noise > 0.01 and bimodal.under == 0 and not bimodal.done()
+    now[0] = 11.0
+    bimodal.add_many([])
+    assert bimodal.done() and bimodal.reason == "time"
+
+
 def test_the_minimum_decides_on_cpus_and_its_noise_is_how_far_the_halves_minima_differ():
     assert measure.default_estimator("cpu") == "min" and measure.default_estimator("cuda") == "median"
     assert measure.min_noise([110.0, 100.0, 120.0, 101.0]) == pytest.approx(0.01)

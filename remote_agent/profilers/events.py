@@ -70,8 +70,7 @@ class EventsProfiler(object):
         done = 0
         while not stopper.done():
             chunk = n if done == 0 else CHUNK
-            for t in self._timed(worker, launch, chunk, flush, done):
-                stopper.add(t)
+            stopper.add_many(self._timed(worker, launch, chunk, flush, done))
             done += chunk
         return {"times_ns": stopper.samples, "counters": {}}
 
