@@ -99,11 +99,7 @@ class Stopper(object):
         self.reason = None
 
     def add(self, sample_ns):
-        if self.started is None:
-            self.started = self.clock()
-        self.samples.append(float(sample_ns))
-        self.noise = noise_of(self.samples, self.estimator)
-        self.under = self.under + 1 if (self.noise is not None and self.noise < self.max_noise) else 0
+        self.add_many([sample_ns])
 
     def add_many(self, samples_ns):
         """A chunk of samples timed back to back (GPU event pairs, read after one synchronize):

@@ -20,8 +20,9 @@ estimator that decided its repeats (results column ``estimator``; ``candidate_st
   MIN_RESOLUTION of the time: how far apart the smallest of 5 repeats of one and the same config
   land from one measurement to the next (measured on a 2-core VM with busy neighbours: 40 fresh
   processes timing one 256x256x256 kernel for 0.75 s each; two minima of 5 of them differ by a
-  median 0.8 %, 1.75 % at the 80th percentile, 2.4 % at the 90th), so closer candidates tie. A floor seen by one repeat only makes the spread as large as the
-  slowdown the others suffered, and the candidate ties with everything within it.
+  median 0.8 %, 1.75 % at the 80th percentile, 2.4 % at the 90th), so closer candidates tie. A
+  floor seen by one repeat only makes the spread as large as the slowdown the others suffered,
+  and the candidate ties with everything within it.
 The candidate's *noise* is the second smallest repeat minus the smallest, over the smallest, for
 ``min``; the median of its repeats' noise for ``median``.
   1. The leader is the candidate with the lowest time.
@@ -42,11 +43,11 @@ The candidate's *noise* is the second smallest repeat minus the smallest, over t
      runs: GROUP_M 1 in one, GROUP_M 8 in the other, each missing from the other run's top 3; the
      smallest id of all tied candidates picked that third config, so the runs disagreed.)
      ``tie_rule="id"`` takes the smallest id among all tied candidates. ``tie_rule="spread"``
-     first prefers a tied candidate whose spread is at
-     most a quarter of every other tied one's (clearly the steadier), then the smallest id; it
-     can flip when true spreads differ by about that factor, because spread estimates from a
-     handful of repeats are noisy themselves (with 9 repeats and equal noise, one estimate is
-     under half the other in about 8% of runs, under a quarter in under 1%).
+     first prefers a tied candidate whose spread is at most a quarter of every other tied one's
+     (clearly the steadier), then the smallest id; it can flip when true spreads differ by about
+     that factor, because spread estimates from a handful of repeats are noisy themselves (with
+     9 repeats and equal noise, one estimate is under half the other in about 8% of runs, under a
+     quarter in under 1%).
 A candidate that failed in any repeat (crash, wrong answer, timeout) cannot win.
 """
 
