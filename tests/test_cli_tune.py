@@ -14,6 +14,7 @@ import pytest
 from harness.shapes import parse_shape
 from harness.kernels.matmul.rules import CPU_RULES
 from harness.strategies import get_strategy, key, pruning_predicate, tune_rounds
+from harness.strategies.winner import MIN_RESOLUTION
 from harness.targets import Target
 from remote_agent import contract
 from tests.conftest import Workspace, needs
@@ -137,7 +138,7 @@ def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
             minima.setdefault(r["variant_id"], []).append(float(r["time_ns"]))
         low = sorted(minima[w["variant_id"]])
         assert w["estimator"] == "min" and w["median_ns"] == low[0]  # the smallest of its 3 repeats
-        assert w["spread_ns"] == pytest.approx(max(low[1] - low[0], 0.01 * low[0]))  # to its next repeat
+        assert w["spread_ns"] == pytest.approx(max(low[1] - low[0], MIN_RESOLUTION * low[0]))  # to its next repeat
         # the report uses the winner and shows its spread
         best = {b["shape"]: b for b in json.loads((ws.path / "tuned" / TARGET / "matmul.json").read_text())["best"]}
         assert best[sid]["variant_id"] == w["variant_id"]
