@@ -23,6 +23,9 @@ class ConnectionLost(HarnessError):
     """The SSH connection dropped while following a remote run (the run goes on there)."""
 
 
+DEFAULT_INTERLEAVE = measure.DEFAULT_INTERLEAVE
+
+
 @dataclass
 class RunOptions:
     warmup: int = 2
@@ -35,12 +38,16 @@ class RunOptions:
     max_noise: float = 0.01  # stop sampling when the deciding estimator's noise settles under this
     max_time: float = 0.5  # seconds of sampling per job at most (after --iters samples)
     estimator: Optional[str] = None  # min or median (None: the agent's default for the backend)
+    interleave: int = DEFAULT_INTERLEAVE  # CPU: jobs of one shape measured together, a sample each in turn
     select: Optional[str] = None  # job indices for this host (fleets)
 
 
 ESTIMATOR_HELP = ("the time that decides (ranks, winners, uplift): min or median of a job's samples; default: the "
                   "target's estimator:, else min on CPU targets (a neighbour only ever slows a sample down, so the "
                   "minimum reproduces where the median measures the neighbours) and median on GPU targets")
+INTERLEAVE_HELP = ("CPU targets: measure up to this many jobs of one shape together, one sample of each in turn, "
+                   "so that a slow stretch of the machine slows them alike instead of whichever ran in it "
+                   "(1: one job after another)")
 MAX_TIME_HELP = ("seconds of sampling per variant and shape at most (once --iters samples are in); default %g with "
                  "the min estimator (which samples at least %g s first), %g with the median"
                  % (measure.MIN_MAX_TIME, measure.MIN_SETTLE_TIME, measure.DEFAULT_MAX_TIME))
@@ -61,7 +68,8 @@ def agent_args(bundle: str, results: str, options: RunOptions) -> list:
     args = ["--bundle", bundle, "--results", results,
             "--warmup", str(options.warmup), "--iters", str(options.iters),
             "--timeout", str(options.timeout), "--min-time-ms", str(options.min_time_ms),
-            "--max-noise", str(options.max_noise), "--max-time", str(options.max_time)]
+            "--max-noise", str(options.max_noise), "--max-time", str(options.max_time),
+            "--interleave", str(options.interleave)]
     if options.estimator:
         args += ["--estimator", options.estimator]
     if options.rerun_all:

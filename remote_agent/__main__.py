@@ -27,6 +27,9 @@ def main(argv=None):
                           "median on GPU targets)")
     run.add_argument("--pin-cpu", default="auto",
                      help="CPU: run each variant on this core (auto: the last one allowed; none: no pinning)")
+    run.add_argument("--interleave", type=int, default=measure.DEFAULT_INTERLEAVE,
+                     help="CPU: measure up to this many jobs of one shape together, one sample of each in "
+                          "turn, so that a slow stretch of the machine slows them alike (1: one job after another)")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per variant and shape")
     run.add_argument("--all", dest="rerun_all", action="store_true", help="re-run rows already measured")
     run.add_argument("--profiler", default=None, help="override the target's profiler")

@@ -44,7 +44,8 @@ def make_runner(bundle, manifest, options, log):
         return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
                          max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
                          max_time=_option(options, "max_time", None),
-                         pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options))
+                         pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
+                         interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE))
     from .runners.gpu import make_gpu_runner
 
     return make_gpu_runner(bundle, manifest, options, log)
@@ -129,18 +130,23 @@ class Agent:
         return done
 
     def _results(self, runner, todo, variants, shapes, broken):
-        """Yields (job, device, result) as they finish; GPU runners spread jobs over devices."""
+        """Yields (job, device, result) as they finish; GPU runners spread jobs over devices,
+        the CPU runner measures the jobs of one shape interleaved, a group at a time."""
         if hasattr(runner, "run_all"):
             for item in runner.run_all(todo, variants, shapes, broken, self.options):
                 yield item
             return
-        for job, device in todo:
-            variant, shape = variants[job["variant"]], shapes[job["shape"]]
-            if variant["id"] in broken:
-                result = {"status": contract.LOAD_ERROR, "message": broken[variant["id"]]}
-            else:
-                result = runner.run(variant, shape, job["grid"], self.options.warmup, self.options.iters)
-            yield job, device, result
+        for group in interleave_groups(todo, shapes, runner.group_size):
+            runnable = []
+            for job, device in group:
+                if job["variant"] in broken:
+                    yield job, device, {"status": contract.LOAD_ERROR, "message": broken[job["variant"]]}
+                else:
+                    runnable.append((job, device))
+            items = [(variants[j["variant"]], shapes[j["shape"]], j["grid"]) for j, _ in runnable]
+            results = runner.run_group(items, self.options.warmup, self.options.iters) if items else []
+            for (job, device), result in zip(runnable, results):
+                yield job, device, result
 
     def _counter_names(self, runner):
         return list(getattr(runner, "counter_names", None) or self.manifest["target"]["events"])
@@ -210,6 +216,19 @@ class Agent:
 def _option(options, name, default):
     value = getattr(options, name, None)
     return default if value is None else value
+
+
+def interleave_groups(todo, shapes, group_size):
+    """``todo``'s (job, device) pairs in groups measured together: the jobs of one shape on one
+    device, in their order, at most ``group_size(shape)`` per group (the shapes in the order
+    their first job came)."""
+    by_shape = {}
+    for job, device in todo:
+        by_shape.setdefault((job["shape"], device), []).append((job, device))
+    for (sid, _), jobs in by_shape.items():
+        size = max(1, group_size(shapes[sid]))
+        for i in range(0, len(jobs), size):
+            yield jobs[i:i + size]
 
 
 def parse_select(text, count):

@@ -154,6 +154,56 @@ def test_a_cpu_hog_on_the_same_core_leaves_the_minimum_where_the_quiet_runs_put_
     assert moved("time_ns_median") > moved("time_ns")
 
 
+def _stretched_run(bundle, results, stretch_s, interleave):
+    """One agent run of every job under tests/slow_stretch.py: twice as slow for ``stretch_s``
+    seconds from the run's first sample. Returns {variant: deciding time}."""
+    start_file = results.with_suffix(".start")
+    if start_file.exists():
+        start_file.unlink()
+    cmd = [sys.executable, "-m", "remote_agent", "run", "--bundle", str(bundle), "--results", str(results),
+           "--profiler", "wallclock", "--all", "--max-time", "0.3", "--interleave", str(interleave),
+           "--run-under", "%s %s" % (sys.executable, REPO / "tests" / "slow_stretch.py")]
+    env = dict(os.environ, PYTHONPATH=str(REPO), SLOW_STRETCH_FILE=str(start_file), SLOW_STRETCH_S=str(stretch_s))
+    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=300)
+    rows = pd.read_csv(results)
+    assert (rows.status == "ok").all() and (rows.estimator == "min").all()
+    return dict(zip(rows.variant_id, rows.time_ns))
+
+
+def test_a_slow_stretch_longer_than_a_job_slows_one_job_alone_but_not_jobs_measured_interleaved(local_workspace):
+    ws = local_workspace
+    (ws.path / "four.yaml").write_text("BLOCK_M: [16, 32]\nBLOCK_N: [32, 64]\nBLOCK_K: [32]\nGROUP_M: [1]\n")
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "128x128x128", "--space", "four.yaml")
+    bundle = ws.path / "build/local/matmul"
+    quiet = _stretched_run(bundle, ws.path / "quiet.csv", 0, 4)
+
+    def spread_against_quiet(times):  # slowest over fastest of each job's time over the quiet run's
+        ratios = [times[v] / quiet[v] for v in quiet]  # (a slow stretch of the VM over a whole run cancels)
+        return max(ratios) / min(ratios)
+
+    # the machine twice as slow for 0.8 s from the first sample: one job after another, the
+    # first job (0.1 s warm-up, at most 0.3 s of samples) lies in it from start to end, the
+    # last after it ...
+    assert spread_against_quiet(_stretched_run(bundle, ws.path / "alone.csv", 0.8, 1)) > 1.5
+    # ... measured interleaved, every job has samples before and after it, and the jobs keep
+    # the proportions of the quiet run (within 25 %: minima of two runs on a shared machine)
+    assert spread_against_quiet(_stretched_run(bundle, ws.path / "together.csv", 0.8, 4)) < 1.25
+
+
+def test_jobs_are_interleaved_by_shape_and_device_in_groups_whose_operands_fit():
+    from remote_agent.agent import interleave_groups
+    from remote_agent.runners.elf import GROUP_BYTES, ElfRunner
+
+    todo = [({"variant": "v%d" % i, "shape": "s%d" % (i % 2)}, "cpu") for i in range(7)]
+    groups = list(interleave_groups(todo, {"s0": {}, "s1": {}}, lambda shape: 3))
+    assert [[j["variant"] for j, _ in g] for g in groups] == [["v0", "v2", "v4"], ["v6"], ["v1", "v3", "v5"]]
+    runner = ElfRunner.__new__(ElfRunner)
+    runner.interleave = 8
+    assert runner.group_size({"bytes": 1 << 20}) == 8
+    assert runner.group_size({"bytes": GROUP_BYTES // 3}) == 3
+    assert runner.group_size({"bytes": 2 * GROUP_BYTES}) == 1
+
+
 # ---- the previous results schemas -------------------------------------------------------
 
 

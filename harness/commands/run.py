@@ -8,17 +8,17 @@ import typer
 
 from .. import state, ui
 from ..errors import HarnessError
-from ..run import ESTIMATOR_HELP, MAX_TIME_HELP
+from ..run import DEFAULT_INTERLEAVE, ESTIMATOR_HELP, INTERLEAVE_HELP, MAX_TIME_HELP
 from .common import ROOT, TargetsOpt, kernel_of, pick_target
 
 
 def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise=0.01, max_time=0.5,
-                 estimator=None):
+                 estimator=None, interleave=DEFAULT_INTERLEAVE):
     from ..run import RunOptions
 
     return RunOptions(warmup=warmup, iters=iters, timeout=timeout, rerun_all=rerun_all, profiler=profiler,
                       devices=devices, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time,
-                      estimator=estimator)
+                      estimator=estimator, interleave=interleave)
 
 
 def run(
@@ -31,6 +31,7 @@ def run(
     max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the deciding estimator settles under this (0.01: 1%)"),
     max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP, show_default=False),
     estimator: Optional[str] = typer.Option(None, "--estimator", help=ESTIMATOR_HELP, show_default=False),
+    interleave: int = typer.Option(DEFAULT_INTERLEAVE, "--interleave", min=1, help=INTERLEAVE_HELP),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape before it counts as timeout"),
     rerun_all: bool = typer.Option(False, "--all", help="re-run rows already measured (default: resume)"),
     profiler: Optional[str] = typer.Option(None, "--profiler", help="override the target's profiler (perf, wallclock, events, ncu, rocprof)"),
@@ -49,7 +50,7 @@ def run(
     tgt = _target(name, remote, target, targets_file)
     estimator, max_time = timing_choice(tgt, estimator, max_time)
     options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise, max_time,
-                           estimator)
+                           estimator, interleave)
     if not (remote and tgt.is_remote):
         _check_perf_here(tgt, profiler)
     kern = kernel_of(tgt.name, kernel)

@@ -10,7 +10,7 @@ import typer
 
 from .. import ui
 from ..errors import HarnessError
-from ..run import ESTIMATOR_HELP, MAX_TIME_HELP
+from ..run import DEFAULT_INTERLEAVE, ESTIMATOR_HELP, INTERLEAVE_HELP, MAX_TIME_HELP
 from .common import ROOT, TargetsOpt, pick_build_target, require, require_triton
 
 STRATEGY_HELP = "exhaustive (every config), random, halving (brief runs, the best re-run longer), bayes (optuna " \
@@ -33,6 +33,7 @@ def tune(
     max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the deciding estimator settles under this (0.01: 1%)"),
     max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP, show_default=False),
     estimator: Optional[str] = typer.Option(None, "--estimator", help=ESTIMATOR_HELP, show_default=False),
+    interleave: int = typer.Option(DEFAULT_INTERLEAVE, "--interleave", min=1, help=INTERLEAVE_HELP),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape"),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help=STRATEGY_HELP),
     budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included (default: 96 with the default strategy on GPU targets, else none)"),
@@ -108,7 +109,8 @@ def tune(
                 strategy, ", --budget %d per shape" % budget if budget else ""))
     build_options = BuildOptions(jobs=jobs, compile_timeout=compile_timeout)
     run_options = RunOptions(warmup=warmup, iters=iters, timeout=timeout, min_time_ms=min_time_ms,
-                             max_noise=max_noise, max_time=max_time, estimator=estimator)
+                             max_noise=max_noise, max_time=max_time, estimator=estimator,
+                             interleave=interleave)
     if agent not in ("long-lived", "per-round"):
         raise HarnessError("--agent %s: choose long-lived or per-round" % agent)
     long_lived = agent == "long-lived" and not getattr(tgt, "slurm", None)  # Slurm runs rounds as its jobs
@@ -122,7 +124,7 @@ def tune(
             call(push, target=target, kernel=kern.name, targets_file=targets_file)
         call(run, remote=tgt.is_remote, target=target, kernel=kern.name, warmup=warmup, iters=iters,
              timeout=timeout, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time,
-             estimator=estimator, targets_file=targets_file)
+             estimator=estimator, interleave=interleave, targets_file=targets_file)
         if top:
             from ..bundle import Manifest, bundle_dir
 

@@ -33,11 +33,13 @@ from .. import measure
 RESULT_PREFIX = "HARNESS_RESULT "
 SAMPLE_PREFIX = "HARNESS_SAMPLE "
 MAX_REMEASURE = 2
+GROUP_BYTES = 256 << 20  # operands of the jobs measured interleaved, together at most
 
 
 class ElfRunner:
     def __init__(self, bundle_dir, manifest, profiler, run_under=None, timeout=60.0, scratch_dir=None,
-                 max_noise=measure.DEFAULT_MAX_NOISE, max_time=None, pin_cpu="auto", estimator=measure.MIN):
+                 max_noise=measure.DEFAULT_MAX_NOISE, max_time=None, pin_cpu="auto", estimator=measure.MIN,
+                 interleave=1):
         self.bundle = os.path.abspath(bundle_dir)
         self.manifest = manifest
         self.profiler = profiler
@@ -48,6 +50,7 @@ class ElfRunner:
         self.estimator = measure.check_estimator(estimator)
         self.max_noise, self.max_time = max_noise, max_time
         self.cpus = pick_cpus(pin_cpu, int(manifest["target"].get("threads") or 1))
+        self.interleave = max(1, int(interleave))
 
     def devices(self):
         return ["cpu"]
@@ -65,85 +68,61 @@ class ElfRunner:
         argv += [str(v) for v in shape["scalars"].values()]
         return self.run_under + argv
 
+    def group_size(self, shape):
+        """How many jobs of ``shape`` to measure interleaved: --interleave, fewer where their
+        processes' operands would pass GROUP_BYTES together."""
+        per_job = int(shape.get("bytes") or 0)
+        fit = int(GROUP_BYTES // per_job) if per_job else self.interleave
+        return max(1, min(self.interleave, fit))
+
     def run(self, variant, shape, grid, warmup, iters):
-        """Returns a dict of result columns (status, times, errors, counters, message); measured
-        again (at most MAX_REMEASURE times) when the core's clock dropped during the job."""
-        remeasured = 0
-        while True:
+        """Returns a dict of result columns (status, times, errors, counters, message)."""
+        return self.run_group([(variant, shape, grid)], warmup, iters)[0]
+
+    def run_group(self, items, warmup, iters):
+        """Result columns for each (variant, shape, grid) of ``items``, measured interleaved (one
+        sample of each in turn); those measured while the core's clock dropped are measured again
+        (at most MAX_REMEASURE times)."""
+        rows = [None] * len(items)
+        todo, remeasured = list(range(len(items))), 0
+        while todo:
             before = cpu_clock_mhz(self.cpus)
-            row = self.run_once(variant, shape, grid, warmup, iters)
+            got = self._measure_interleaved([items[i] for i in todo], warmup, iters)
             after = cpu_clock_mhz(self.cpus)
             dropped = measure.clock_changed(before, after)
-            if dropped and row["status"] == contract.OK and remeasured < MAX_REMEASURE:
-                remeasured += 1
-                continue
-            row.update(pinned_cpu=cpu_list(self.cpus), clock_mhz_before=before, clock_mhz_after=after,
-                       remeasured=remeasured,
-                       throttle=("clock dropped %.0f -> %.0f MHz" % (before, after)) if dropped else "")
-            return row
+            again = []
+            for i, row in zip(todo, got):
+                if dropped and row["status"] == contract.OK and remeasured < MAX_REMEASURE:
+                    again.append(i)
+                    continue
+                row.update(pinned_cpu=cpu_list(self.cpus), clock_mhz_before=before, clock_mhz_after=after,
+                           remeasured=remeasured,
+                           throttle=("clock dropped %.0f -> %.0f MHz" % (before, after)) if dropped else "")
+                rows[i] = row
+            todo, remeasured = again, remeasured + bool(again)
+        return rows
 
-    def run_once(self, variant, shape, grid, warmup, iters):
-        fd, scratch = tempfile.mkstemp(prefix="perf-", suffix=".csv", dir=self.scratch_dir)
-        os.close(fd)
-        err_file = tempfile.TemporaryFile(mode="w+", dir=self.scratch_dir)
-        cmd = self.profiler.wrap(self.command(variant, shape, grid, warmup, iters), scratch)
-        cpus = self.cpus
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_file,
-                                preexec_fn=lambda: _child_setup(cpus), cwd=self.bundle)
-        deadline = time.monotonic() + self.timeout
-        lines = _Lines(proc.stdout, deadline)
+    def _measure_interleaved(self, items, warmup, iters):
+        """Start every job's process (all on the runner's cores), read their checks, warm each
+        up, then take one sample of each in turn until every Stopper is done: a slow stretch of
+        the machine then falls on all of them alike instead of on whichever ran in it."""
+        jobs = []
         try:
-            out, times, calls = self._converse(proc, lines, shape, warmup, iters)
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except (subprocess.TimeoutExpired, _Timeout):
-            _kill_group(proc)
-            proc.wait()
-            _unlink(scratch)
-            err_file.close()
-            return {"status": contract.TIMEOUT, "message": "no answer within %gs; killed" % self.timeout}
-        err_file.seek(0)
-        err = err_file.read()
-        err_file.close()
-        counters = self.profiler.collect(scratch)
-        _unlink(scratch)
-        return self.classify(proc.returncode, out, err, shape, counters, times, calls)
-
-    def _converse(self, proc, lines, shape, warmup, iters):
-        """Read the check line, then ask for samples until measure.Stopper is done. Returns
-        (text read, (per-call sample times, calls per sample) or None, calls made in all)."""
-        out = []
-        check = None
-        for line in lines:
-            out.append(line)
-            if line.startswith(RESULT_PREFIX):
-                check = _parse_result(line)
-                break
-        times, calls = None, 1
-        if check is not None and self._answer_ok(check, shape):
-            try:
-                times, calls = self._sample_until_settled(proc, lines, check, warmup, iters)
-            except _Ended:  # it died while timing: its exit status tells
-                pass
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        out.extend(lines)  # whatever else it prints, up to its exit
-        return "".join(out), times, calls
-
-    def _sample_until_settled(self, proc, lines, check, warmup, iters):
-        """One call to estimate, the warm-up, then samples of ``batch`` calls until the
-        Stopper is done. Returns ((per-call sample times, batch), calls made in all)."""
-        first = _sample(proc, lines, 1)
-        n_warm = measure.warmup_calls(first, warmup, measure.MIN_WARM_NS if self.estimator == measure.MIN
-                                      else measure.WARM_NS)
-        if n_warm:
-            _sample(proc, lines, n_warm)
-        batch = measure.batch_size(first, check.get("resolution_ns", 1))
-        stopper = measure.Stopper(self.max_noise, self.max_time, iters, estimator=self.estimator)
-        while not stopper.done():
-            stopper.add(_sample(proc, lines, batch) / batch)
-        return (stopper.samples, batch), 2 + n_warm + batch * len(stopper.samples)
+            for variant, shape, grid in items:
+                jobs.append(_Job(self, variant, shape, grid, warmup, iters))
+            for job in jobs:
+                job.step(job.check_and_warm)
+            revisit = len(jobs) > 1
+            sampling = [j for j in jobs if j.stopper is not None]
+            while sampling:
+                for job in list(sampling):
+                    job.step(job.take_sample, revisit)
+                    if job.stopper is None or job.stopper.done():
+                        sampling.remove(job)
+            return [job.finish() for job in jobs]
+        finally:
+            for job in jobs:
+                job.kill()
 
     def _answer_ok(self, check, shape):
         return check.get("rel_err", float("nan")) <= self.tolerances["rel_err"][shape["dtype"]]
@@ -167,6 +146,116 @@ class ElfRunner:
         else:
             row["status"] = contract.OK
         return row
+
+
+class _Job(object):
+    """One variant's process on one shape, in conversation with the runner: started, its check
+    read, warmed up, sampled (``take_sample``, one sample per call), finished into a row.
+    Every step counts against the job's own ``--timeout``: its *own* time is the time spent in
+    its steps, not the time the other jobs of its group took, and the Stopper's clock too."""
+
+    def __init__(self, runner, variant, shape, grid, warmup, iters):
+        self.runner, self.shape, self.warmup, self.iters = runner, shape, warmup, iters
+        self.own = 0.0
+        self.out = []
+        self.stopper, self.batch, self.revisit_calls, self.calls = None, 1, 0, 0
+        self.timed_out = False
+        fd, self.scratch = tempfile.mkstemp(prefix="perf-", suffix=".csv", dir=runner.scratch_dir)
+        os.close(fd)
+        self.err_file = tempfile.TemporaryFile(mode="w+", dir=runner.scratch_dir)
+        cmd = runner.profiler.wrap(runner.command(variant, shape, grid, warmup, iters), self.scratch)
+        cpus = runner.cpus
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err_file,
+                                     preexec_fn=lambda: _child_setup(cpus), cwd=runner.bundle)
+        self.lines = _Lines(self.proc.stdout, time.monotonic() + runner.timeout)
+
+    def step(self, fn, *args):
+        """Run one step of the conversation within what is left of the job's own timeout; a
+        timeout kills the process, a program that ended stops the sampling."""
+        if self.timed_out or self.proc.returncode is not None:
+            return
+        self.lines.deadline = time.monotonic() + max(0.0, self.runner.timeout - self.own)
+        start = time.monotonic()
+        try:
+            fn(*args)
+        except _Timeout:
+            self.timed_out = True
+            self.stopper = None
+            self.kill()
+        except _Ended:  # it died while timing: its exit status tells
+            self.stopper = None
+        finally:
+            self.own += time.monotonic() - start
+
+    def check_and_warm(self):
+        """Read the check line; if the answer is right: one call to estimate, the warm-up (the
+        same rule for every variant, longer where the minimum decides), the calls per sample."""
+        check = None
+        for line in self.lines:
+            self.out.append(line)
+            if line.startswith(RESULT_PREFIX):
+                check = _parse_result(line)
+                break
+        if check is None or not self.runner._answer_ok(check, self.shape):
+            return
+        first = self._sample(1)
+        long_warm = self.runner.estimator == measure.MIN
+        n_warm = measure.warmup_calls(first, self.warmup, measure.MIN_WARM_NS if long_warm else measure.WARM_NS)
+        if n_warm:
+            self._sample(n_warm)
+        self.batch = measure.batch_size(first, check.get("resolution_ns", 1))
+        self.revisit_calls = measure.revisit_calls(first)
+        self.stopper = measure.Stopper(self.runner.max_noise, self.runner.max_time, self.iters,
+                                       estimator=self.runner.estimator, clock=lambda: self.own)
+
+    def take_sample(self, revisit):
+        """One sample of ``batch`` calls; after another job ran on the core (``revisit``), a few
+        untimed calls first bring this one's data back into the caches."""
+        if revisit and self.revisit_calls:
+            self._sample(self.revisit_calls)
+        self.stopper.add(self._sample(self.batch) / self.batch)
+
+    def _sample(self, calls):
+        self.calls += calls
+        return _sample(self.proc, self.lines, calls)
+
+    def finish(self):
+        """Close the program's input, read what else it prints up to its exit, and classify."""
+        runner = self.runner
+        if not self.timed_out:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.lines.deadline = time.monotonic() + max(0.1, runner.timeout - self.own)
+                self.out.extend(self.lines)
+                self.proc.wait(timeout=max(0.1, self.lines.deadline - time.monotonic()))
+            except (subprocess.TimeoutExpired, _Timeout):
+                self.timed_out = True
+                self.kill()
+        if self.timed_out:
+            self._cleanup()
+            return {"status": contract.TIMEOUT, "message": "no answer within %gs; killed" % runner.timeout}
+        self.err_file.seek(0)
+        err = self.err_file.read()
+        counters = runner.profiler.collect(self.scratch)
+        self._cleanup()
+        samples = self.stopper.samples if self.stopper is not None else None
+        times = (samples, self.batch) if samples else None
+        return runner.classify(self.proc.returncode, "".join(self.out), err, self.shape, counters, times,
+                               1 + self.calls)
+
+    def kill(self):
+        if self.proc.returncode is None:
+            _kill_group(self.proc)
+            self.proc.wait()
+        self._cleanup()
+
+    def _cleanup(self):
+        _unlink(self.scratch)
+        if not self.err_file.closed:
+            self.err_file.close()
 
 
 class _Timeout(Exception):
