@@ -1,4 +1,5 @@
-"""ELF runner: one process per variant and shape, under the profiler and ``run_under``.
+"""ELF runner: one process per variant and shape, under the profiler and ``run_under``; the jobs
+of one shape are measured interleaved, a group at a time (``run_group``).
 
 The program (rendered from templates/cpu/main.cpp.j2 and the kernel's declaration) takes its
 operands' files and element counts and its scalar arguments in the manifest's order, checks its
@@ -9,6 +10,15 @@ estimate, a warm-up (the same rule for every variant: longer where the minimum d
 calls per sample, and samples until the noise of the deciding estimator (``estimator``: min by
 default on CPUs) settles or the time cap is spent. Exit code 3 means the program could not load its
 data. A signal, a missing result line or a timeout are statuses.
+
+Interleaved (``--interleave N``, the agent groups up to N jobs of one shape, fewer where their
+operands would pass GROUP_BYTES): the group's processes start together and each is checked and
+warmed up; then the runner takes one sample of each in turn, each after measure.REVISIT_WARM_NS
+(0.2 ms) of untimed calls that bring its data back into the caches, until every job's Stopper is
+done. A slow stretch of the machine then slows every job of the group alike, instead of the one
+that ran in it. A job's --timeout and its Stopper's time cap count its own time (the time spent in
+its steps). OpenMP builds (targets with ``threads``) run one job at a time: their idle worker
+threads spin for a while after each call (libomp: 200 ms) and would slow the next job's sample.
 
 The process (and whatever wraps it: perf, qemu) is pinned to one core where the OS allows
 (``pinned_cpu``; the OpenMP builds of targets with ``threads`` get that many cores). The core's
@@ -49,7 +59,8 @@ class ElfRunner:
         self.scratch_dir = scratch_dir  # perf output goes here: the agent writes only in its workdir
         self.estimator = measure.check_estimator(estimator)
         self.max_noise, self.max_time = max_noise, max_time
-        self.cpus = pick_cpus(pin_cpu, int(manifest["target"].get("threads") or 1))
+        self.threads = int(manifest["target"].get("threads") or 1)
+        self.cpus = pick_cpus(pin_cpu, self.threads)
         self.interleave = max(1, int(interleave))
 
     def devices(self):
@@ -70,7 +81,9 @@ class ElfRunner:
 
     def group_size(self, shape):
         """How many jobs of ``shape`` to measure interleaved: --interleave, fewer where their
-        processes' operands would pass GROUP_BYTES together."""
+        processes' operands would pass GROUP_BYTES together, one for OpenMP builds."""
+        if self.threads > 1:
+            return 1
         per_job = int(shape.get("bytes") or 0)
         fit = int(GROUP_BYTES // per_job) if per_job else self.interleave
         return max(1, min(self.interleave, fit))
