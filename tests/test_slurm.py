@@ -95,8 +95,10 @@ def test_job_array_results_equal_a_plain_ssh_run(tmp_path, cluster, bundle):
 def test_a_task_cancelled_mid_run_is_submitted_again_and_nothing_is_lost(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "cancel", cluster, "    tasks: 3\n    poll: 0.3\n", bundle)
     ws.harness("push", "rv")
-    # slow jobs (over a second each under qemu): a task is caught between its first and last row
-    run = subprocess.Popen([sys.executable, "-m", "harness", "run", "--remote", "rv", "--iters", "100"],
+    # slow jobs (over a second each under qemu), one after another (--interleave 1: interleaved
+    # jobs of a shape end together): a task is caught between its first and last row
+    run = subprocess.Popen([sys.executable, "-m", "harness", "run", "--remote", "rv", "--iters", "100",
+                            "--interleave", "1"],
                            cwd=ws.path, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         victim = _wait_for_a_task_with_rows(ws, cluster)
