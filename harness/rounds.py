@@ -438,9 +438,9 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     """Re-measure the ``top`` candidates of every shape interleaved (``repeats`` rounds, the
     order rotating each round: A B C, B C A, C A B, ...), pick each shape's winner
     (``strategies.winner.pick_winner``: it must beat the next by more than the spread, else the
-    tie rule decides), and save them to winners.json. Returns {shape_id: entry}."""
-    from .strategies.history import row_trial
-    from .strategies.winner import interleaved_rounds, pick_winner, top_candidates
+    tie rule decides), and save them to winners.json. A shape whose winner's noise is over
+    ``winner.NOISY_WINNER`` gets ``repeats`` more rounds, once. Returns {shape_id: entry}."""
+    from .strategies.winner import NOISY_WINNER, interleaved_rounds, pick_winner, top_candidates
     from .strategies import config_id
 
     shapes = {s.id: s for s in session.shapes}
@@ -448,33 +448,20 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     cands = {sid: c for sid, c in cands.items() if c}
     if not cands:
         return {}
-    plans = {sid: interleaved_rounds(c, repeats) for sid, c in cands.items()}
+    plans = {sid: interleaved_rounds(c, 2 * repeats) for sid, c in cands.items()}
     samples = {sid: {config_id(c): [] for c in cs} for sid, cs in cands.items()}
+    rounds = dict.fromkeys(cands, repeats)
     variant_of: Dict[tuple, str] = {}
     first_row = len(session.rows())
-    # on one device of one machine, so that the candidates' times compare; long-lived agents
-    # take all the rounds at once and run them back to back
-    # at least REMEASURE_MIN_TIME_MS of timing per job, however briefly the search measured
-    searched = session.run_options
-    session.run_options = dataclasses.replace(searched, min_time_ms=max(REMEASURE_MIN_TIME_MS, searched.min_time_ms))
-    # the library joins every repeat, so that the uplift compares times taken in the same window
-    # (a library row from the first round met a cool GPU: up to 16 % faster on large products)
-    library = [shapes[sid] for sid in plans] if session.library else []
-    try:
-        handles = [session.submit([(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]], 1,
-                                  library, pin=True) for r in range(repeats)]
-    finally:
-        session.run_options = searched
-    for handle in handles:
-        for row in session.collect(handle):
-            sid = row.get("shape_id")
-            if sid not in samples or not in_space(row, space):
-                continue
-            trial = row_trial(row, space)
-            cid = config_id(trial.config)
-            if cid in samples[sid]:
-                samples[sid][cid].append(trial)
-                variant_of[(sid, cid)] = row.get("variant_id")
+    measure = lambda sids, first: _remeasure_rounds(  # noqa: E731
+        session, space, {sid: plans[sid][first:first + repeats] for sid in sids}, samples, variant_of)
+    measure(list(plans), 0)
+    noisy = [sid for sid, groups in samples.items() if _winner_noise(groups) > NOISY_WINNER]
+    if noisy:
+        ui.out.print("%d shape(s) with a winner's noise over %g %%: %d more rounds (%s)" % (
+            len(noisy), 100 * NOISY_WINNER, repeats, ", ".join(noisy)))
+        measure(noisy, repeats)
+        rounds.update(dict.fromkeys(noisy, 2 * repeats))
     rows_added = list(range(first_row, len(session.rows())))
     entries = {}
     for sid, groups in samples.items():
@@ -491,7 +478,7 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
             "noise": win.noise, "estimator": win.estimator,
             "decided": win.decided, "rule": win.rule, "tied": [vid(c) for c in win.tied],
             "runner_up": vid(win.runner_up) if win.runner_up else None,
-            "margin_ns": win.margin, "repeats": repeats,
+            "margin_ns": win.margin, "repeats": rounds[sid],
             "candidates": [{"variant_id": vid(c.id), "config": by_id[c.id], "median_ns": _num(c.median),
                             "spread_ns": _num(c.spread), "repeats": c.repeats, "failed": c.failed}
                            for c in win.table],
@@ -499,6 +486,49 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
         }
     save_winners(session.results_path, entries, rows_added)
     return entries
+
+
+def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], samples: dict, variant_of: dict) -> None:
+    """Measure the rounds of ``plans`` ({shape_id: [round, ...]}, round r of every shape
+    together) and add each candidate's Trials to ``samples`` ({shape_id: {config id: [...]}}),
+    on one device of one machine, so that the candidates' times compare (long-lived agents take
+    all the rounds at once and run them back to back)."""
+    from .strategies.history import row_trial
+    from .strategies import config_id
+
+    shapes = {s.id: s for s in session.shapes}
+    # at least REMEASURE_MIN_TIME_MS of timing per job, however briefly the search measured
+    searched = session.run_options
+    session.run_options = dataclasses.replace(searched, min_time_ms=max(REMEASURE_MIN_TIME_MS, searched.min_time_ms))
+    # the library joins every repeat, so that the uplift compares times taken in the same window
+    # (a library row from the first round met a cool GPU: up to 16 % faster on large products)
+    library = [shapes[sid] for sid in plans] if session.library else []
+    count = max(len(p) for p in plans.values())
+    try:
+        handles = [session.submit([(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]], 1,
+                                  library, pin=True) for r in range(count)]
+    finally:
+        session.run_options = searched
+    for handle in handles:
+        for row in session.collect(handle):
+            sid = row.get("shape_id")
+            if sid not in plans or not in_space(row, space):
+                continue
+            trial = row_trial(row, space)
+            cid = config_id(trial.config)
+            if cid in samples[sid]:
+                samples[sid][cid].append(trial)
+                variant_of[(sid, cid)] = row.get("variant_id")
+
+
+def _winner_noise(groups: dict) -> float:
+    """The noise of the winner ``groups`` ({config id: Trials}) would give (0 if none or unknown)."""
+    from .strategies.winner import pick_winner
+
+    try:
+        return pick_winner(groups).noise or 0.0
+    except ValueError:
+        return 0.0
 
 
 def _num(x):

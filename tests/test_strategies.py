@@ -563,3 +563,51 @@ def test_tie_goes_to_the_core_whatever_marginal_candidate_the_search_brought():
     close = {cfg(128, 1): 504536.0, cfg(64, 1): 505000.0}
     assert decide(close).id == cfg(64, 1) and decide(close).decided == "tie"
     assert [decide(t, "id").id for t in (first, second)] == [cfg(64, 1), cfg(64, 8)]  # the old rule
+
+
+class PlantedSession:
+    """What remeasure_winners asks of a tune's Session, answering every job with a planted time:
+    ``times[shape][BLOCK_M]``: its factors of 1000 ns, one per round the config is measured in."""
+
+    def __init__(self, tmp_path, times):
+        from types import SimpleNamespace
+
+        from harness.run import RunOptions
+
+        self.shapes = [SimpleNamespace(id=sid) for sid in times]
+        self.times, self.library, self.results_path = times, [], tmp_path / "results.csv"
+        self.run_options = RunOptions()
+        self.submitted, self._rows = [], []
+
+    def rows(self):
+        return self._rows
+
+    def submit(self, pairs, fidelity, library, pin=False):
+        self.submitted.append(sorted({shape.id for _, shape in pairs}))
+        return pairs
+
+    def collect(self, pairs):
+        rows = []
+        for cfg, shape in pairs:
+            seen = sum(r["shape_id"] == shape.id and r["cfg_BLOCK_M"] == cfg["BLOCK_M"] for r in self._rows)
+            rows.append({"shape_id": shape.id, "variant_id": "v%d" % cfg["BLOCK_M"], "status": "ok",
+                         "estimator": "min", "time_ns": 1000.0 * self.times[shape.id][cfg["BLOCK_M"]][seen],
+                         "noise": 0.001, "cfg_BLOCK_M": cfg["BLOCK_M"]})
+            self._rows.append(rows[-1])
+        return rows
+
+
+def test_a_winner_noisier_than_two_percent_gets_as_many_rounds_again(tmp_path):
+    from harness.rounds import remeasure_winners
+
+    space = {"BLOCK_M": [16, 32]}
+    history = [Trial({"BLOCK_M": 16}, "ok", 1000.0), Trial({"BLOCK_M": 32}, "ok", 1100.0)]
+    steady = {16: [1.0, 1.001, 1.002, 1.003, 1.004], 32: [1.10] * 5}
+    # its floor reproduced only to 5 % in the first 5 rounds (second smallest 1.05), then to 0.1 %
+    jumpy = {16: [1.0, 1.05, 1.06, 1.07, 1.08, 1.001, 1.002, 1.003, 1.004, 1.005], 32: [1.10] * 10}
+    session = PlantedSession(tmp_path, {"steady": steady, "jumpy": jumpy})
+    entries = remeasure_winners(session, space, {"steady": history, "jumpy": history}, top=2, repeats=5)
+    assert session.submitted[:5] == [["jumpy", "steady"]] * 5 and session.submitted[5:] == [["jumpy"]] * 5
+    assert (entries["steady"]["repeats"], entries["jumpy"]["repeats"]) == (5, 10)
+    assert entries["jumpy"]["noise"] <= 0.02 and entries["steady"]["noise"] <= 0.02
+    assert all(e["config"] == {"BLOCK_M": 16} and e["decided"] == "clear" for e in entries.values())

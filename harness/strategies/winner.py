@@ -62,6 +62,7 @@ from .base import Trial, config_id
 TIE_SPREAD_RATIO = 0.25
 MIN_RESOLUTION = 0.02  # min: the smallest spread, relative to the time (see the module docstring)
 NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
+NOISY_WINNER = 0.02  # a re-measured winner noisier than this gets as many rounds again (harness.rounds)
 
 
 def plan_interleaved(candidates: Sequence, repeats: int, rotate: bool = True) -> list:
