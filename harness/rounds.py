@@ -450,7 +450,6 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
         return {}
     plans = {sid: interleaved_rounds(c, 2 * repeats) for sid, c in cands.items()}
     samples = {sid: {config_id(c): [] for c in cs} for sid, cs in cands.items()}
-    rounds = dict.fromkeys(cands, repeats)
     variant_of: Dict[tuple, str] = {}
     first_row = len(session.rows())
     measure = lambda sids, first: _remeasure_rounds(  # noqa: E731
@@ -461,7 +460,6 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
         ui.out.print("%d shape(s) with a winner's noise over %g %%: %d more rounds (%s)" % (
             len(noisy), 100 * NOISY_WINNER, repeats, ", ".join(noisy)))
         measure(noisy, repeats)
-        rounds.update(dict.fromkeys(noisy, 2 * repeats))
     rows_added = list(range(first_row, len(session.rows())))
     entries = {}
     for sid, groups in samples.items():
@@ -478,7 +476,7 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
             "noise": win.noise, "estimator": win.estimator,
             "decided": win.decided, "rule": win.rule, "tied": [vid(c) for c in win.tied],
             "runner_up": vid(win.runner_up) if win.runner_up else None,
-            "margin_ns": win.margin, "repeats": rounds[sid],
+            "margin_ns": win.margin, "repeats": 2 * repeats if sid in noisy else repeats,
             "candidates": [{"variant_id": vid(c.id), "config": by_id[c.id], "median_ns": _num(c.median),
                             "spread_ns": _num(c.spread), "repeats": c.repeats, "failed": c.failed}
                            for c in win.table],

@@ -46,7 +46,8 @@ MIN_SAMPLE_NS = 1e6  # a sample lasts at least 1 ms ...
 RESOLUTION_FACTOR = 100  # ... and 100 timer ticks
 WARM_NS = 20e6  # warm-up: at least 20 ms of calls (and at least --warmup calls), for every variant
 MIN_WARM_NS = 100e6  # ... 100 ms where the minimum decides (CPU)
-REVISIT_WARM_NS = 0.2e6  # interleaved jobs: untimed calls before each sample, at least 0.2 ms
+REVISIT_WARM_NS = 0.2e6  # interleaved jobs: untimed calls before each sample (at least one), 0.2 ms worth:
+# the other jobs ran on the core since its last sample and left their data in its caches
 DEFAULT_INTERLEAVE = 8  # CPU: jobs of one shape measured interleaved, a sample of each in turn
 
 
@@ -80,15 +81,6 @@ def warmup_calls(per_call_ns, warmup, warm_ns=WARM_NS):
     if not per_call_ns or per_call_ns <= 0:
         return max(0, int(warmup))
     return int(max(int(warmup), min(1 << 20, math.ceil(warm_ns / per_call_ns))))
-
-
-def revisit_calls(per_call_ns, warm_ns=REVISIT_WARM_NS):
-    """Untimed calls before each sample of a job measured interleaved with others (at least one,
-    and at least ``warm_ns`` worth): the other jobs ran on the core since its last sample and
-    left their data in its caches."""
-    if not per_call_ns or per_call_ns <= 0:
-        return 1
-    return int(max(1, min(1 << 20, math.ceil(warm_ns / per_call_ns))))
 
 
 class Stopper(object):

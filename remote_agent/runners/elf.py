@@ -88,10 +88,6 @@ class ElfRunner:
         fit = int(GROUP_BYTES // per_job) if per_job else self.interleave
         return max(1, min(self.interleave, fit))
 
-    def run(self, variant, shape, grid, warmup, iters):
-        """Returns a dict of result columns (status, times, errors, counters, message)."""
-        return self.run_group([(variant, shape, grid)], warmup, iters)[0]
-
     def run_group(self, items, warmup, iters):
         """Result columns for each (variant, shape, grid) of ``items``, measured interleaved (one
         sample of each in turn); those measured while the core's clock dropped are measured again
@@ -217,7 +213,7 @@ class _Job(object):
         if n_warm:
             self._sample(n_warm)
         self.batch = measure.batch_size(first, check.get("resolution_ns", 1))
-        self.revisit_calls = measure.revisit_calls(first)
+        self.revisit_calls = measure.warmup_calls(first, 1, measure.REVISIT_WARM_NS)
         self.stopper = measure.Stopper(self.runner.max_noise, self.runner.max_time, self.iters,
                                        estimator=self.runner.estimator, clock=lambda: self.own)
 
