@@ -50,13 +50,7 @@ def main():
             agent_opts += [flag, value]
     work = tempfile.mkdtemp(prefix="cpu-noise-")
     try:
-        shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
-        with open(os.path.join(work, "space.yaml"), "w") as f:
-            f.write(SPACE)
-        subprocess.run([sys.executable, "-m", "harness", "build", "matmul", "--target", "local", "--shapes",
-                        args.shape, "--space", "space.yaml", "--library"], cwd=work, env=env, check=True,
-                       stdout=subprocess.DEVNULL)
-        bundle = os.path.join(work, "build", "local", "matmul")
+        bundle = build_one_config(work, args.shape, env)
         runs = {}  # variant -> [[rows of one run's repeats], ...]
         for run in range(args.runs):
             out = os.path.join(work, "r%d.csv" % run)
@@ -89,6 +83,17 @@ def main():
                                            quantile(gaps, 0.9)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def build_one_config(work, shape, env):
+    """Build SPACE's one matmul config and OpenBLAS for ``shape`` on the local target in ``work``;
+    the bundle's directory."""
+    shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
+    with open(os.path.join(work, "space.yaml"), "w") as f:
+        f.write(SPACE)
+    subprocess.run([sys.executable, "-m", "harness", "build", "matmul", "--target", "local", "--shapes", shape,
+                    "--space", "space.yaml", "--library"], cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
+    return os.path.join(work, "build", "local", "matmul")
 
 
 def pair_gaps(pool, k, draws=5000):
