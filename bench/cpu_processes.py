@@ -1,8 +1,9 @@
 """CPU: how much one config's time depends on the process it runs in.
 
-    python3 bench/cpu_processes.py [--shape 256x256x256] [--processes 8] [--seconds 2] [--rounds 3]
+    python3 bench/cpu_processes.py [--shape 256x256x256] [--config NAME=VALUE,...] [--processes 8] [--seconds 2]
+                                   [--rounds 3]
 
-Builds one matmul config and OpenBLAS (bench/cpu_noise.py's) for the ``local`` target, then per
+Builds one matmul config (``--config``, default bench/cpu_noise.py's) and OpenBLAS for the ``local`` target, then per
 round starts ``--processes`` processes of each, all pinned to one core, and samples them
 interleaved through the agent's own runner (remote_agent/runners/elf.py, ``run_group``: one
 sample of each process in turn, so that every process sees the same moments of the machine) for
@@ -23,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cpu_noise import build_one_config, quantile  # noqa: E402
+from cpu_noise import CONFIG, build_one_config, quantile  # noqa: E402
 from remote_agent import contract  # noqa: E402
 from remote_agent.profilers.wallclock import WallclockProfiler  # noqa: E402
 from remote_agent.runners.elf import ElfRunner  # noqa: E402
@@ -32,13 +33,14 @@ from remote_agent.runners.elf import ElfRunner  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="256x256x256")
+    p.add_argument("--config", default=CONFIG, help="the matmul config measured (default %(default)s)")
     p.add_argument("--processes", type=int, default=8)
     p.add_argument("--seconds", type=float, default=2.0, help="sampling time of each process")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     work = tempfile.mkdtemp(prefix="cpu-processes-")
     try:
-        bundle = build_one_config(work, args.shape, dict(os.environ, PYTHONPATH=ROOT))
+        bundle = build_one_config(work, args.shape, dict(os.environ, PYTHONPATH=ROOT), args.config)
         with open(os.path.join(bundle, "manifest.json")) as f:
             manifest = json.load(f)
         runner = ElfRunner(bundle, manifest, WallclockProfiler(), timeout=60 + 4 * args.seconds * args.processes,
