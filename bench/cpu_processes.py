@@ -3,8 +3,9 @@
     python3 bench/cpu_processes.py [--shape 256x256x256] [--config NAME=VALUE,...] [--processes 8] [--seconds 2]
                                    [--rounds 3]
 
-Builds one matmul config (``--config``, default bench/cpu_noise.py's) and OpenBLAS for the ``local`` target, then per
-round starts ``--processes`` processes of each, all pinned to one core, and samples them
+Builds one matmul config (``--config``, default bench/cpu_noise.py's) and OpenBLAS for the
+``local`` target, then per round starts ``--processes`` processes of each, all pinned to one core,
+and samples them
 interleaved through the agent's own runner (remote_agent/runners/elf.py, ``run_group``: one
 sample of each process in turn, so that every process sees the same moments of the machine) for
 ``--seconds`` of each process's own time. It prints every process's minimum, their spread
