@@ -5,12 +5,11 @@
 
 Builds one matmul config (``--config``, default bench/cpu_noise.py's) and OpenBLAS for the
 ``local`` target, then per round starts ``--processes`` processes of each, all pinned to one core,
-and samples them
-interleaved through the agent's own runner (remote_agent/runners/elf.py, ``run_group``: one
-sample of each process in turn, so that every process sees the same moments of the machine) for
-``--seconds`` of each process's own time. It prints every process's minimum, their spread
-((max - min) / min), and how far the smallest of 5 random processes lands from the smallest of all
-(what harness tune's 5 repeats of a candidate see).
+and samples them interleaved through the agent's own runner (remote_agent/runners/elf.py,
+``run_group``: one sample of each process in turn, so that every process sees the same moments of
+the machine) for ``--seconds`` of each process's own time. It prints every process's minimum, their
+spread ((max - min) / min), and how far the smallest of 5 random processes lands from the smallest
+of all (what harness tune's 5 repeats of a candidate see).
 """
 
 import argparse
