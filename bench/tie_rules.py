@@ -5,9 +5,12 @@
 Builds the candidates (matmul configs, ``NAME=VALUE,...`` separated by ``;``; default: the three
 tiles the README tunes' winners on 128x128x128 came from) for the ``local`` target and re-measures
 them ``--trials`` times as harness tune does: ``--repeats`` agent runs, each measuring every
-candidate interleaved. Each trial's repeats are judged by strategies/winner.py's ``pick_winner``
-with every tie rule (``core``, the default; ``id``; ``spread``) and by ``leader`` (the fastest
-time wins a tie, not a rule of winner.py). It prints each trial's times and winners, then per
+candidate interleaved, and as many again. Each trial's first ``--repeats`` are judged by
+strategies/winner.py's ``pick_winner`` with every tie rule (``core``, the default; ``id``;
+``spread``) and by ``leader`` (the fastest time wins a tie, not a rule of winner.py); ``tune`` is
+what harness tune decides: ``core``, on all the repeats where the first ones leave the winner
+unsure (harness/rounds.py ``_unsure_winner``: noise over 2 %, or a tie won 1 % or more behind the
+fastest). It prints each trial's times and winners, then per
 rule how many trials each candidate won and how many pairs of trials agree (the same winner, or
 each winner among the other's tied candidates: bench/tune_repeat.py's test).
 """
@@ -26,12 +29,13 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from harness.rounds import _unsure_winner  # noqa: E402
 from harness.strategies.history import row_trial  # noqa: E402
 from harness.strategies.winner import pick_winner  # noqa: E402
 
 CONFIGS = "BLOCK_M=64,BLOCK_N=32,BLOCK_K=8,GROUP_M=1;BLOCK_M=64,BLOCK_N=32,BLOCK_K=8,GROUP_M=8;" \
           "BLOCK_M=64,BLOCK_N=128,BLOCK_K=128,GROUP_M=8"
-RULES = ("core", "id", "spread", "leader")
+RULES = ("core", "id", "spread", "leader", "tune")
 
 
 def parse_configs(text):
@@ -75,8 +79,14 @@ def remeasure(bundle, jobs, repeats, work, trial, env):
     return samples
 
 
-def decide(samples, rule):
-    """(winner id, tied ids) under ``rule``."""
+def decide(samples, rule, repeats):
+    """(winner id, tied ids) under ``rule``, from the first ``repeats`` of ``samples`` (``tune``:
+    all of them where those leave the winner unsure)."""
+    first = {cid: trials[:repeats] for cid, trials in samples.items()}
+    if rule == "tune":
+        w = pick_winner(samples if _unsure_winner(first) else first)
+        return w.id, set(w.tied)
+    samples = first
     w = pick_winner(samples, tie_rule="core" if rule == "leader" else rule)
     if rule == "leader":
         return min(w.table, key=lambda c: (c.median, c.id)).id, set(w.tied)
@@ -100,10 +110,10 @@ def main():
         bundle, labels, jobs = build(work, args.shape, parse_configs(args.configs), env)
         outcomes = {rule: [] for rule in RULES}
         for t in range(args.trials):
-            samples = remeasure(bundle, jobs, args.repeats, work, t, env)
-            table = pick_winner(samples).table
+            samples = remeasure(bundle, jobs, 2 * args.repeats, work, t, env)
+            table = pick_winner({cid: trials[:args.repeats] for cid, trials in samples.items()}).table
             for rule in RULES:
-                outcomes[rule].append(decide(samples, rule))
+                outcomes[rule].append(decide(samples, rule, args.repeats))
             print("trial %2d  %s  | %s" % (t, "  ".join("%s=%.0f ns (spread %.1f %%)" % (
                 labels[c.id], c.median, 100 * c.spread / c.median) for c in table),
                 " ".join("%s:%s" % (rule, labels[outcomes[rule][-1][0]]) for rule in RULES)), flush=True)

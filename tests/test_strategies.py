@@ -611,3 +611,25 @@ def test_a_winner_noisier_than_two_percent_gets_as_many_rounds_again(tmp_path):
     assert (entries["steady"]["repeats"], entries["jumpy"]["repeats"]) == (5, 10)
     assert entries["jumpy"]["noise"] <= 0.02 and entries["steady"]["noise"] <= 0.02
     assert all(e["config"] == {"BLOCK_M": 16} and e["decided"] == "clear" for e in entries.values())
+
+
+def test_a_tie_won_a_percent_or_more_behind_the_fastest_gets_as_many_rounds_again(tmp_path):
+    # BLOCK_M 32 has the smaller config id, so a tie it is part of goes to it. In "tied_in" it
+    # measured 1.5 % behind BLOCK_M 16 and the leader's own repeats spread 3 %: tied, and in the
+    # core. Five more rounds reproduce the leader's floor to 0.1 %, and the core is the leader
+    # alone. In "equal" it is 0.5 % behind: a tie between equals, decided by the id at once.
+    from harness.rounds import remeasure_winners
+    from harness.strategies import config_id
+
+    assert config_id({"BLOCK_M": 32}) < config_id({"BLOCK_M": 16})
+    space = {"BLOCK_M": [16, 32]}
+    history = [Trial({"BLOCK_M": 16}, "ok", 1000.0), Trial({"BLOCK_M": 32}, "ok", 1010.0)]
+    tied_in = {16: [1.0, 1.03, 1.04, 1.05, 1.06, 1.001, 1.002, 1.003, 1.001, 1.002],
+               32: [1.015, 1.02, 1.025, 1.03, 1.035] + [1.04] * 5}
+    equal = {16: [1.0, 1.03, 1.04, 1.05, 1.06], 32: [1.005, 1.01, 1.02, 1.03, 1.04]}
+    session = PlantedSession(tmp_path, {"tied_in": tied_in, "equal": equal})
+    entries = remeasure_winners(session, space, {"tied_in": history, "equal": history}, top=2, repeats=5)
+    assert session.submitted[5:] == [["tied_in"]] * 5
+    assert (entries["tied_in"]["repeats"], entries["equal"]["repeats"]) == (10, 5)
+    assert entries["tied_in"]["config"] == {"BLOCK_M": 16} and entries["equal"]["config"] == {"BLOCK_M": 32}
+    assert entries["tied_in"]["decided"] == entries["equal"]["decided"] == "tie"

@@ -63,6 +63,7 @@ TIE_SPREAD_RATIO = 0.25
 MIN_RESOLUTION = 0.02  # min: the smallest spread, relative to the time (see the module docstring)
 NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
 NOISY_WINNER = 0.02  # a re-measured winner noisier than this gets as many rounds again (harness.rounds)
+TIE_WON_BEHIND = 0.01  # ... and so does a tie won by a candidate this far behind the fastest
 
 
 def plan_interleaved(candidates: Sequence, repeats: int, rotate: bool = True) -> list:
@@ -124,6 +125,13 @@ class Winner:
     table: List[CandidateStats]  # every candidate, fastest first
     estimator: str = "median"
     noise: Optional[float] = None  # the winner's CandidateStats.noise
+
+    @property
+    def behind_leader(self) -> float:
+        """How much slower than the fastest candidate the winner measured, relative (0 when it
+        is the fastest): a tie rule may give the win to a candidate the repeats put behind."""
+        fastest = min(c.median for c in self.table)
+        return (self.median - fastest) / fastest if fastest > 0 else 0.0
 
     @property
     def rel_spread(self) -> float:
