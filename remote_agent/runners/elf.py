@@ -173,9 +173,9 @@ class _Job(object):
         os.close(fd)
         self.err_file = tempfile.TemporaryFile(mode="w+", dir=runner.scratch_dir)
         cmd = runner.profiler.wrap(runner.command(variant, shape, grid, warmup, iters), self.scratch)
-        cpus = runner.cpus
+        cpus, agent = runner.cpus, os.getpid()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err_file,
-                                     preexec_fn=lambda: _child_setup(cpus), cwd=runner.bundle)
+                                     preexec_fn=lambda: _child_setup(cpus, agent), cwd=runner.bundle)
         self.lines = _Lines(self.proc.stdout, time.monotonic() + runner.timeout)
 
     def step(self, fn, *args):
@@ -366,8 +366,8 @@ def cpu_clock_mhz(cpus):
     return None
 
 
-def _child_setup(cpus):
-    _own_session_dies_with_agent()
+def _child_setup(cpus, agent):
+    _own_session_dies_with_agent(agent)
     if cpus:
         try:
             os.sched_setaffinity(0, cpus)
@@ -375,10 +375,13 @@ def _child_setup(cpus):
             pass
 
 
-def _own_session_dies_with_agent():
+def _own_session_dies_with_agent(agent):
     """In the child: its own session (a timeout kills the whole group), and on Linux a SIGKILL
-    when the agent dies, so a killed agent leaves no variant running. The rendered main asks
-    the same of its own parent (perf or qemu), which closes the chain."""
+    when the agent (pid ``agent``) dies, so a killed agent leaves no variant running. An agent
+    killed between the fork and the prctl sends no signal, so the child then checks that its
+    parent is still the agent, and exits if not (seen once in the full suite: a hanging variant
+    outlived the killed agent). The rendered main asks the same of its own parent (perf or
+    qemu), which closes the chain."""
     os.setsid()
     try:
         import ctypes
@@ -386,6 +389,8 @@ def _own_session_dies_with_agent():
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != agent:
+        os._exit(1)
 
 
 def _parse_result(out):
