@@ -57,7 +57,8 @@ def build(work, shape, configs, env):
     labels, jobs = {}, []
     for v in manifest["variants"]:
         if {k: v["config"].get(k) for k in names} in configs:
-            labels[v["id"]] = "%dx%dx%d G%d" % tuple(v["config"][k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
+            labels[v["id"]] = "%dx%dx%d G%d" % tuple(v["config"][k]
+                                                     for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"))
     for i, job in enumerate(manifest["jobs"]):
         if job["variant"] in labels:
             jobs.append(i)

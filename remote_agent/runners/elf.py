@@ -380,8 +380,8 @@ def _own_session_dies_with_agent(agent):
     when the agent (pid ``agent``) dies, so a killed agent leaves no variant running. An agent
     killed between the fork and the prctl sends no signal, so the child then checks that its
     parent is still the agent, and exits if not (seen once in the full suite: processes of a
-    killed agent's variants still ran 5 s later). The rendered main asks the same of its own parent (perf or
-    qemu), which closes the chain."""
+    killed agent's variants still ran 5 s later). The rendered main asks the same of its own
+    parent (perf or qemu), which closes the chain."""
     os.setsid()
     try:
         import ctypes
