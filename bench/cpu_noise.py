@@ -88,16 +88,27 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
+def parse_config(text):
+    """``NAME=VALUE,...`` -> {name: int value}."""
+    return {name.strip(): int(value) for name, value in (item.split("=") for item in text.split(","))}
+
+
 def build_one_config(work, shape, env, config=CONFIG):
     """Build one matmul config (``NAME=VALUE,...``) and OpenBLAS for ``shape`` on the local target
     in ``work``; the bundle's directory."""
+    return build_space(work, shape, env, {name: [value] for name, value in parse_config(config).items()})
+
+
+def build_space(work, shape, env, space, library=True):
+    """Build every matmul config of ``space`` ({name: [values]}), and OpenBLAS with ``library``,
+    for ``shape`` on the local target in ``work``; the bundle's directory."""
     shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
     with open(os.path.join(work, "space.yaml"), "w") as f:
-        for item in config.split(","):
-            name, value = item.split("=")
-            f.write("%s: [%s]\n" % (name.strip(), value.strip()))
+        for name, values in space.items():
+            f.write("%s: [%s]\n" % (name, ", ".join(str(v) for v in values)))
     subprocess.run([sys.executable, "-m", "harness", "build", "matmul", "--target", "local", "--shapes", shape,
-                    "--space", "space.yaml", "--library"], cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
+                    "--space", "space.yaml"] + (["--library"] if library else []), cwd=work, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
     return os.path.join(work, "build", "local", "matmul")
 
 

@@ -28,7 +28,9 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from cpu_noise import build_space, parse_config  # noqa: E402
 from harness.rounds import _unsure_winner  # noqa: E402
 from harness.strategies.history import row_trial  # noqa: E402
 from harness.strategies.winner import pick_winner  # noqa: E402
@@ -38,20 +40,10 @@ CONFIGS = "BLOCK_M=64,BLOCK_N=32,BLOCK_K=8,GROUP_M=1;BLOCK_M=64,BLOCK_N=32,BLOCK
 RULES = ("core", "id", "spread", "leader", "tune")
 
 
-def parse_configs(text):
-    return [{k.strip(): int(v) for k, v in (item.split("=") for item in c.split(","))} for c in text.split(";")]
-
-
 def build(work, shape, configs, env):
     """A bundle whose space covers ``configs``; (bundle, {variant id: label}, job indices to run)."""
-    shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
     names = list(configs[0])
-    with open(os.path.join(work, "space.yaml"), "w") as f:
-        for name in names:
-            f.write("%s: [%s]\n" % (name, ", ".join(str(v) for v in sorted({c[name] for c in configs}))))
-    subprocess.run([sys.executable, "-m", "harness", "build", "matmul", "--target", "local", "--shapes", shape,
-                    "--space", "space.yaml"], cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
-    bundle = os.path.join(work, "build", "local", "matmul")
+    bundle = build_space(work, shape, env, {n: sorted({c[n] for c in configs}) for n in names}, library=False)
     with open(os.path.join(bundle, "manifest.json")) as f:
         manifest = json.load(f)
     labels, jobs = {}, []
@@ -87,11 +79,8 @@ def decide(samples, rule, repeats):
     if rule == "tune":
         w = pick_winner(samples if _unsure_winner(first) else first)
         return w.id, set(w.tied)
-    samples = first
-    w = pick_winner(samples, tie_rule="core" if rule == "leader" else rule)
-    if rule == "leader":
-        return min(w.table, key=lambda c: (c.median, c.id)).id, set(w.tied)
-    return w.id, set(w.tied)
+    w = pick_winner(first, tie_rule="core" if rule == "leader" else rule)
+    return (w.leader if rule == "leader" else w.id), set(w.tied)
 
 
 def agree(a, b):
@@ -108,7 +97,7 @@ def main():
     env = dict(os.environ, PYTHONPATH=ROOT)
     work = tempfile.mkdtemp(prefix="tie-rules-")
     try:
-        bundle, labels, jobs = build(work, args.shape, parse_configs(args.configs), env)
+        bundle, labels, jobs = build(work, args.shape, [parse_config(c) for c in args.configs.split(";")], env)
         outcomes = {rule: [] for rule in RULES}
         for t in range(args.trials):
             samples = remeasure(bundle, jobs, 2 * args.repeats, work, t, env)

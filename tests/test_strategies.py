@@ -488,6 +488,7 @@ def test_tie_goes_to_the_clearly_steadier_candidate():
 def test_a_candidate_that_failed_once_cannot_win(rec):
     w = pick_winner({"v_fast": [90.0, None, 90.0], "v_ok": [100.0, 100.0, 100.0]})
     assert w.id == "v_ok"
+    assert w.leader == "v_ok" and w.behind_leader == 0.0  # a faster failed candidate leads nothing
     with pytest.raises(ValueError):
         pick_winner({"v_x": [None]})
 

@@ -125,12 +125,13 @@ class Winner:
     table: List[CandidateStats]  # every candidate, fastest first
     estimator: str = "median"
     noise: Optional[float] = None  # the winner's CandidateStats.noise
+    leader: Optional[str] = None  # the fastest candidate that never failed (the winner unless a tie rule chose)
 
     @property
     def behind_leader(self) -> float:
-        """How much slower than the fastest candidate the winner measured, relative (0 when it
-        is the fastest): a tie rule may give the win to a candidate the repeats put behind."""
-        fastest = min(c.median for c in self.table)
+        """How much slower than the leader the winner measured, relative (0 when it is the
+        leader): a tie rule may give the win to a candidate the repeats put behind."""
+        fastest = next((c.median for c in self.table if c.id == self.leader), self.median)
         return (self.median - fastest) / fastest if fastest > 0 else 0.0
 
     @property
@@ -243,7 +244,7 @@ def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "core",
     runner = min(rest, key=lambda c: (c.median, c.id)) if rest else None
     margin = (runner.median - win.median) if (runner and decided == "clear") else None
     return Winner(win.id, win.median, win.spread, decided, [c.id for c in tied],
-                  runner.id if runner else None, margin, rule, table, win.estimator, win.noise)
+                  runner.id if runner else None, margin, rule, table, win.estimator, win.noise, leader.id)
 
 
 def entry_words(entry: Mapping, short=None) -> str:
