@@ -6,7 +6,9 @@ twice, each in a fresh project, and the winners of the two compared shape by sha
 For every shape it prints each run's winner, how it was decided (`clear by N %` or `tie with
 ...`) and its noise, then `same winner`, `ties among the same configs` (each run's winner is
 among the other run's tied configs) or `DIFFERENT`, and how long each tune took. Goal: no
-DIFFERENT (issue 12). A full run takes two README tunes (about 4 to 8 minutes each on a 2-core VM).
+DIFFERENT (issue 12). Where a tune gave shapes more re-measure rounds (a noisy winner, or a tie
+won 1 % or more behind the fastest) it prints the tune's line that says so. A full run takes two
+README tunes (about 4 to 8 minutes each on a 2-core VM).
 """
 
 import argparse
@@ -36,9 +38,14 @@ def main():
             os.makedirs(work, exist_ok=True)
             shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
             start = time.monotonic()
-            subprocess.run([sys.executable, "-m"] + COMMAND + extra, cwd=work, check=True,
-                           env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL)
+            with open(os.path.join(work, "tune.log"), "w") as log:
+                subprocess.run([sys.executable, "-m"] + COMMAND + extra, cwd=work, check=True,
+                               env=dict(os.environ, PYTHONPATH=ROOT), stdout=log)
             seconds = time.monotonic() - start
+            with open(os.path.join(work, "tune.log")) as log:  # the re-measure's extra rounds, if any
+                for line in log:
+                    if "more rounds" in line:
+                        print("run %d: %s" % (i, line.strip()))
             with open(os.path.join(work, "results", "local", "matmul", "winners.json")) as f:
                 runs.append((json.load(f)["shapes"], seconds))
             print("run %d: %s in %.0f s" % (i, " ".join(COMMAND + extra), seconds))
