@@ -8,11 +8,14 @@ loads that very cubin through the agent's ctypes driver. Then, in one time windo
 alternating (agent, do_bench, agent, do_bench) so that clock and temperature drift cancel:
   * the agent's own measurement code (remote_agent.profilers.events.EventsProfiler: warm-up,
     flushed launches, event pairs on the agent's stream, samples until remote_agent/measure.py's
-    rule stops them, median), default settings (--max-noise 0.01, --max-time 0.5);
+    rule stops them, median), default settings (--max-noise 0.01, --max-time 0.5), measured again
+    where the GPU throttled, as the worker does (runners/gpu_timing.py);
   * do_bench (median, L2 cleared between runs) on torch's stream.
 With ``--torch`` each shape also gets a ``torch.matmul`` row: the agent's method with
 torch.matmul on the agent's stream (as the agent times lib:torch.matmul) against do_bench of
 torch.matmul.
+Each row prints its alternations: [agent_us do_bench_us n=samples MHz/MHz/MHz], the SM clock (NVML)
+before the agent's window, between the two and after do_bench's.
 ``ratio`` is agent / do_bench in that window: the methods agree within it (goal: 2%). ``csv``
 is the median the agent wrote during the tune over do_bench now: it adds the drift of the GPU
 between the tune and this run (a GPU at its power limit runs large kernels slower once hot).
@@ -27,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, make_inputs,  # noqa: E402
                          open_driver, read_results)
+from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
 
 
 def spread(n, k):
@@ -64,6 +68,8 @@ class AgentMethod(object):
             options["max_time"] = max_time
         self.profiler = EventsProfiler(api, options)
         self.samples = []  # samples each measurement took (more than the first chunk: the noise did not settle)
+        self.remeasured = 0  # measurements taken again because the GPU throttled
+        self.clocks = Clocks()  # the SM clock (NVML) around every window, of both methods
 
     def flush(self):
         self.api.memset32(self.buf, 0, self.flush_bytes // 4)
@@ -75,8 +81,13 @@ class AgentMethod(object):
         return self._median_ms(launch)
 
     def _median_ms(self, launch):
-        times = sorted(self.profiler.measure(self, launch, None, None, None, None)["times_ns"])
+        from remote_agent.runners.gpu_timing import timed_unthrottled
+
+        # as the GPU worker times a job: measured again where a thermal or hardware slowdown showed
+        result = {}
+        times = sorted(timed_unthrottled(self, launch, None, None, None, None, result)["times_ns"])
         self.samples.append(len(times))
+        self.remeasured += result.get("remeasured") or 0
         return times[len(times) // 2] / 1e6
 
     def median_fn_ms(self, fn):
@@ -85,9 +96,25 @@ class AgentMethod(object):
 
 
 def passes(row):
-    """Each pass of a row: agent and do_bench in us, and how many samples the agent took."""
-    return " ".join("[%.1f %.1f n=%d]" % (a * 1e3, d * 1e3, n)
-                    for a, d, n in zip(row["agent_ms"], row["do_bench_ms"], row["agent_samples"]))
+    """Each pass of a row: agent and do_bench in us, how many samples the agent took, and the SM
+    clock in MHz before the agent's window, between the two and after do_bench's."""
+    return " ".join("[%.1f %.1f n=%d %s]" % (a * 1e3, d * 1e3, n, "/".join("%.0f" % c if c else "-" for c in mhz))
+                    for a, d, n, mhz in zip(row["agent_ms"], row["do_bench_ms"], row["agent_samples"],
+                                            row["sm_mhz"]))
+
+
+def alternate(agent, agent_once, do_bench_once, n=2):
+    """``n`` alternations of the two methods in one window: ({agent_ms, do_bench_ms, sm_mhz}, the
+    mean of each method's times)."""
+    agent_ms, db_ms, mhz = [], [], []
+    for _ in range(n):
+        before = agent.clocks.sm_mhz()
+        agent_ms.append(agent_once())
+        between = agent.clocks.sm_mhz()
+        db_ms.append(do_bench_once())
+        mhz.append((before, between, agent.clocks.sm_mhz()))
+    return ({"agent_ms": agent_ms, "do_bench_ms": db_ms, "sm_mhz": mhz, "agent_samples": agent.samples[-n:]},
+            sum(agent_ms) / n, sum(db_ms) / n)
 
 
 def torch_rows(torch, api, agent, shape_ids, shapes):
@@ -109,16 +136,16 @@ def torch_rows(torch, api, agent, shape_ids, shapes):
         _, _, a_log, b_log = make_inputs(s)
         c = torch.empty((s["M"], s["N"]), dtype=a_log.dtype, device="cuda")
         fn = TorchLauncher(a_log, b_log, c)
-        agent_ms, db_ms = [], []
-        for _ in range(2):
+
+        def agent_once():
             with torch.cuda.stream(stream):
-                agent_ms.append(agent.median_fn_ms(fn))
+                ms = agent.median_fn_ms(fn)
             torch.cuda.synchronize()
-            db_ms.append(do_bench_median_ms(fn))
-        agent_t, db_t = sum(agent_ms) / 2, sum(db_ms) / 2
-        rows.append({"shape": sid, "variant": "torch.matmul", "agent_ms": agent_ms, "agent_samples": agent.samples[-2:],
-                     "do_bench_ms": db_ms,
-                     "ratio": agent_t / db_t, "csv_ms": float("nan"), "csv_ratio": float("nan")})
+            return ms
+
+        row, agent_t, db_t = alternate(agent, agent_once, lambda: do_bench_median_ms(fn))
+        rows.append(dict(row, shape=sid, variant="torch.matmul", ratio=agent_t / db_t, csv_ms=float("nan"),
+                         csv_ratio=float("nan")))
         print("%-28s %-12s %10.2f %10.2f %10s %7.4f %7s  %s" % (sid, "torch.matmul", agent_t * 1e3, db_t * 1e3, "-",
                                                                  agent_t / db_t, "-", passes(rows[-1])))
     return rows
@@ -151,16 +178,12 @@ def main(argv=None):
         launch = Launcher(api, args.bundle, v, s, job_grid(manifest, v["id"], s["id"]), a, b, c)
         launch()
         torch.cuda.synchronize()
-        agent_ms, db_ms = [], []
-        for _ in range(2):
-            agent_ms.append(agent.median_ms(launch))
-            db_ms.append(do_bench_median_ms(launch))
-        agent_t, db_t = sum(agent_ms) / 2, sum(db_ms) / 2
+        alternations, agent_t, db_t = alternate(agent, lambda: agent.median_ms(launch),
+                                                lambda: do_bench_median_ms(launch))
         csv_ms = float(row["time_ns_median"]) / 1e6
         ratio = agent_t / db_t
-        out.append({"shape": s["id"], "variant": v["id"], "agent_ms": agent_ms, "agent_samples": agent.samples[-2:],
-                    "do_bench_ms": db_ms,
-                    "ratio": ratio, "csv_ms": csv_ms, "csv_ratio": csv_ms / db_t})
+        out.append(dict(alternations, shape=s["id"], variant=v["id"], ratio=ratio, csv_ms=csv_ms,
+                        csv_ratio=csv_ms / db_t))
         print("%-28s %-12s %10.2f %10.2f %10.2f %7.4f %7.4f  %s" % (s["id"], v["id"], agent_t * 1e3, db_t * 1e3,
                                                                  csv_ms * 1e3, ratio, csv_ms / db_t, passes(out[-1])))
         del a, b, c, launch
@@ -175,9 +198,11 @@ def main(argv=None):
     within = sum(d <= 0.02 for d in dev)
     summary = {"variants": len(out), "median_abs_dev": dev[len(dev) // 2], "max_abs_dev": dev[-1],
                "within_2pct": within, "csv_median_abs_dev": cdev[len(cdev) // 2], "csv_max_abs_dev": cdev[-1],
-               "csv_within_2pct": sum(d <= 0.02 for d in cdev), "device": torch.cuda.get_device_name()}
+               "csv_within_2pct": sum(d <= 0.02 for d in cdev), "device": torch.cuda.get_device_name(),
+               "agent_remeasured": agent.remeasured}
     print("timing fidelity (same window): %d variants, median |agent/do_bench - 1| = %.2f%%, max %.2f%%, "
-          "%d/%d within 2%%" % (len(out), 100 * dev[len(dev) // 2], 100 * dev[-1], within, len(out)))
+          "%d/%d within 2%%; the agent measured again %d time(s) for a throttled GPU" % (
+              len(out), 100 * dev[len(dev) // 2], 100 * dev[-1], within, len(out), agent.remeasured))
     print("tune CSV vs do_bench now: median %.2f%%, max %.2f%%, %d/%d within 2%%" % (
         100 * summary["csv_median_abs_dev"], 100 * summary["csv_max_abs_dev"], summary["csv_within_2pct"],
         len(out)))
