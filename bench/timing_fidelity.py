@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, make_inputs,  # noqa: E402
                          open_driver, read_results)
 from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
+from remote_agent.runners.gpu_flush import L2Flush  # noqa: E402
 
 
 def spread(n, k):
@@ -56,13 +57,14 @@ def pick(rows, per_shape):
 class AgentMethod(object):
     """The agent's events profiler, driven as the GPU worker drives it."""
 
-    def __init__(self, api, min_time_ms=100.0, max_time=None):
+    def __init__(self, api, min_time_ms=100.0, max_time=None, flush_mode=None):
         from remote_agent.profilers.events import EventsProfiler
 
         self.api = api
-        self.flush_enabled = True
-        self.flush_bytes = max(256 << 20, 2 * int(api.facts()["l2_bytes"]))
-        self.buf = api.alloc(self.flush_bytes)
+        facts = api.facts()
+        # HARNESS_GPU_FLUSH unless told, as the worker
+        self.l2_flush = L2Flush(api, facts["l2_bytes"], facts.get("sm_count"), mode=flush_mode)
+        self.flush_enabled = self.l2_flush.enabled
         options = {"warmup": 2, "iters": 10, "min_time_ms": min_time_ms}
         if max_time is not None:
             options["max_time"] = max_time
@@ -72,7 +74,7 @@ class AgentMethod(object):
         self.clocks = Clocks()  # the SM clock (NVML) around every window, of both methods
 
     def flush(self):
-        self.api.memset32(self.buf, 0, self.flush_bytes // 4)
+        self.l2_flush()
 
     def median_ms(self, launcher):
         def launch(i, stream=None):  # on the agent's own stream, where its events are recorded
@@ -199,7 +201,7 @@ def main(argv=None):
     summary = {"variants": len(out), "median_abs_dev": dev[len(dev) // 2], "max_abs_dev": dev[-1],
                "within_2pct": within, "csv_median_abs_dev": cdev[len(cdev) // 2], "csv_max_abs_dev": cdev[-1],
                "csv_within_2pct": sum(d <= 0.02 for d in cdev), "device": torch.cuda.get_device_name(),
-               "agent_remeasured": agent.remeasured}
+               "agent_remeasured": agent.remeasured, "agent_flush": agent.l2_flush.mode}
     print("timing fidelity (same window): %d variants, median |agent/do_bench - 1| = %.2f%%, max %.2f%%, "
           "%d/%d within 2%%; the agent measured again %d time(s) for a throttled GPU" % (
               len(out), 100 * dev[len(dev) // 2], 100 * dev[-1], within, len(out), agent.remeasured))

@@ -163,6 +163,7 @@ class Supervisor(object):
         self.log = log or (lambda msg: print("supervisor: " + msg, file=sys.stderr))
         self.ready_facts = {}
         self.restarts = collections.Counter()
+        self.start_failure = {}  # device: why its last worker failed to start
         self.busy = collections.Counter()  # device -> seconds a job was in flight there
         self._announced = set()
         self._kept = None  # workers kept alive between run() calls (run(keep=True))
@@ -243,7 +244,8 @@ class Supervisor(object):
                         for item in self._lost(w, workers, start_failures, "timeout"):
                             yield item
             if pending:
-                raise SupervisorError("no worker could start on any device; %d jobs not run" % len(pending))
+                raise SupervisorError("no worker could start on any device; %d jobs not run (%s)" % (
+                    len(pending), "; ".join("%s: %s" % kv for kv in sorted(self.start_failure.items()))))
             finished = True
         finally:
             if keep and finished:
@@ -277,6 +279,7 @@ class Supervisor(object):
             yield key, w.device, {"status": status, "message": message[:400]}
         elif w.state == "starting":
             start_failures[w.device] += 1
+            self.start_failure[w.device] = "%s: %s" % (text, tail) if tail else text
             self.log("worker for %s failed to start (%s): %s" % (w.device, text, tail))
         self.restarts[w.device] += 1
         if start_failures[w.device] >= self.max_start_failures:
@@ -308,4 +311,6 @@ def _facts_text(message):
     if message.get("self_check"):
         parts.append("reference kernel self-check %s" % ", ".join(
             "%s %.1e" % kv for kv in sorted(message["self_check"].items())))
+    if message.get("flush"):
+        parts.append("L2 flush: %s" % (message.get("flush_fallback") or message["flush"]))
     return "; ".join(p for p in parts if p)

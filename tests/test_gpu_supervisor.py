@@ -216,7 +216,8 @@ def test_wrong_reference_stops_the_run(tmp_path, monkeypatch):
 def test_workers_that_cannot_start_end_the_run_with_a_clear_error(tmp_path, monkeypatch):
     bundle = make_bundle(tmp_path / "b")
     dead = lambda device: [sys.executable, "-c", "import sys; sys.stderr.write('no GPU here\\n'); sys.exit(3)"]
-    with pytest.raises(AgentError, match="no worker could start"):
+    why = r"no worker could start on any device; \d+ jobs not run \(cuda:0: worker exited 3: no GPU here\)"
+    with pytest.raises(AgentError, match=why):  # the worker's own last words say why
         run_agent(bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",), command=dead)
 
 

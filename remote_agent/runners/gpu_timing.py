@@ -1,36 +1,11 @@
-"""How a GPU worker times a job: the L2 flush buffer, and the check around the measurement
+"""How a GPU worker times a job: the check around the measurement
 (poison C, launch once and check; time with the profiler; poison, launch and check again).
 The sample loop itself (warm-up, launch count, event pairs) is the profiler's:
-remote_agent/profilers/events.py. Standard library only."""
-
-import os
+remote_agent/profilers/events.py; the L2 flush is gpu_flush.py's. Standard library only."""
 
 from .. import contract
 from ..stats import MEDIAN, summarize
 from .gpu_clocks import Clocks, reason_words, throttled
-from .gpu_launch import cdiv
-
-
-class L2Flush(object):
-    """A buffer larger than L2, written before each timed launch so that every launch reads its
-    inputs from device memory. HARNESS_GPU_FLUSH=0 turns it off; the worker then rotates copies of
-    inputs that fit in L2 instead (``input_sets``)."""
-
-    def __init__(self, api, l2_bytes):
-        self.api = api
-        self.l2 = int(l2_bytes or (64 << 20))
-        self.enabled = os.environ.get("HARNESS_GPU_FLUSH", "1") != "0"
-        self.bytes = max(256 << 20, 2 * self.l2)
-        self.buf = api.alloc(self.bytes) if self.enabled else None
-
-    def __call__(self):
-        self.api.memset32(self.buf, 0, self.bytes // 4)
-
-    def input_sets(self, input_bytes):
-        """How many copies of a shape's inputs the launches rotate over."""
-        if input_bytes <= self.l2 and not self.enabled:  # with the flush, every launch reads DRAM anyway
-            return int(min(8, max(2, cdiv(3 * self.l2, max(1, input_bytes)))))
-        return 1
 
 
 MAX_REMEASURE = 2

@@ -27,7 +27,8 @@ from .gpu_launch import Kernel, cdiv, specialization_problem
 from .gpu_library import run_library
 from .gpu_memory import ShapeData, data_seed, input_bytes
 from .gpu_reference import check_reference_kernel, compute_reference, pick_reference
-from .gpu_timing import L2Flush, check_and_time
+from .gpu_flush import L2Flush
+from .gpu_timing import check_and_time
 
 
 class Worker(object):
@@ -43,7 +44,7 @@ class Worker(object):
         self.kernels = {}
         self.shapes = {}
         self.support = {}
-        self.l2_flush = L2Flush(self.api, self.device.get("l2_bytes"))
+        self.l2_flush = L2Flush(self.api, self.device.get("l2_bytes"), self.device.get("sm_count"))
         self.torch = None
         self.torch_error = None
         self.reference_mode = pick_reference(self, options.get("reference", "auto"))
@@ -250,7 +251,8 @@ def worker_main(argv, api=None):
             print("worker: cannot start: %s" % exc, file=sys.stderr)
         return 2
     send(outfile, {"ready": True, "device": worker.device, "reference": worker.reference_mode,
-                   "self_check": worker.self_check, "profiler": worker.profiler.name})
+                   "self_check": worker.self_check, "profiler": worker.profiler.name,
+                   "flush": worker.l2_flush.mode, "flush_fallback": worker.l2_flush.fallback})
 
     def handle(request):
         start = time.monotonic()
