@@ -5,7 +5,8 @@ the GPU node, after the agent, with torch and triton there).
 
 For each shape it takes the fastest, a middle and the slowest ok variant of the agent's CSV and
 loads that very cubin through the agent's ctypes driver. Then, in one time window and
-alternating (agent, do_bench, agent, do_bench) so that clock and temperature drift cancel:
+alternating (agent, do_bench, agent, do_bench; ``--alternations``) so that clock and temperature
+drift cancel:
   * the agent's own measurement code (remote_agent.profilers.events.EventsProfiler: warm-up,
     flushed launches, event pairs on the agent's stream, samples until remote_agent/measure.py's
     rule stops them, median), default settings (--max-noise 0.01, --max-time 0.5), measured again
@@ -119,7 +120,7 @@ def alternate(agent, agent_once, do_bench_once, n=2):
             sum(agent_ms) / n, sum(db_ms) / n)
 
 
-def torch_rows(torch, api, agent, shape_ids, shapes):
+def torch_rows(torch, api, agent, shape_ids, shapes, alternations=2):
     """torch.matmul per shape: the agent's method (on the agent's stream) against do_bench."""
     rows = []
     stream = torch.cuda.ExternalStream(api.stream) if api.stream else torch.cuda.current_stream()
@@ -145,7 +146,7 @@ def torch_rows(torch, api, agent, shape_ids, shapes):
             torch.cuda.synchronize()
             return ms
 
-        row, agent_t, db_t = alternate(agent, agent_once, lambda: do_bench_median_ms(fn))
+        row, agent_t, db_t = alternate(agent, agent_once, lambda: do_bench_median_ms(fn), alternations)
         rows.append(dict(row, shape=sid, variant="torch.matmul", ratio=agent_t / db_t, csv_ms=float("nan"),
                          csv_ratio=float("nan")))
         print("%-28s %-12s %10.2f %10.2f %10s %7.4f %7s  %s" % (sid, "torch.matmul", agent_t * 1e3, db_t * 1e3, "-",
@@ -163,6 +164,9 @@ def main(argv=None):
     p.add_argument("--torch", action="store_true", help="also compare torch.matmul on every shape")
     p.add_argument("--max-time", type=float, default=None,
                    help="the agent method's time cap per job in seconds (default: the agent's, 0.5)")
+    p.add_argument("--alternations", type=int, default=2,
+                   help="measurements of each method a row, alternating (default 2); a row's ratio is the mean "
+                        "of the agent's over the mean of do_bench's")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     manifest = load_bundle(args.bundle)
@@ -181,7 +185,7 @@ def main(argv=None):
         launch()
         torch.cuda.synchronize()
         alternations, agent_t, db_t = alternate(agent, lambda: agent.median_ms(launch),
-                                                lambda: do_bench_median_ms(launch))
+                                                lambda: do_bench_median_ms(launch), args.alternations)
         csv_ms = float(row["time_ns_median"]) / 1e6
         ratio = agent_t / db_t
         out.append(dict(alternations, shape=s["id"], variant=v["id"], ratio=ratio, csv_ms=csv_ms,
@@ -191,7 +195,8 @@ def main(argv=None):
         del a, b, c, launch
         torch.cuda.empty_cache()
     if args.torch:
-        out += torch_rows(torch, api, agent, sorted({r["shape_id"] for r in read_results(args.results)}), shapes)
+        out += torch_rows(torch, api, agent, sorted({r["shape_id"] for r in read_results(args.results)}), shapes,
+                          args.alternations)
     if not out:
         print("timing fidelity: no ok variants in the results")
         return
