@@ -12,7 +12,8 @@ measures (so that the two agree, bench/timing_fidelity.py):
      the rule every runner uses. A sample is one launch (the flush between launches is what makes
      it read DRAM, as do_bench); the event timer's resolution is about 0.5 us;
   4. each timed launch: write the flush buffer (larger than L2, so every launch reads its inputs
-     from device memory), record a start event, launch, record an end event, all on one stream;
+     from device memory; HARNESS_GPU_FLUSH=read reads it instead, runners/gpu_flush.py), record a
+     start event, launch, record an end event, all on one stream;
      with the flush off (HARNESS_GPU_FLUSH=0) the runner rotates copies of inputs that fit in L2
      instead;
   5. one synchronize; per-launch times from event pairs; the runner takes the estimator and quantiles.
