@@ -33,6 +33,7 @@ from _gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, ma
                          open_driver, read_results)
 from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
 from remote_agent.runners.gpu_flush import L2Flush  # noqa: E402
+from remote_agent.runners.gpu_timing import timed_unthrottled  # noqa: E402
 
 
 def spread(n, k):
@@ -84,8 +85,6 @@ class AgentMethod(object):
         return self._median_ms(launch)
 
     def _median_ms(self, launch):
-        from remote_agent.runners.gpu_timing import timed_unthrottled
-
         # as the GPU worker times a job: measured again where a thermal or hardware slowdown showed
         result = {}
         times = sorted(timed_unthrottled(self, launch, None, None, None, None, result)["times_ns"])
