@@ -188,9 +188,11 @@ def test_a_slow_stretch_longer_than_a_job_slows_one_job_alone_but_not_jobs_measu
     ws.harness("build", "matmul", "--target", "local", "--shapes", "128x128x128", "--space", "four.yaml")
     bundle = ws.path / "build/local/matmul"
 
-    def smallest_of_two(name, stretch_s, interleave):  # as a tune's repeats take it: a process of a
+    def smallest_of_two(name, stretch_s, interleave):
+        """Each job's smallest time of two runs, as a tune's repeats take it: a process of a small
+        tile can sit 10 to 20 % slow throughout (README)."""
         runs = [_stretched_run(bundle, ws.path / ("%s%d.csv" % (name, k)), stretch_s, interleave)
-                for k in range(2)]  # small tile can sit 10 to 20 % slow throughout (README)
+                for k in range(2)]
         return {v: min(run[v] for run in runs) for v in runs[0]}
 
     quiet = smallest_of_two("quiet", 0, 4)
