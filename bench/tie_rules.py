@@ -9,8 +9,8 @@ candidate interleaved, and as many again. Each trial's first ``--repeats`` are j
 strategies/winner.py's ``pick_winner`` with every tie rule (``core``, the default; ``id``;
 ``spread``) and by ``leader`` (the fastest time wins a tie, not a rule of winner.py); ``tune`` is
 what harness tune decides: ``core``, on all the repeats where the first ones leave the winner
-unsure (harness/rounds.py ``_unsure_winner``: noise over 2 %, or a tie won 1 % or more behind the
-fastest). It prints each trial's times and winners, then per
+unsure (strategies/winner.py ``Winner.unsure``: noise over 2 %, or a tie won 1 % or more behind
+the fastest). It prints each trial's times and winners, then per
 rule how many trials each candidate won and how many pairs of trials agree (the same winner, or
 each winner among the other's tied candidates: bench/tune_repeat.py's test).
 """
@@ -31,7 +31,6 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from cpu_noise import build_space, parse_config  # noqa: E402
-from harness.rounds import _unsure_winner  # noqa: E402
 from harness.strategies.history import row_trial  # noqa: E402
 from harness.strategies.winner import pick_winner  # noqa: E402
 
@@ -77,7 +76,7 @@ def decide(samples, rule, repeats):
     all of them where those leave the winner unsure)."""
     first = {cid: trials[:repeats] for cid, trials in samples.items()}
     if rule == "tune":
-        w = pick_winner(samples if _unsure_winner(first) else first)
+        w = pick_winner(samples if pick_winner(first).unsure else first)
         return w.id, set(w.tied)
     w = pick_winner(first, tie_rule="core" if rule == "leader" else rule)
     return (w.leader if rule == "leader" else w.id), set(w.tied)

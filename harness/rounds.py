@@ -522,17 +522,14 @@ def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], sam
 
 
 def _unsure_winner(groups: dict) -> bool:
-    """Whether the winner ``groups`` ({config id: Trials}) would give needs more rounds: its noise
-    is over NOISY_WINNER, or the tie rule gave the win to a candidate TIE_WON_BEHIND or more behind
-    the fastest (on 128x128x128 a tile 4 % slower on average was tied in, and won on its config
-    id, in 2 of 20 re-measures of 5 rounds and in none of 20 of 10 rounds: bench/tie_rules.py)."""
-    from .strategies.winner import NOISY_WINNER, TIE_WON_BEHIND, pick_winner
+    """Whether the winner ``groups`` ({config id: Trials}) would give needs more rounds
+    (``Winner.unsure``); False where no candidate can win."""
+    from .strategies.winner import pick_winner
 
     try:
-        win = pick_winner(groups)
+        return pick_winner(groups).unsure
     except ValueError:
         return False
-    return (win.noise or 0.0) > NOISY_WINNER or win.behind_leader >= TIE_WON_BEHIND
 
 
 def _num(x):

@@ -135,6 +135,14 @@ class Winner:
         return (self.median - fastest) / fastest if fastest > 0 else 0.0
 
     @property
+    def unsure(self) -> bool:
+        """Whether the re-measure should get more rounds: the winner's noise is over NOISY_WINNER,
+        or the tie rule gave the win to a candidate TIE_WON_BEHIND or more behind the fastest (on
+        128x128x128 a tile 4 % slower on average was tied in, and won on its config id, in 2 of 20
+        re-measures of 5 rounds and in none of 20 of 10 rounds: bench/tie_rules.py)."""
+        return (self.noise or 0.0) > NOISY_WINNER or self.behind_leader >= TIE_WON_BEHIND
+
+    @property
     def rel_spread(self) -> float:
         return self.spread / self.median if self.median else 0.0
 
