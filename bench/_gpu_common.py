@@ -91,6 +91,27 @@ def do_bench_median_ms(fn, warmup=25, rep=100):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+def palindromic(n, rounds):
+    """The order of ``n`` methods in each of ``rounds`` rounds: forward, backward, forward, ...
+    (A B, B A, A B, ...). Over an even number of rounds every method's mean position is the same,
+    so a steady drift of the GPU's speed (clocks falling as it heats) weighs on all of them alike;
+    always A before B would charge B with the drift of every round."""
+    for r in range(rounds):
+        yield list(range(n)) if r % 2 == 0 else list(range(n - 1, -1, -1))
+
+
+def interleaved_medians(fns, rounds=4):
+    """do_bench medians of each callable in ``rounds`` palindromic rounds: (each one's median over
+    the rounds, each one's round medians)."""
+    import statistics
+
+    times = [[] for _ in fns]
+    for order in palindromic(len(fns), rounds):
+        for i in order:
+            times[i].append(do_bench_median_ms(fns[i]))
+    return [statistics.median(t) for t in times], times
+
+
 def rel_err(c, ref):
     d = (c.float() - ref.float()).norm().item()
     r = ref.float().norm().item()

@@ -5,8 +5,8 @@ config wins (run on the GPU node, after the agent, with torch and triton there).
 
 For each shape it takes ``--per-shape`` ok variants of the agent's CSV (fastest to slowest) and
 torch.matmul, and times each with the agent's own method (timing_fidelity.AgentMethod: the events
-profiler, measured again where the GPU throttled) twice under each flush, alternating (write, read,
-write, read) so that clock drift cancels:
+profiler, measured again where the GPU throttled) twice under each flush, in palindromic order
+(write, read, read, write) so that a steady clock drift weighs on both alike:
   * write: a driver memset of 256 MiB, as do_bench's ``cache.zero_()`` (the agent's default);
   * read: remote_agent/runners/gpu_flush.py's PTX kernel reads the same buffer.
 It prints each row's times and write / read, and per shape whether the fastest variant and the
@@ -20,17 +20,18 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _gpu_common import Launcher, geomean, job_grid, load_bundle, make_inputs, open_driver, read_results  # noqa: E402
+from _gpu_common import (Launcher, geomean, job_grid, load_bundle, make_inputs, open_driver, palindromic,  # noqa: E402
+                         read_results)
 from timing_fidelity import AgentMethod, pick  # noqa: E402
 
 
 def alternate(write, read, time_with):
-    """Two alternations: ([write ms, ...], [read ms, ...])."""
-    w, r = [], []
-    for _ in range(2):
-        w.append(time_with(write))
-        r.append(time_with(read))
-    return w, r
+    """Two palindromic rounds (write, read, read, write): ([write ms, ...], [read ms, ...])."""
+    times = ([], [])
+    for order in palindromic(2, 2):
+        for i in order:
+            times[i].append(time_with((write, read)[i]))
+    return times
 
 
 def time_shape(torch, api, manifest, bundle, s, variants, variant_ids, write, read):

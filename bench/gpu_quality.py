@@ -6,11 +6,15 @@
 1. Ceilings measured here: matrix rate (torch.matmul 8192^3 in fp16 and bf16, the faster) and
    device memory bandwidth (a 2 GiB device-to-device copy, bytes read plus written).
 2. For every shape of the bundles, the tuned config as `harness tune` picks one: the --top
-   fastest ok variants by the agents' medians are timed again here, interleaved over three
-   rounds, and the fastest median wins (one agent median alone favours whichever variant had a
-   lucky window). Then, measured afresh: the winner's cubin launched through the agent's ctypes
-   driver against torch.matmul on the same inputs (same dtype and layout, C in the input dtype),
-   both timed with triton.testing.do_bench (median); its answer is checked against torch's.
+   fastest ok variants by the agents' medians are timed again here, interleaved over four
+   palindromic rounds, and the fastest median wins (one agent median alone favours whichever
+   variant had a lucky window). Then, measured afresh: the winner's cubin launched through the
+   agent's ctypes driver against torch.matmul on the same inputs (same dtype and layout, C in the
+   input dtype), both timed with triton.testing.do_bench (median) in --rounds windows each, in
+   palindromic order (Triton, cuBLAS, cuBLAS, Triton, ...), each one's time the median of its
+   windows: a GPU at its power cap changes speed by several per cent within a second, and one
+   window each, one after the other, charged that to whichever came second; its answer is
+   checked against torch's.
 3. Prints per shape: times, cuBLAS/Triton speed ratio, each one's fraction of the roofline
    (max(FLOPs / peak, bytes / bandwidth) over its time); then the geomean ratio, the worst shape,
    and the tune's wall time and configs measured per second.
@@ -25,8 +29,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _gpu_common import (Launcher, do_bench_median_ms, geomean, job_grid, load_bundle, make_inputs,  # noqa: E402
-                         open_driver, ranked_rows, read_results, rel_err)
+from _gpu_common import (Launcher, do_bench_median_ms, geomean, interleaved_medians, job_grid,  # noqa: E402
+                         load_bundle, make_inputs, open_driver, ranked_rows, read_results, rel_err)
 from remote_agent.contract import deciding_time  # noqa: E402  (_gpu_common put the repo on the path)
 
 
@@ -50,9 +54,9 @@ def ceilings():
     return peak, bw
 
 
-def pick_winner(api, candidates, s, rounds=3):
+def pick_winner(api, candidates, s, rounds=4):
     """candidates: [(bundle, manifest, row)]; the one with the fastest median of its per-round
-    do_bench medians, the rounds interleaved so that every candidate sees the same clocks."""
+    do_bench medians, the rounds palindromic so that every candidate sees the same clocks."""
     if len(candidates) == 1:
         return candidates[0], []
     import torch
@@ -63,18 +67,14 @@ def pick_winner(api, candidates, s, rounds=3):
     for bundle, manifest, row in candidates:
         v = next(v for v in manifest["variants"] if v["id"] == row["variant_id"])
         launchers.append(Launcher(api, bundle, v, s, job_grid(manifest, v["id"], s["id"]), a, b, c))
-    times = [[] for _ in candidates]
-    for _ in range(rounds):
-        for i, launch in enumerate(launchers):
-            times[i].append(do_bench_median_ms(launch))
-    medians = [sorted(t)[len(t) // 2] for t in times]
+    medians, _ = interleaved_medians(launchers, rounds)
     best = min(range(len(candidates)), key=lambda i: medians[i])
     del a, b, c, launchers
     torch.cuda.empty_cache()
     return candidates[best], medians
 
 
-def measure_shape(api, bundle, manifest, v, s, row, peak, bw):
+def measure_shape(api, bundle, manifest, v, s, row, peak, bw, rounds=4):
     import torch
 
     a, b, a_log, b_log = make_inputs(s, seed=1)
@@ -84,11 +84,12 @@ def measure_shape(api, bundle, manifest, v, s, row, peak, bw):
     ref = torch.matmul(a_log, b_log)
     torch.cuda.synchronize()
     err = rel_err(c, ref)
-    t_tri = do_bench_median_ms(launch)
-    t_cub = do_bench_median_ms(lambda: torch.matmul(a_log, b_log))
+    (t_tri, t_cub), (tri_rounds, cub_rounds) = interleaved_medians(
+        [launch, lambda: torch.matmul(a_log, b_log)], rounds)
     floor_ms = max(s["flops"] / (peak * 1e12), s["bytes"] / (bw * 1e12)) * 1e3
     entry = {"shape": s["id"], "variant": v["id"], "config": v["config"], "triton_ms": t_tri,
-             "cublas_ms": t_cub, "ratio": t_cub / t_tri, "triton_roofline": floor_ms / t_tri,
+             "cublas_ms": t_cub, "ratio": t_cub / t_tri, "triton_rounds_ms": tri_rounds,
+             "cublas_rounds_ms": cub_rounds, "triton_roofline": floor_ms / t_tri,
              "cublas_roofline": floor_ms / t_cub, "rel_err": err,
              "triton_tflops": s["flops"] / (t_tri * 1e-3) / 1e12,
              "cublas_tflops": s["flops"] / (t_cub * 1e-3) / 1e12,
@@ -106,6 +107,9 @@ def main(argv=None):
     p.add_argument("--results", action="append", required=True)
     p.add_argument("--tune-seconds", type=float, default=None, help="wall time of the agent run(s)")
     p.add_argument("--top", type=int, default=3, help="candidates per shape timed again to pick the winner")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="do_bench windows of each of the winner and torch.matmul, in palindromic order "
+                        "(T C C T ...; default 4); each one's time is the median of its windows")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if len(args.bundle) != len(args.results):
@@ -146,7 +150,8 @@ def main(argv=None):
                 continue
             (bundle_s, manifest_s, row), rematched = pick_winner(api, chosen[s["id"]], s)
             variants = {v["id"]: v for v in manifest_s["variants"]}
-            entry = measure_shape(api, bundle_s, manifest_s, variants[row["variant_id"]], s, row, peak, bw)
+            entry = measure_shape(api, bundle_s, manifest_s, variants[row["variant_id"]], s, row, peak, bw,
+                                  args.rounds)
             entry["bundle"] = bundle_s
             entry["candidates"] = [{"variant": c[2]["variant_id"], "agent_ms": float(c[2]["time_ns_median"]) / 1e6,
                                     "remeasured_ms": m} for c, m in zip(chosen[s["id"]], rematched)]
@@ -156,6 +161,9 @@ def main(argv=None):
                 s["id"], entry["variant"], entry["triton_ms"] * 1e3, entry["cublas_ms"] * 1e3, entry["ratio"],
                 entry["triton_roofline"], entry["cublas_roofline"], entry["rel_err"],
                 " ".join("%s=%s" % (k, cfg[k]) for k in cfg)))
+            print("%-24s windows (us, round by round): triton %s, cublas %s" % (
+                "", " ".join("%.1f" % (t * 1e3) for t in entry["triton_rounds_ms"]),
+                " ".join("%.1f" % (t * 1e3) for t in entry["cublas_rounds_ms"])))
     gm = geomean([t["ratio"] for t in table])
     worst = min(table, key=lambda t: t["ratio"]) if table else None
     ok = [r for r in rows if r["status"] == "ok"]

@@ -3,21 +3,24 @@ the GPU node, after the agent, with torch and triton there).
 
     python3 bench/timing_fidelity.py --bundle B --results results.csv [--per-shape 3] [--torch] [--out f.json]
 
-For each shape it takes the fastest, a middle and the slowest ok variant of the agent's CSV and
-loads that very cubin through the agent's ctypes driver. Then, in one time window and
-alternating (agent, do_bench, agent, do_bench; ``--alternations``) so that clock and temperature
-drift cancel:
+For each shape it takes the fastest, the slowest and ok variants of the agent's CSV spread
+between them, and loads that very cubin through the agent's ctypes driver. Then, in one time
+window, ``--alternations`` rounds of three measurements in palindromic order (agent, do_bench,
+do_bench again; then the other way round), so that a steady drift of clocks and temperature
+weighs on each alike:
   * the agent's own measurement code (remote_agent.profilers.events.EventsProfiler: warm-up,
     flushed launches, event pairs on the agent's stream, samples until remote_agent/measure.py's
     rule stops them, median), default settings (--max-noise 0.01, --max-time 0.5), measured again
     where the GPU throttled, as the worker does (runners/gpu_timing.py);
-  * do_bench (median, L2 cleared between runs) on torch's stream.
+  * do_bench (median, L2 cleared between runs) on torch's stream;
+  * do_bench again: the control, how well do_bench agrees with itself in the same rounds.
 With ``--torch`` each shape also gets a ``torch.matmul`` row: the agent's method with
 torch.matmul on the agent's stream (as the agent times lib:torch.matmul) against do_bench of
 torch.matmul.
-Each row prints its alternations: [agent_us do_bench_us n=samples MHz/MHz/MHz], the SM clock (NVML)
-before the agent's window, between the two and after do_bench's.
-``ratio`` is agent / do_bench in that window: the methods agree within it (goal: 2%). ``csv``
+Each row prints its rounds: [agent_us do_bench_us do_bench_again_us n=samples MHz/.../MHz], the
+SM clock (NVML) at the round's window boundaries, in the order the round ran.
+``ratio`` is agent / do_bench in that window: the methods agree within it (goal: 2%);
+``control`` is do_bench again / do_bench, the same figure for do_bench against itself. ``csv``
 is the median the agent wrote during the tune over do_bench now: it adds the drift of the GPU
 between the tune and this run (a GPU at its power limit runs large kernels slower once hot).
 """
@@ -30,7 +33,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, make_inputs,  # noqa: E402
-                         open_driver, read_results)
+                         open_driver, palindromic, read_results)
 from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
 from remote_agent.runners.gpu_flush import L2Flush  # noqa: E402
 from remote_agent.runners.gpu_timing import timed_unthrottled  # noqa: E402
@@ -98,25 +101,35 @@ class AgentMethod(object):
 
 
 def passes(row):
-    """Each pass of a row: agent and do_bench in us, how many samples the agent took, and the SM
-    clock in MHz before the agent's window, between the two and after do_bench's."""
-    return " ".join("[%.1f %.1f n=%d %s]" % (a * 1e3, d * 1e3, n, "/".join("%.0f" % c if c else "-" for c in mhz))
-                    for a, d, n, mhz in zip(row["agent_ms"], row["do_bench_ms"], row["agent_samples"],
-                                            row["sm_mhz"]))
+    """Each round of a row: agent, do_bench and do_bench again in us, how many samples the agent
+    took, and the SM clock in MHz at the round's window boundaries (in the order the round ran)."""
+    return " ".join("[%.1f %.1f %.1f n=%d %s]" % (a * 1e3, d * 1e3, d2 * 1e3, n,
+                                                  "/".join("%.0f" % c if c else "-" for c in mhz))
+                    for a, d, d2, n, mhz in zip(row["agent_ms"], row["do_bench_ms"], row["control_ms"],
+                                                row["agent_samples"], row["sm_mhz"]))
 
 
 def alternate(agent, agent_once, do_bench_once, n=2):
-    """``n`` alternations of the two methods in one window: ({agent_ms, do_bench_ms, sm_mhz}, the
-    mean of each method's times)."""
-    agent_ms, db_ms, mhz = [], [], []
-    for _ in range(n):
-        before = agent.clocks.sm_mhz()
-        agent_ms.append(agent_once())
-        between = agent.clocks.sm_mhz()
-        db_ms.append(do_bench_once())
-        mhz.append((before, between, agent.clocks.sm_mhz()))
-    return ({"agent_ms": agent_ms, "do_bench_ms": db_ms, "sm_mhz": mhz, "agent_samples": agent.samples[-n:]},
-            sum(agent_ms) / n, sum(db_ms) / n)
+    """``n`` rounds of three windows in palindromic order (agent, do_bench, do_bench again; then
+    the other way round): ({agent_ms, do_bench_ms, control_ms, sm_mhz, agent_samples}, the mean of
+    each method's times). The second do_bench is the control: how well do_bench agrees with itself
+    in the same rounds, the floor under any agreement of the agent with it."""
+    times = [[], [], []]
+    mhz = []
+    samples = []
+    for order in palindromic(3, n):
+        clocks = [agent.clocks.sm_mhz()]
+        for i in order:
+            if i == 0:
+                times[0].append(agent_once())
+                samples.append(agent.samples[-1])
+            else:
+                times[i].append(do_bench_once())
+            clocks.append(agent.clocks.sm_mhz())
+        mhz.append(tuple(clocks))
+    means = [sum(t) / n for t in times]
+    return ({"agent_ms": times[0], "do_bench_ms": times[1], "control_ms": times[2], "sm_mhz": mhz,
+             "agent_samples": samples, "control_ratio": means[2] / means[1]}, means[0], means[1])
 
 
 def torch_rows(torch, api, agent, shape_ids, shapes, alternations=2):
@@ -148,8 +161,9 @@ def torch_rows(torch, api, agent, shape_ids, shapes, alternations=2):
         row, agent_t, db_t = alternate(agent, agent_once, lambda: do_bench_median_ms(fn), alternations)
         rows.append(dict(row, shape=sid, variant="torch.matmul", ratio=agent_t / db_t, csv_ms=float("nan"),
                          csv_ratio=float("nan")))
-        print("%-28s %-12s %10.2f %10.2f %10s %7.4f %7s  %s" % (sid, "torch.matmul", agent_t * 1e3, db_t * 1e3, "-",
-                                                                 agent_t / db_t, "-", passes(rows[-1])))
+        print("%-28s %-12s %10.2f %10.2f %10s %7.4f %7.4f %7s  %s" % (
+            sid, "torch.matmul", agent_t * 1e3, db_t * 1e3, "-", agent_t / db_t, row["control_ratio"], "-",
+            passes(rows[-1])))
     return rows
 
 
@@ -164,8 +178,8 @@ def main(argv=None):
     p.add_argument("--max-time", type=float, default=None,
                    help="the agent method's time cap per job in seconds (default: the agent's, 0.5)")
     p.add_argument("--alternations", type=int, default=2,
-                   help="measurements of each method a row, alternating (default 2); a row's ratio is the mean "
-                        "of the agent's over the mean of do_bench's")
+                   help="rounds a row, each of agent, do_bench and do_bench again, in palindromic order "
+                        "(default 2); a row's ratio is the mean of the agent's over the mean of do_bench's")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     manifest = load_bundle(args.bundle)
@@ -174,8 +188,8 @@ def main(argv=None):
     api = open_driver()
     agent = AgentMethod(api, max_time=args.max_time)
     out = []
-    print("%-28s %-12s %10s %10s %10s %7s %7s" % ("shape", "variant", "agent_us", "dobench_us", "csv_us",
-                                                  "ratio", "csv"))
+    print("%-28s %-12s %10s %10s %10s %7s %7s %7s" % ("shape", "variant", "agent_us", "dobench_us", "csv_us",
+                                                      "ratio", "control", "csv"))
     for row in pick(read_results(args.results), args.per_shape):
         v, s = variants[row["variant_id"]], shapes[row["shape_id"]]
         a, b, _, _ = make_inputs(s)
@@ -189,8 +203,9 @@ def main(argv=None):
         ratio = agent_t / db_t
         out.append(dict(alternations, shape=s["id"], variant=v["id"], ratio=ratio, csv_ms=csv_ms,
                         csv_ratio=csv_ms / db_t))
-        print("%-28s %-12s %10.2f %10.2f %10.2f %7.4f %7.4f  %s" % (s["id"], v["id"], agent_t * 1e3, db_t * 1e3,
-                                                                 csv_ms * 1e3, ratio, csv_ms / db_t, passes(out[-1])))
+        print("%-28s %-12s %10.2f %10.2f %10.2f %7.4f %7.4f %7.4f  %s" % (
+            s["id"], v["id"], agent_t * 1e3, db_t * 1e3, csv_ms * 1e3, ratio, alternations["control_ratio"],
+            csv_ms / db_t, passes(out[-1])))
         del a, b, c, launch
         torch.cuda.empty_cache()
     if args.torch:
@@ -202,13 +217,19 @@ def main(argv=None):
     dev = sorted(abs(o["ratio"] - 1) for o in out)
     cdev = sorted(abs(o["csv_ratio"] - 1) for o in out if o["csv_ratio"] == o["csv_ratio"]) or [float("nan")]
     within = sum(d <= 0.02 for d in dev)
+    control = sorted(abs(o["control_ratio"] - 1) for o in out)
+    control_within = sum(d <= 0.02 for d in control)
     summary = {"variants": len(out), "median_abs_dev": dev[len(dev) // 2], "max_abs_dev": dev[-1],
                "within_2pct": within, "csv_median_abs_dev": cdev[len(cdev) // 2], "csv_max_abs_dev": cdev[-1],
                "csv_within_2pct": sum(d <= 0.02 for d in cdev), "device": torch.cuda.get_device_name(),
-               "agent_remeasured": agent.remeasured, "agent_flush": agent.l2_flush.mode}
+               "agent_remeasured": agent.remeasured, "agent_flush": agent.l2_flush.mode,
+               "control_median_abs_dev": control[len(control) // 2], "control_max_abs_dev": control[-1],
+               "control_within_2pct": control_within}
     print("timing fidelity (same window): %d variants, median |agent/do_bench - 1| = %.2f%%, max %.2f%%, "
           "%d/%d within 2%%; the agent measured again %d time(s) for a throttled GPU" % (
               len(out), 100 * dev[len(dev) // 2], 100 * dev[-1], within, len(out), agent.remeasured))
+    print("control (same rounds): median |do_bench/do_bench - 1| = %.2f%%, max %.2f%%, %d/%d within 2%%" % (
+        100 * control[len(control) // 2], 100 * control[-1], control_within, len(out)))
     print("tune CSV vs do_bench now: median %.2f%%, max %.2f%%, %d/%d within 2%%" % (
         100 * summary["csv_median_abs_dev"], 100 * summary["csv_max_abs_dev"], summary["csv_within_2pct"],
         len(out)))

@@ -1,0 +1,32 @@
+"""The order in which the GPU benches interleave the methods they compare (bench/_gpu_common.py)."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+from _gpu_common import palindromic  # noqa: E402
+
+
+def mean_drift(orders, n):
+    """Each method's mean slot in the sequence the orders make: what a steady drift of the GPU's
+    speed adds to its mean time."""
+    slots = [[] for _ in range(n)]
+    for k, i in enumerate(i for order in orders for i in order):
+        slots[i].append(k)
+    return [sum(s) / len(s) for s in slots]
+
+
+@pytest.mark.parametrize("n,rounds", [(2, 2), (2, 4), (3, 2), (3, 4)])
+def test_a_steady_drift_weighs_on_every_method_alike(n, rounds):
+    orders = list(palindromic(n, rounds))
+    assert len(orders) == rounds and all(sorted(o) == list(range(n)) for o in orders)
+    drift = mean_drift(orders, n)
+    assert max(drift) == min(drift)
+
+
+def test_the_same_order_every_round_charges_the_drift_to_the_later_method():
+    drift = mean_drift([[0, 1]] * 4, 2)
+    assert drift[1] - drift[0] == 1
