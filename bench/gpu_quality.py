@@ -164,6 +164,10 @@ def main(argv=None):
             print("%-24s windows (us, round by round): triton %s, cublas %s" % (
                 "", " ".join("%.1f" % (t * 1e3) for t in entry["triton_rounds_ms"]),
                 " ".join("%.1f" % (t * 1e3) for t in entry["cublas_rounds_ms"])))
+    absent = sorted(set(chosen) - set(seen))
+    if absent:
+        print("%d shape(s) of the results are not in the bundles' manifests (a tune's last round describes only "
+              "its own shapes; bench/candidates_bundle.py writes them all again): %s" % (len(absent), ", ".join(absent)))
     gm = geomean([t["ratio"] for t in table])
     worst = min(table, key=lambda t: t["ratio"]) if table else None
     ok = [r for r in rows if r["status"] == "ok"]

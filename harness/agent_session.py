@@ -328,7 +328,8 @@ def split(manifest, parts: int) -> list:
         used = {j.variant for j in jobs}
         variants = [v for v in manifest.variants if v.id in used or (i == 0 and v.status != OK)]
         out.append(dataclasses.replace(manifest, jobs=jobs, variants=variants, pruned=[],
-                                       library=manifest.library if i == 0 else {}))
+                                       library=manifest.library if i == 0 else {},
+                                       failed=manifest.failed if i == 0 else []))
     return out
 
 

@@ -13,7 +13,8 @@ from remote_agent.contract import DTYPE_BYTES
 
 from . import state, ui
 from .errors import HarnessError
-from .bundle import Job, Manifest, PrunedEntry, ShapeEntry, Variant, bundle_dir, sha256_file, write_data_file
+from .bundle import (FailedPair, Job, Manifest, PrunedEntry, ShapeEntry, Variant, bundle_dir, sha256_file,
+                     write_data_file)
 from .space import config_id, expand, first_pruning_rule
 
 
@@ -171,6 +172,7 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
         shapes=manifest_shapes,
         jobs=[Job(vid, shape.id, list(kernel.grid(variants[vid][0], shape, target))) for vid, shape in jobs
               if results[vid].status == "ok"],  # failed compiles are rows of their own, not jobs
+        failed=[FailedPair(vid, shape.id) for vid, shape in jobs if results[vid].status != "ok"],
         pruned=pruned,
         seed=options.seed,
         config_names=config_names,

@@ -69,6 +69,15 @@ class Job:
 
 
 @dataclass
+class FailedPair:
+    """A (variant, shape) pair the plan wanted whose variant did not compile: the agent writes one
+    row for it with the variant's status instead of measuring it."""
+
+    variant: str
+    shape: str
+
+
+@dataclass
 class PrunedEntry:
     variant: str
     config: dict
@@ -98,11 +107,14 @@ class Manifest:
     # GPU bundles: vendor library -> shape ids the GPU agent also measures it on (``lib:<name>`` rows);
     # written only when set, so a bundle without it reads the same to any agent
     library: dict = field(default_factory=dict)
+    # the pairs of failed compiles (FailedPair), written only when there are some
+    failed: list = field(default_factory=list)
 
     def to_json(self) -> str:
         data = asdict(self)
-        if not data["library"]:
-            del data["library"]
+        for optional in ("library", "failed"):
+            if not data[optional]:
+                del data[optional]
         return json.dumps(data, indent=1, sort_keys=False)
 
     @staticmethod
@@ -120,6 +132,7 @@ class Manifest:
         data["shapes"] = [ShapeEntry(**s) for s in data["shapes"]]
         data["jobs"] = [Job(**j) for j in data["jobs"]]
         data["pruned"] = [PrunedEntry(**p) for p in data["pruned"]]
+        data["failed"] = [FailedPair(**f) for f in data.get("failed", [])]
         return Manifest(**data)
 
     def save(self, bundle_dir: Path) -> Path:

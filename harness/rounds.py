@@ -222,15 +222,19 @@ class Session:
         bundle = bundle_dir(self.root, self.target.name, self.kernel.name)
         variants = {v.id: v for v in manifest.variants}
         index = {(key(variants[j.variant].config), j.shape): j for j in manifest.jobs}
-        jobs, used = [], set()
+        failed_index = {(key(variants[f.variant].config), f.shape): f for f in manifest.failed}
+        jobs, failed, used = [], [], set()
         for cfg, shape in pairs:
             job = index.get((key(cfg), shape.id))
-            if job is None:
+            if job is not None:
+                jobs.append(job)
+            elif (key(cfg), shape.id) in failed_index:  # a failed compile: the agent records its row
+                job = failed_index[key(cfg), shape.id]
+                failed.append(job)
+            else:
                 continue  # pruned by the build's own rules for this shape
             used.add(job.variant)
-            if variants[job.variant].status == OK:  # failed compiles: the agent records their rows
-                jobs.append(job)
-        manifest.jobs, manifest.pruned = jobs, []
+        manifest.jobs, manifest.failed, manifest.pruned = jobs, failed, []
         manifest.variants = [v for v in manifest.variants if v.id in used]
         manifest.shapes = [s for s in manifest.shapes if s.id in wanted]
         if self.library and library_shapes:

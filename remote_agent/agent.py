@@ -176,12 +176,23 @@ class Agent:
             variant = {"id": p["variant"], "config": p["config"], "sha256": None}
             writer.write(self._row(variant, shapes[p["shape"]], device,
                                    {"status": contract.PRUNED, "message": "%s: %s" % (p["rule"], p["why"])}, None))
+        for vid, sid in self._failed_pairs(variants, shapes):
+            v = variants[vid]
+            if contract.job_key(vid, sid, device) not in skip:
+                writer.write(self._row(v, shapes[sid], device, {"status": v["status"], "message": v["message"]}, None))
+
+    def _failed_pairs(self, variants, shapes):
+        """(variant id, shape id) of the failed compiles: the manifest's ``failed`` pairs and the
+        jobs of failed variants; a failed variant that neither names (a bundle written before
+        ``failed``) on every shape of its dtype."""
+        pairs = [(f["variant"], f["shape"]) for f in self.manifest.get("failed", [])]
+        pairs += [(j["variant"], j["shape"]) for j in self.manifest["jobs"]
+                  if variants[j["variant"]]["status"] != contract.OK]
+        named = {vid for vid, _ in pairs}
         for v in variants.values():
-            if v["status"] == contract.OK:
-                continue
-            for s in shapes.values():
-                if s["dtype"] == v["dtype"] and contract.job_key(v["id"], s["id"], device) not in skip:
-                    writer.write(self._row(v, s, device, {"status": v["status"], "message": v["message"]}, None))
+            if v["status"] != contract.OK and v["id"] not in named:
+                pairs += [(v["id"], s["id"]) for s in shapes.values() if s["dtype"] == v["dtype"]]
+        return [p for p in dict.fromkeys(pairs) if p[0] in variants and p[1] in shapes]
 
     def _row(self, variant, shape, device, result, runner):
         m = self.manifest

@@ -96,6 +96,23 @@ def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     assert all(r["status"] == "ok" and int(r["samples"]) >= 3 for r in rows(ws))
 
 
+def test_a_failed_compile_in_a_search_round_is_a_row_and_the_search_goes_on(tmp_path):
+    """Each config of a round that does not compile comes back as a row with its status; such
+    configs used to vanish from the round, and a shape whose whole batch failed stopped searching
+    as if the round had been interrupted ("no_results")."""
+    w = Workspace(tmp_path)
+    (w.path / "search.yaml").write_text(SPACE)
+    out = tune(w, "--shapes", "24x24x24", "--strategy", "random", "--budget", "4", "--batch-size", "2",
+               "--top", "0", "--compile-timeout", "0.001").stdout
+    assert "search: random, 2 rounds" in out
+    table_row = next(l for l in out.splitlines() if l.startswith("│ 24x24x24_fp32_NN"))
+    assert "budget" in table_row and "no_results" not in table_row
+    mine = rows(w)
+    assert len(mine) == 4 and len({cfg(r) for r in mine}) == 4
+    assert {r["status"] for r in mine} == {contract.COMPILE_TIMEOUT}
+    assert {r["shape_id"] for r in mine} == {"24x24x24_fp32_NN"}
+
+
 def test_halving_remeasures_the_best_longer(ws):
     out = tune(ws, "--shapes", "32x32x32", "--strategy", "halving", "--budget", "5", "--batch-size", "4",
                "--top", "0", "--max-noise", "1", "--estimator", "median").stdout

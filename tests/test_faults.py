@@ -103,3 +103,24 @@ def test_two_runs_at_once_the_second_refuses_and_a_killed_agent_leaves_nothing_r
     while _processes_running(str(bundle / "artifacts")) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _processes_running(str(bundle / "artifacts"))
+
+
+def test_a_failed_compile_is_recorded_for_the_pairs_that_wanted_it():
+    """GPU variants are specialized per shape class: a variant that failed for one shape's
+    specialization is that shape's row, not a row for every shape of the dtype. Bundles written
+    before ``failed`` existed still get every shape of the dtype."""
+    from types import SimpleNamespace
+
+    from remote_agent.agent import Agent
+
+    variants = {"ok": {"id": "ok", "status": "ok", "dtype": "fp16"},
+                "bad16": {"id": "bad16", "status": "compile_error", "dtype": "fp16"},
+                "lib": {"id": "lib", "status": "compile_timeout", "dtype": "fp16"}}
+    shapes = {s: {"id": s, "dtype": "fp16"} for s in ("div16", "odd")}
+    jobs = [{"variant": "ok", "shape": "odd"}, {"variant": "lib", "shape": "div16"}]
+    manifest = {"jobs": jobs, "failed": [{"variant": "bad16", "shape": "div16"}]}
+    pairs = Agent._failed_pairs(SimpleNamespace(manifest=manifest), variants, shapes)
+    assert pairs == [("bad16", "div16"), ("lib", "div16")]
+    older = {"jobs": jobs}
+    pairs = Agent._failed_pairs(SimpleNamespace(manifest=older), variants, shapes)
+    assert sorted(pairs) == [("bad16", "div16"), ("bad16", "odd"), ("lib", "div16")]
