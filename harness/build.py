@@ -209,15 +209,19 @@ def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
     """Compile every variant in the shared pool with a rich progress bar; failures are results.
     A variant another build is compiling right now is waited for, not compiled twice."""
     pool = compile_pool(options.jobs or os.cpu_count() or 1)
-    futures = {}
+    futures, started = {}, []
     with _pool_lock:
         for vid, (cfg, shape, spec) in variants.items():
             key = (str(compiler.out_dir), vid)
             future = _compiling.get(key)
             if future is None:
                 future = _compiling[key] = pool.submit(compiler.compile, cfg, shape, options.compile_timeout)
-                future.add_done_callback(lambda f, key=key: _forget(key, f))
+                started.append((key, future))
             futures[future] = vid
+    # outside the lock: a compile already done (a cached artifact) runs its callback right here,
+    # and the callback takes the lock
+    for key, future in started:
+        future.add_done_callback(lambda f, key=key: _forget(key, f))
     if not options.progress:
         return {vid: future.result() for future, vid in futures.items()}
     results = {}

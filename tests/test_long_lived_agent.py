@@ -276,3 +276,35 @@ def test_a_round_compiles_each_config_for_its_own_shapes_only_and_overlapping_ro
     assert calls == [(8, "fp32")]  # two rounds built at once wanted c: compiled once
     (va,), (vb,) = results[0].manifest.variants, results[1].manifest.variants
     assert va.status == vb.status == "ok" and va.sha256 == vb.sha256
+
+
+def test_a_compile_done_before_its_build_registers_its_callback_does_not_hang_the_build(tmp_path):
+    """A cached compile can finish before its build registers the callback that forgets it; the
+    callback then runs at once in the build's thread, and it takes the lock the build held: the
+    build hung for good (a second `harness build` on the GPU node, 1 run in 4). Here every compile
+    is done when it is handed back (a pool that runs it on submit), so the race always goes that
+    way; in a child process, so that a hang cannot take the lock from the tests after it."""
+    script = """
+import sys
+from concurrent.futures import Future
+from harness import build
+from tests.test_long_lived_agent import _cpu_build
+
+class DoneOnSubmit:
+    def submit(self, fn, *args):
+        future = Future()
+        future.set_result(fn(*args))
+        return future
+
+build.compile_pool = lambda jobs: DoneOnSubmit()
+summary = _cpu_build(__import__("pathlib").Path(sys.argv[1]), [({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 16, "GROUP_M": 1},
+                                                               "32x32x32_fp32_NN")])
+print(summary.manifest.variants[0].status, len(build._compiling))
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the build hung on a compile that was done before its callback was registered")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "0"]  # built, and forgotten once done

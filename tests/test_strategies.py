@@ -346,6 +346,23 @@ def test_accepts_results_rows_and_stops_when_a_round_comes_back_empty(rec, tmp_p
     assert nothing.stopped == STOP_NO_RESULTS and nothing.history == []
 
 
+def test_a_config_the_build_prunes_comes_back_as_a_failed_trial_and_the_search_goes_on(rec):
+    """A config over a resource only the compile can count (shared memory on a GPU) comes back
+    as a ``pruned`` row: a failed trial of that config, not a round that brought nothing."""
+    names = list(rec.space)
+
+    def over_the_device(configs):
+        return [dict({"cfg_" + n: str(c[n]) for n in names}, status=contract.PRUNED, shape_id="s",
+                     message="shared_exceeds_device: compiled shared memory 245760 bytes over 232448")
+                for c in configs]
+
+    result = tune_rounds(get_strategy("random", seed=0, batch_size=4), rec.space, rec.is_pruned, over_the_device,
+                         budget=12)
+    assert result.stopped == STOP_BUDGET and len(result.history) == 12
+    assert {t.status for t in result.history} == {contract.PRUNED} and result.best is None
+    assert len({key(t.config) for t in result.history}) == 12  # none asked twice
+
+
 def test_a_strategy_that_proposes_a_pruned_config_is_stopped(rec):
     class Broken(type(get_strategy("random"))):
         def _propose(self, summary, problem, limit, budget):

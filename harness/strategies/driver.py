@@ -12,8 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
+from remote_agent.contract import PRUNED
+
 from .base import Batch, Strategy, StrategyError, Trial, best_trial, key, prepare_problems
-from .history import trials_from_rows
+from .history import row_config, trials_from_rows
 
 STOP_BUDGET = "budget"  # the evaluations allowed are used up
 STOP_TIME = "time_limit"  # time_limit seconds have passed
@@ -50,7 +52,8 @@ def normalize_results(results, batch: Batch, space: dict) -> List[Trial]:
     """What evaluate_batch returned -> one Trial per config of the batch that has a result.
 
     It may return Trials, dicts with ``config``/``status``/``time_ns``, or results CSV rows
-    (dicts with ``status`` and ``cfg_*`` columns; several shapes per config are combined)."""
+    (dicts with ``status`` and ``cfg_*`` columns; several shapes per config are combined; a
+    ``pruned`` row is a failed trial of its config)."""
     results = list(results or [])
     rows = [r for r in results if isinstance(r, dict) and "config" not in r]
     trials = [r for r in results if isinstance(r, Trial)]
@@ -60,6 +63,10 @@ def normalize_results(results, batch: Batch, space: dict) -> List[Trial]:
     if rows:
         trials += [Trial(t.config, t.status, t.time_ns, t.spread_ns, batch.fidelity)
                    for t in trials_from_rows(rows, space or None)]
+    # a config asked for and pruned by the build (a resource only the compile could count) is a
+    # failed trial: the strategy learns it, and the search goes on
+    trials += [Trial(row_config(r, space or None), PRUNED, None, None, batch.fidelity)
+               for r in rows if r.get("status") == PRUNED]
     wanted = {key(c) for c in batch.configs}
     out, got = [], set()
     for t in trials:
