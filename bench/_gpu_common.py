@@ -92,12 +92,18 @@ def do_bench_median_ms(fn, warmup=25, rep=100):
 
 
 def palindromic(n, rounds):
-    """The order of ``n`` methods in each of ``rounds`` rounds: forward, backward, forward, ...
-    (A B, B A, A B, ...). Over an even number of rounds every method's mean position is the same,
-    so a steady drift of the GPU's speed (clocks falling as it heats) weighs on all of them alike;
-    always A before B would charge B with the drift of every round."""
+    """The order of ``n`` methods in each of ``rounds`` rounds: an order, then the same backward,
+    then the next order and its reverse, ... (A B C, C B A, A C B, B C A, B A C, C A B). Over an even
+    number of rounds every method's mean position is the same, so a steady drift of the GPU's
+    speed (clocks falling as it heats) weighs on all of them alike (always A before B would charge
+    B with the drift of every round); over n! rounds every method also takes every place in a
+    round equally often (with A B C, C B A alone B would always be in the middle)."""
+    import itertools
+
+    orders = [list(p) for p in itertools.permutations(range(n)) if p[0] < p[-1]] or [[0]]
     for r in range(rounds):
-        yield list(range(n)) if r % 2 == 0 else list(range(n - 1, -1, -1))
+        order = orders[(r // 2) % len(orders)]
+        yield order if r % 2 == 0 else order[::-1]
 
 
 def interleaved_medians(fns, rounds=4):

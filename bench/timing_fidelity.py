@@ -6,8 +6,9 @@ the GPU node, after the agent, with torch and triton there).
 For each shape it takes the fastest, the slowest and ok variants of the agent's CSV spread
 between them, and loads that very cubin through the agent's ctypes driver. Then, in one time
 window, ``--alternations`` rounds of three measurements in palindromic order (agent, do_bench,
-do_bench again; then the other way round), so that a steady drift of clocks and temperature
-weighs on each alike:
+do_bench again; then the other way round; then the next order and its reverse: over the default
+six rounds each method takes each place of a round twice), so that a steady drift of clocks and
+temperature, and the place of a window in its round, weigh on each alike:
   * the agent's own measurement code (remote_agent.profilers.events.EventsProfiler: warm-up,
     flushed launches, event pairs on the agent's stream, samples until remote_agent/measure.py's
     rule stops them, median), default settings (--max-noise 0.01, --max-time 0.5), measured again
@@ -109,7 +110,7 @@ def passes(row):
                                                 row["agent_samples"], row["sm_mhz"]))
 
 
-def alternate(agent, agent_once, do_bench_once, n=2):
+def alternate(agent, agent_once, do_bench_once, n=6):
     """``n`` rounds of three windows in palindromic order (agent, do_bench, do_bench again; then
     the other way round): ({agent_ms, do_bench_ms, control_ms, sm_mhz, agent_samples}, the mean of
     each method's times). The second do_bench is the control: how well do_bench agrees with itself
@@ -132,7 +133,7 @@ def alternate(agent, agent_once, do_bench_once, n=2):
              "agent_samples": samples, "control_ratio": means[2] / means[1]}, means[0], means[1])
 
 
-def torch_rows(torch, api, agent, shape_ids, shapes, alternations=2):
+def torch_rows(torch, api, agent, shape_ids, shapes, alternations=6):
     """torch.matmul per shape: the agent's method (on the agent's stream) against do_bench."""
     rows = []
     stream = torch.cuda.ExternalStream(api.stream) if api.stream else torch.cuda.current_stream()
@@ -177,9 +178,10 @@ def main(argv=None):
     p.add_argument("--torch", action="store_true", help="also compare torch.matmul on every shape")
     p.add_argument("--max-time", type=float, default=None,
                    help="the agent method's time cap per job in seconds (default: the agent's, 0.5)")
-    p.add_argument("--alternations", type=int, default=2,
+    p.add_argument("--alternations", type=int, default=6,
                    help="rounds a row, each of agent, do_bench and do_bench again, in palindromic order "
-                        "(default 2); a row's ratio is the mean of the agent's over the mean of do_bench's")
+                        "(default 6: each method in each place of a round twice); a row's ratio is the mean "
+                        "of the agent's over the mean of do_bench's")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     manifest = load_bundle(args.bundle)

@@ -30,3 +30,11 @@ def test_a_steady_drift_weighs_on_every_method_alike(n, rounds):
 def test_the_same_order_every_round_charges_the_drift_to_the_later_method():
     drift = mean_drift([[0, 1]] * 4, 2)
     assert drift[1] - drift[0] == 1
+
+
+def test_over_n_factorial_rounds_every_method_takes_every_place_equally_often():
+    orders = list(palindromic(3, 6))
+    for method in range(3):
+        places = sorted(order.index(method) for order in orders)
+        assert places == [0, 0, 1, 1, 2, 2]
+    assert [order.index(1) for order in orders[:2]] == [1, 1]  # two rounds alone keep B in the middle
