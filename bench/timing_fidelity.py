@@ -111,8 +111,8 @@ def passes(row):
 
 
 def alternate(agent, agent_once, do_bench_once, n=6):
-    """``n`` rounds of three windows in palindromic order (agent, do_bench, do_bench again; then
-    the other way round): ({agent_ms, do_bench_ms, control_ms, sm_mhz, agent_samples}, the mean of
+    """``n`` rounds of three windows (agent, do_bench, do_bench again) in the orders of
+    ``_gpu_common.palindromic``: ({agent_ms, do_bench_ms, control_ms, sm_mhz, agent_samples}, the mean of
     each method's times). The second do_bench is the control: how well do_bench agrees with itself
     in the same rounds, the floor under any agreement of the agent with it."""
     times = [[], [], []]
