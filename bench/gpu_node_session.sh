@@ -39,7 +39,7 @@ fi
 start=$(date +%s.%N)
 python3 -m harness tune "$KERNEL" --target node --shapes-file "$SHAPES" --library "$@" 2>&1 | tee "$OUT/tune.log"
 tune=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
-echo "tune wall time: $tune s"
+echo "tune wall time by the session's clock: $tune s"
 cp "results/node/$KERNEL/results.csv" "$OUT/results.csv" 2>/dev/null
 cp -r "tuned/node" "$OUT/tuned" 2>/dev/null
 if [ "$KERNEL" = matmul ] && [ "${QUALITY:-1}" != 0 ]; then

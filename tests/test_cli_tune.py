@@ -6,6 +6,7 @@ a config compiled for one test is cached for the next and the file stays fast on
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -74,6 +75,8 @@ def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     out = tune(ws, "--shapes", shape, "--strategy", "random", "--budget", "4", "--batch-size", "2", "--seed", "7",
                "--top", "0").stdout
     assert "search: random, 2 rounds" in out
+    # the harness says how long the whole tune took, and where the time went
+    assert re.search(r"tune wall time: [\d.]+ s end to end \(search [\d.]+ s, report [\d.]+ s\)", out)
     first = [cfg(r) for r in rows(ws)]
     assert len(first) == 4 and len(set(first)) == 4
     assert len(artifacts(ws)) == 4  # only the asked configs were compiled

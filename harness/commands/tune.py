@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
+import time
 from typing import List, Optional
 
 import typer
@@ -65,6 +67,7 @@ def tune(
     TMA tile for large products) and the winners of the nearest shapes already tuned.
     Then the fastest --top configs per shape are re-measured interleaved, and a winner must beat
     the next by more than the measured spread (else the tie rule decides)."""
+    clock = Stopwatch()
     from .. import kernels
     from ..build import BuildOptions
     from ..rounds import Session, remeasure_rows, search, shape_history
@@ -117,14 +120,17 @@ def tune(
 
     if strategy == "exhaustive" and budget is None and seconds is None:
         # every config in one round: the plain build, push, run
-        call(build, kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format,
-             thr=thr, space=space, jobs=jobs, compile_timeout=compile_timeout, library=library,
-             targets_file=targets_file)
+        with clock("build"):
+            call(build, kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file,
+                 shapes_format=shapes_format, thr=thr, space=space, jobs=jobs, compile_timeout=compile_timeout,
+                 library=library, targets_file=targets_file)
         if tgt.is_remote:
-            call(push, target=target, kernel=kern.name, targets_file=targets_file)
-        call(run, remote=tgt.is_remote, target=target, kernel=kern.name, warmup=warmup, iters=iters,
-             timeout=timeout, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time,
-             estimator=estimator, interleave=interleave, targets_file=targets_file)
+            with clock("push"):
+                call(push, target=target, kernel=kern.name, targets_file=targets_file)
+        with clock("run"):
+            call(run, remote=tgt.is_remote, target=target, kernel=kern.name, warmup=warmup, iters=iters,
+                 timeout=timeout, min_time_ms=min_time_ms, max_noise=max_noise, max_time=max_time,
+                 estimator=estimator, interleave=interleave, targets_file=targets_file)
         if top:
             from ..bundle import Manifest, bundle_dir
 
@@ -136,7 +142,8 @@ def tune(
                 session.sync()
                 rows, skip = session.rows(), remeasure_rows(session.results_path)
                 histories = {s.id: shape_history(rows, s.id, space_dict, skip) for s in shape_list}
-                _remeasure(session, space_dict, histories, top, repeats)
+                with clock("re-measure"):
+                    _remeasure(session, space_dict, histories, top, repeats)
             finally:
                 session.close()
                 (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
@@ -148,15 +155,39 @@ def tune(
             fetched = session.sync()
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
-            searches = search(session, space_dict, strategy, seed=seed, batch_size=batch_size, budget=budget,
-                              time_limit=seconds, on_round=_round_printer(session),
-                              warm_start=warm_start)
+            with clock("search"):
+                searches = search(session, space_dict, strategy, seed=seed, batch_size=batch_size, budget=budget,
+                                  time_limit=seconds, on_round=_round_printer(session),
+                                  warm_start=warm_start)
             _search_table(strategy, searches, session, space_dict)
             if top:
-                _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, top, repeats)
+                with clock("re-measure"):
+                    _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, top, repeats)
         finally:
             session.close()
-    call(report, target=target, kernel=kern.name, formats=formats, html=html, targets_file=targets_file)
+    with clock("report"):
+        call(report, target=target, kernel=kern.name, formats=formats, html=html, targets_file=targets_file)
+    ui.out.print(clock.line())
+
+
+class Stopwatch:
+    """The wall time of tune's phases, for the line that ends it."""
+
+    def __init__(self):
+        self.began = time.monotonic()
+        self.phases = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - start
+
+    def line(self) -> str:
+        return "tune wall time: %.1f s end to end (%s)" % (
+            time.monotonic() - self.began, ", ".join("%s %.1f s" % kv for kv in self.phases.items()))
 
 
 def _remeasure(session, space, histories, top, repeats) -> None:
@@ -179,8 +210,6 @@ def _remeasure(session, space, histories, top, repeats) -> None:
 
 def _round_printer(session):
     """on_round for search: the round's line, then configs/s, device busy and waits so far."""
-    import time
-
     began, done = time.monotonic(), [0]
 
     def on_round(number, fidelity, group):
