@@ -221,19 +221,15 @@ class Session:
         manifest = compile_bundle(self.kernel, self.target, shapes, self.root, options).manifest
         bundle = bundle_dir(self.root, self.target.name, self.kernel.name)
         variants = {v.id: v for v in manifest.variants}
-        index = {(key(variants[j.variant].config), j.shape): j for j in manifest.jobs}
-        failed_index = {(key(variants[f.variant].config), f.shape): f for f in manifest.failed}
-        jobs, failed, used = [], [], set()
+        planned = {(key(variants[p.variant].config), p.shape): p for p in manifest.jobs + manifest.failed}
+        jobs, failed = [], []
         for cfg, shape in pairs:
-            job = index.get((key(cfg), shape.id))
-            if job is not None:
-                jobs.append(job)
-            elif (key(cfg), shape.id) in failed_index:  # a failed compile: the agent records its row
-                job = failed_index[key(cfg), shape.id]
-                failed.append(job)
-            else:
+            pair = planned.get((key(cfg), shape.id))
+            if pair is None:
                 continue  # pruned by the build's own rules for this shape
-            used.add(job.variant)
+            # a failed compile stays a pair of the round: the agent records its row
+            (jobs if variants[pair.variant].status == OK else failed).append(pair)
+        used = {p.variant for p in jobs + failed}
         manifest.jobs, manifest.failed, manifest.pruned = jobs, failed, []
         manifest.variants = [v for v in manifest.variants if v.id in used]
         manifest.shapes = [s for s in manifest.shapes if s.id in wanted]

@@ -182,12 +182,10 @@ class Agent:
                 writer.write(self._row(v, shapes[sid], device, {"status": v["status"], "message": v["message"]}, None))
 
     def _failed_pairs(self, variants, shapes):
-        """(variant id, shape id) of the failed compiles: the manifest's ``failed`` pairs and the
-        jobs of failed variants; a failed variant that neither names (a bundle written before
-        ``failed``) on every shape of its dtype."""
+        """(variant id, shape id) of the failed compiles: the manifest's ``failed`` pairs; a failed
+        variant they do not name (a bundle written before ``failed``, a reference build of the
+        library) on every shape of its dtype."""
         pairs = [(f["variant"], f["shape"]) for f in self.manifest.get("failed", [])]
-        pairs += [(j["variant"], j["shape"]) for j in self.manifest["jobs"]
-                  if variants[j["variant"]]["status"] != contract.OK]
         named = {vid for vid, _ in pairs}
         for v in variants.values():
             if v["status"] != contract.OK and v["id"] not in named:

@@ -117,10 +117,10 @@ def test_a_failed_compile_is_recorded_for_the_pairs_that_wanted_it():
                 "bad16": {"id": "bad16", "status": "compile_error", "dtype": "fp16"},
                 "lib": {"id": "lib", "status": "compile_timeout", "dtype": "fp16"}}
     shapes = {s: {"id": s, "dtype": "fp16"} for s in ("div16", "odd")}
-    jobs = [{"variant": "ok", "shape": "odd"}, {"variant": "lib", "shape": "div16"}]
+    jobs = [{"variant": "ok", "shape": "odd"}]
     manifest = {"jobs": jobs, "failed": [{"variant": "bad16", "shape": "div16"}]}
     pairs = Agent._failed_pairs(SimpleNamespace(manifest=manifest), variants, shapes)
-    assert pairs == [("bad16", "div16"), ("lib", "div16")]
+    assert pairs == [("bad16", "div16"), ("lib", "div16"), ("lib", "odd")]  # the library's build: every shape
     older = {"jobs": jobs}
     pairs = Agent._failed_pairs(SimpleNamespace(manifest=older), variants, shapes)
-    assert sorted(pairs) == [("bad16", "div16"), ("bad16", "odd"), ("lib", "div16")]
+    assert sorted(pairs) == [("bad16", "div16"), ("bad16", "odd"), ("lib", "div16"), ("lib", "odd")]
