@@ -7,8 +7,8 @@ only. docs/contracts.md describes every field in words.
 import math
 
 MANIFEST_SCHEMA = 2  # 2: shapes carry dims, operands and scalars; the manifest carries checks
-RESULTS_SCHEMA = 3
-READABLE_RESULTS_SCHEMAS = (1, 2, 3)  # the host reads these; older files lack the columns marked 2, 3 below
+RESULTS_SCHEMA = 4
+READABLE_RESULTS_SCHEMAS = (1, 2, 3, 4)  # the host reads these; older files lack the columns marked 2, 3, 4 below
 AGENT_VERSION = "0.1.0"
 
 # Every row of the results CSV has one of these statuses.
@@ -48,6 +48,7 @@ FIXED_COLUMNS = (
     "iterations",
     "samples",  # 2
     "noise",  # 2
+    "preempted",  # 4
     "pinned_cpu",  # 2
     "clock_mhz_before",  # 2
     "clock_mhz_after",  # 2
@@ -70,7 +71,10 @@ ADDED_IN_SCHEMA_2 = ("samples", "noise", "pinned_cpu", "clock_mhz_before", "cloc
                      "remeasured")
 # Columns schema 2 did not have: in older files the median decided (``deciding_time``).
 ADDED_IN_SCHEMA_3 = ("estimator", "time_ns")
-ADDED_SINCE_SCHEMA_1 = ADDED_IN_SCHEMA_2 + ADDED_IN_SCHEMA_3
+# Columns schema 3 did not have.
+ADDED_IN_SCHEMA_4 = ("preempted",)
+ADDED_SINCE_SCHEMA_1 = ADDED_IN_SCHEMA_2 + ADDED_IN_SCHEMA_3 + ADDED_IN_SCHEMA_4
+ADDED_SINCE_SCHEMA_2 = ADDED_IN_SCHEMA_3 + ADDED_IN_SCHEMA_4
 TIME = "time_ns"  # the column with the time that decides (ranks, winners, uplift, tuned files)
 CONFIG_PREFIX = "cfg_"
 COUNTER_PREFIX = "ctr_"

@@ -19,13 +19,21 @@ Two estimators decide a job's time (remote_agent/stats.py):
   the noise may stop it (a shorter stretch is too often slow throughout; README, "How a result
   is judged", has the numbers measured on a 2-core VM).
 
+A CPU program also says how often the OS took its core away during a sample (involuntary
+context switches): such a sample timed another process too, so it is set aside
+(``Stopper.add_preempted``, counted in the ``preempted`` column) and the minimum time counts the
+undisturbed samples' own seconds. A job on a busy core therefore takes more samples than on a
+quiet one before it may stop.
+
 The stopping rule follows nvbench's ``stdrel`` criterion (noise under ``max-noise``, a minimum
 time or count first, a time cap): stop when
-  1. at least ``min_samples`` samples are in, ``min_time`` seconds have passed since the first
-     sample, and the noise has been under ``max_noise`` for SETTLE consecutive samples (it
-     *settled*: one lucky estimate does not end the job), or
+  1. at least ``min_samples`` undisturbed samples are in, ``min_time`` seconds of them have been
+     taken (where the runner does not give a sample's length: seconds since the first sample),
+     and the noise has been under ``max_noise`` for SETTLE consecutive samples (it *settled*:
+     one lucky estimate does not end the job), or
   2. at least ``min_samples`` samples are in and ``max_time`` seconds have passed since the
-     first sample (the noise stays in the row, so a noisy job is visible), or
+     first sample (the noise stays in the row, so a noisy job is visible; where fewer than
+     ``min_samples`` were undisturbed, every sample taken decides), or
   3. MAX_SAMPLES samples are in.
 Standard library only (the agent runs on boards with nothing else).
 """
@@ -95,14 +103,21 @@ class Stopper(object):
                             else float(min_time or 0.0))
         self.min_samples = max(1, int(min_samples))
         self.clock = clock
-        self.samples = []
+        self.samples = []  # the undisturbed samples, in the order taken
+        self.taken = []  # every sample, set-aside ones too
+        self.preempted = 0  # samples set aside: the OS ran something else on the core during them
+        self.sampled_s = None  # seconds of undisturbed samples, where the runner gives their lengths
         self.noise = None
         self.under = 0  # consecutive samples with the noise under max_noise
         self.started = None
         self.reason = None
 
-    def add(self, sample_ns):
+    def add(self, sample_ns, seconds=None):
+        """One sample (ns per call); ``seconds``: how long it lasted, where the runner knows (CPU
+        programs: the batch's time). Given, the minimum time counts these undisturbed seconds."""
         self.add_many([sample_ns])
+        if seconds is not None:
+            self.sampled_s = (self.sampled_s or 0.0) + float(seconds)
 
     def add_many(self, samples_ns):
         """A chunk of samples timed back to back (GPU event pairs, read after one synchronize):
@@ -116,27 +131,44 @@ class Stopper(object):
         if self.started is None:
             self.started = self.clock()
         self.samples.extend(chunk)
+        self.taken.extend(chunk)
         self.noise = noise_of(self.samples, self.estimator)
         self.under = self.under + len(chunk) if (self.noise is not None and self.noise < self.max_noise) else 0
 
+    def add_preempted(self, sample_ns):
+        """A sample during which the OS ran something else on the core (the CPU program counts its
+        involuntary context switches): it timed that too, so it is set aside and its time does
+        not count toward the minimum time. A job on a busy core thus samples on until it has had
+        as much undisturbed sampling as on a quiet one."""
+        if self.started is None:
+            self.started = self.clock()
+        self.taken.append(float(sample_ns))
+        self.preempted += 1
+
     def done(self):
-        n = len(self.samples)
-        if n >= MAX_SAMPLES:
+        n, taken = len(self.samples), len(self.taken)
+        if taken >= MAX_SAMPLES:
             self.reason = "count"
-        elif n < self.min_samples:
+        elif taken < self.min_samples:
             return False
         else:
             elapsed = self.clock() - self.started
-            if self.under >= SETTLE and elapsed >= self.min_time:
+            sampled = elapsed if self.sampled_s is None else self.sampled_s
+            if n >= self.min_samples and self.under >= SETTLE and sampled >= self.min_time:
                 self.reason = "noise"
             elif elapsed >= self.max_time:
                 self.reason = "time"
         return self.reason is not None
 
+    def samples_for_estimate(self):
+        """The undisturbed samples; every sample taken where fewer than ``min_samples`` of them
+        came in before the time cap (a core busy throughout)."""
+        return self.samples if len(self.samples) >= min(self.min_samples, len(self.taken)) else self.taken
+
     def summary(self, calls_per_sample=1):
         """The result columns: the deciding time and its estimator, the quantiles of the samples,
         iterations, samples, noise."""
-        return summarize(self.samples, calls_per_sample, self.estimator)
+        return summarize(self.samples_for_estimate(), calls_per_sample, self.estimator)
 
 
 def clock_changed(before_mhz, after_mhz, drop=0.1):

@@ -48,11 +48,12 @@ def main():
                 out.write(line)
                 continue
             start = stretch_start(path) if start is None else start
-            ns = float(line[len(SAMPLE):])
+            fields = line[len(SAMPLE):].split()  # the time, then the program's context switches
+            ns = float(fields[0])
             if time.time() < start + length:
                 time.sleep(ns / 1e9)
                 ns *= 2
-            out.write(SAMPLE + repr(ns).encode() + b"\n")
+            out.write(b" ".join([SAMPLE.strip(), repr(ns).encode()] + fields[1:]) + b"\n")
             out.flush()
             break
     child.stdin.close()

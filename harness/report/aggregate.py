@@ -28,7 +28,7 @@ def load_results(paths) -> pd.DataFrame:
         if missing or not schemas <= set(READABLE_RESULTS_SCHEMAS):
             raise HarnessError("results written by another schema version (this harness reads %s)"
                                % ", ".join(map(str, READABLE_RESULTS_SCHEMAS)), where=str(path))
-        for col in ADDED_SINCE_SCHEMA_1:  # schema 1 and 2 files: the columns they lack are empty
+        for col in ADDED_SINCE_SCHEMA_1:  # older files: the columns they lack are empty
             if col not in frame.columns:
                 frame[col] = None
         frames.append(frame)

@@ -5,11 +5,13 @@ The program (rendered from templates/cpu/main.cpp.j2 and the kernel's declaratio
 operands' files and element counts and its scalar arguments in the manifest's order, checks its
 answer and prints one line ``HARNESS_RESULT {json}`` (error figures, timer resolution); then it
 times as many calls as this runner writes on its stdin, one count per line, answering
-``HARNESS_SAMPLE <ns>`` each. The runner decides, with remote_agent/measure.py: one call to
-estimate, a warm-up (the same rule for every variant: longer where the minimum decides), the
-calls per sample, and samples until the noise of the deciding estimator (``estimator``: min by
-default on CPUs) settles or the time cap is spent. Exit code 3 means the program could not load its
-data. A signal, a missing result line or a timeout are statuses.
+``HARNESS_SAMPLE <ns> <switches>`` each (``switches``: the involuntary context switches the
+program had meanwhile). The runner decides, with remote_agent/measure.py: one call to estimate, a
+warm-up (the same rule for every variant: longer where the minimum decides), the calls per
+sample, and samples until the noise of the deciding estimator (``estimator``: min by default on
+CPUs) settles or the time cap is spent; a sample with a context switch is set aside
+(``preempted``). Exit code 3 means the program could not load its data. A signal, a missing
+result line or a timeout are statuses.
 
 Interleaved (``--interleave N``, the agent groups up to N jobs of one shape, fewer where their
 operands would pass GROUP_BYTES): the group's processes start together and each is checked and
@@ -222,11 +224,17 @@ class _Job(object):
         untimed calls first bring this one's data back into the caches."""
         if revisit and self.revisit_calls:
             self._sample(self.revisit_calls)
-        self.stopper.add(self._sample(self.batch) / self.batch)
+        ns, switches = _sample(self.proc, self.lines, self.batch)
+        self.calls += self.batch
+        if switches:
+            self.stopper.add_preempted(ns / self.batch)
+        else:
+            self.stopper.add(ns / self.batch, ns / 1e9)
 
     def _sample(self, calls):
+        """The time in ns of ``calls`` calls that are not a sample (estimate, warm-up, revisit)."""
         self.calls += calls
-        return _sample(self.proc, self.lines, calls)
+        return _sample(self.proc, self.lines, calls)[0]
 
     def finish(self):
         """Close the program's input, read what else it prints up to its exit, and classify."""
@@ -250,10 +258,13 @@ class _Job(object):
         err = self.err_file.read()
         counters = runner.profiler.collect(self.scratch)
         self._cleanup()
-        samples = self.stopper.samples if self.stopper is not None else None
+        samples = self.stopper.samples_for_estimate() if self.stopper is not None else None
         times = (samples, self.batch) if samples else None
-        return runner.classify(self.proc.returncode, "".join(self.out), err, self.shape, counters, times,
-                               1 + self.calls)
+        row = runner.classify(self.proc.returncode, "".join(self.out), err, self.shape, counters, times,
+                              1 + self.calls)
+        if times:
+            row["preempted"] = self.stopper.preempted
+        return row
 
     def kill(self):
         if self.proc.returncode is None:
@@ -304,7 +315,8 @@ class _Lines(object):
 
 
 def _sample(proc, lines, calls):
-    """Ask the program for one sample of ``calls`` calls; its time in ns."""
+    """Ask the program for one sample of ``calls`` calls: its time in ns, and how often the OS
+    took the core away from it meanwhile (0 where the program does not say)."""
     try:
         proc.stdin.write(b"%d\n" % calls)
         proc.stdin.flush()
@@ -312,7 +324,9 @@ def _sample(proc, lines, calls):
         raise _Ended()
     for line in lines:
         if line.startswith(SAMPLE_PREFIX):
-            return float(line[len(SAMPLE_PREFIX):])
+            fields = line[len(SAMPLE_PREFIX):].split()
+            switches = int(fields[1]) if len(fields) > 1 else 0
+            return float(fields[0]), max(0, switches)
     raise _Ended()
 
 
