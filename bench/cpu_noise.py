@@ -12,7 +12,8 @@ of the runs' times, in percent (goal: <= 2 %), for
     median;
   - the repeats together, as harness tune's winners are judged (strategies/winner.py): the
     deciding time over the repeats (the smallest minimum; with --estimator median the median of
-    the medians) and the median of the medians.
+    the medians); the median of the repeats' deciding times (each repeat's own result: its
+    minimum by default); and the median of their medians.
 """
 
 import argparse
@@ -73,10 +74,12 @@ def main():
             one = [deciding_time(rows[0]) for rows in per_run]
             one_median = [float(rows[0]["time_ns_median"]) for rows in per_run]
             together = [candidate_stats(vid, [row_trial(r) for r in rows]).median for rows in per_run]
+            median_of_results = [statistics.median(deciding_time(r) for r in rows) for rows in per_run]
             together_median = [statistics.median(float(r["time_ns_median"]) for r in rows) for rows in per_run]
             print("%-18s spread of %d runs: one job: %s %.2f %%, median %.2f %%;  %d repeats: %s %.2f %%, "
-                  "median of medians %.2f %%" % (vid[:18], len(per_run), estimator, spread(one), spread(one_median),
-                                                 args.repeats, estimator, spread(together), spread(together_median)))
+                  "median of the %d results %.2f %%, median of medians %.2f %%"
+                  % (vid[:18], len(per_run), estimator, spread(one), spread(one_median), args.repeats, estimator,
+                     spread(together), args.repeats, spread(median_of_results), spread(together_median)))
             pool = [deciding_time(r) for rows in per_run for r in rows]
             if estimator == "min" and len(pool) >= 2 * args.repeats:
                 gaps = pair_gaps(pool, args.repeats)
