@@ -209,7 +209,7 @@ class _Job(object):
                 break
         if check is None or not self.runner._answer_ok(check, self.shape):
             return
-        first = self._sample(1)
+        first, _ = self._sample(1)
         long_warm = self.runner.estimator == measure.MIN
         n_warm = measure.warmup_calls(first, self.warmup, measure.MIN_WARM_NS if long_warm else measure.WARM_NS)
         if n_warm:
@@ -221,20 +221,19 @@ class _Job(object):
 
     def take_sample(self, revisit):
         """One sample of ``batch`` calls; after another job ran on the core (``revisit``), a few
-        untimed calls first bring this one's data back into the caches."""
+        untimed calls first bring this one's data back into the caches. A sample during which the
+        OS switched the program out is set aside (measure.Stopper.add_preempted)."""
         if revisit and self.revisit_calls:
             self._sample(self.revisit_calls)
-        ns, switches = _sample(self.proc, self.lines, self.batch)
-        self.calls += self.batch
+        ns, switches = self._sample(self.batch)
         if switches:
             self.stopper.add_preempted(ns / self.batch)
         else:
             self.stopper.add(ns / self.batch, ns / 1e9)
 
     def _sample(self, calls):
-        """The time in ns of ``calls`` calls that are not a sample (estimate, warm-up, revisit)."""
         self.calls += calls
-        return _sample(self.proc, self.lines, calls)[0]
+        return _sample(self.proc, self.lines, calls)
 
     def finish(self):
         """Close the program's input, read what else it prints up to its exit, and classify."""
