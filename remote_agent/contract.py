@@ -124,7 +124,7 @@ def sanitize_counter(name):
 
 
 def deciding_time(row):
-    """The time that decides of a results row (a dict, or a pandas row): ``time_ns`` (schema 3:
+    """The time that decides of a results row (a dict, or a pandas row): ``time_ns`` (schemas 3 and 4:
     the estimator named in ``estimator`` of the samples), else ``time_ns_median`` (schemas 1
     and 2, where the median decided). None where neither holds a finite number. Every reader
     that ranks, picks winners, reports uplift or writes tuned files reads times through this
