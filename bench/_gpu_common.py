@@ -106,15 +106,24 @@ def palindromic(n, rounds):
         yield order if r % 2 == 0 else order[::-1]
 
 
+def palindromic_windows(windows, rounds, after=None):
+    """Each callable's results over ``rounds`` rounds in the orders of ``palindromic``: [[window
+    0's results], [window 1's], ...]; ``after``, where given, is called after each window."""
+    results = [[] for _ in windows]
+    for order in palindromic(len(windows), rounds):
+        for i in order:
+            results[i].append(windows[i]())
+            if after is not None:
+                after()
+    return results
+
+
 def interleaved_medians(fns, rounds=4):
     """do_bench medians of each callable in ``rounds`` palindromic rounds: (each one's median over
     the rounds, each one's round medians)."""
     import statistics
 
-    times = [[] for _ in fns]
-    for order in palindromic(len(fns), rounds):
-        for i in order:
-            times[i].append(do_bench_median_ms(fns[i]))
+    times = palindromic_windows([lambda fn=fn: do_bench_median_ms(fn) for fn in fns], rounds)
     return [statistics.median(t) for t in times], times
 
 

@@ -20,18 +20,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _gpu_common import (Launcher, geomean, job_grid, load_bundle, make_inputs, open_driver, palindromic,  # noqa: E402
-                         read_results)
+from _gpu_common import (Launcher, geomean, job_grid, load_bundle, make_inputs, open_driver,  # noqa: E402
+                         palindromic_windows, read_results)
 from timing_fidelity import AgentMethod, pick  # noqa: E402
 
 
 def alternate(write, read, time_with):
-    """Two palindromic rounds (write, read, read, write): ([write ms, ...], [read ms, ...])."""
-    times = ([], [])
-    for order in palindromic(2, 2):
-        for i in order:
-            times[i].append(time_with((write, read)[i]))
-    return times
+    """Two palindromic rounds (write, read, read, write): [[write ms, ...], [read ms, ...]]."""
+    return palindromic_windows([lambda: time_with(write), lambda: time_with(read)], 2)
 
 
 def time_shape(torch, api, manifest, bundle, s, variants, variant_ids, write, read):

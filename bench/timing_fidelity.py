@@ -34,7 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, make_inputs,  # noqa: E402
-                         open_driver, palindromic, read_results)
+                         open_driver, palindromic_windows, read_results)
 from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
 from remote_agent.runners.gpu_flush import L2Flush  # noqa: E402
 from remote_agent.runners.gpu_timing import timed_unthrottled  # noqa: E402
@@ -115,22 +115,13 @@ def alternate(agent, agent_once, do_bench_once, n=6):
     ``_gpu_common.palindromic``: ({agent_ms, do_bench_ms, control_ms, sm_mhz, agent_samples}, the mean of
     each method's times). The second do_bench is the control: how well do_bench agrees with itself
     in the same rounds, the floor under any agreement of the agent with it."""
-    times = [[], [], []]
-    mhz = []
-    samples = []
-    for order in palindromic(3, n):
-        clocks = [agent.clocks.sm_mhz()]
-        for i in order:
-            if i == 0:
-                times[0].append(agent_once())
-                samples.append(agent.samples[-1])
-            else:
-                times[i].append(do_bench_once())
-            clocks.append(agent.clocks.sm_mhz())
-        mhz.append(tuple(clocks))
+    clocks = [agent.clocks.sm_mhz()]  # and one read after each window: round r's are clocks[3r:3r + 4]
+    times = palindromic_windows([agent_once, do_bench_once, do_bench_once], n,
+                                after=lambda: clocks.append(agent.clocks.sm_mhz()))
+    mhz = [tuple(clocks[3 * r:3 * r + 4]) for r in range(n)]
     means = [sum(t) / n for t in times]
     return ({"agent_ms": times[0], "do_bench_ms": times[1], "control_ms": times[2], "sm_mhz": mhz,
-             "agent_samples": samples, "control_ratio": means[2] / means[1]}, means[0], means[1])
+             "agent_samples": agent.samples[-n:], "control_ratio": means[2] / means[1]}, means[0], means[1])
 
 
 def torch_rows(torch, api, agent, shape_ids, shapes, alternations=6):

@@ -104,8 +104,7 @@ class Stopper(object):
         self.min_samples = max(1, int(min_samples))
         self.clock = clock
         self.samples = []  # the undisturbed samples, in the order taken
-        self.taken = []  # every sample, set-aside ones too
-        self.preempted = 0  # samples set aside: the OS ran something else on the core during them
+        self.taken = []  # every sample, set-aside ones too (``preempted``: those set aside)
         self.sampled_s = None  # seconds of undisturbed samples, where the runner gives their lengths
         self.noise = None
         self.under = 0  # consecutive samples with the noise under max_noise
@@ -143,7 +142,11 @@ class Stopper(object):
         if self.started is None:
             self.started = self.clock()
         self.taken.append(float(sample_ns))
-        self.preempted += 1
+
+    @property
+    def preempted(self):
+        """Samples set aside: the OS ran something else on the core during them."""
+        return len(self.taken) - len(self.samples)
 
     def done(self):
         n, taken = len(self.samples), len(self.taken)
