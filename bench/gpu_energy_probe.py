@@ -1,0 +1,219 @@
+"""Energy per GEMM: the tuned Triton matmul against torch.matmul (cuBLAS) on prefill shapes,
+sustained at the power cap (run on the GPU node; about 2 minutes on an H200).
+
+    python3 bench/gpu_energy_probe.py [--out energy.json] [--seconds 1.0]
+
+Why: a sustained GEMM on an H200 runs at its 700 W power cap, the SM clock well under its boost.
+A kernel that spent more energy per GEMM than cuBLAS would run at a lower clock there and lose
+time for that alone; one that spends more SM cycles per GEMM loses it at any clock. This probe
+tells the two apart (docs/gpu.md, "Energy and cycles at the power cap").
+
+Per shape, the config the default search picked in the H200 runs (CONFIGS) and torch.matmul, in
+palindromic order (Triton, cuBLAS, cuBLAS, Triton): each one captured in a CUDA graph of
+back-to-back launches (no L2 flush, no host time between launches), then
+replayed for a quarter of --seconds, then for --seconds: the time per GEMM (events around all),
+the energy per GEMM (NVML's energy counter, mJ), the mean power, the mean SM clock (NVML, read
+after every 4 replays) and the SM cycles per GEMM at that clock, which say how much of a time
+ratio is the clock the power cap allows and how much the kernel's own work.
+Every launch is checked against torch first (rel. error under 1e-2). Needs torch, triton and
+NVML (the node's), nothing installed: the kernel's source is loaded by its path.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _gpu_common import geomean, make_inputs, palindromic, rel_err  # noqa: E402
+from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
+from remote_agent.runners.gpu_memory import workspace_need  # noqa: E402
+
+P = dict(TMA=1, PERSISTENT=1)
+CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/gpu.md)
+    "512x10240x8192:bf16:NT": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6,
+                                   STREAM_K=1, **P),
+    "1024x4096x4096:fp16:NN": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1),
+    "2048x14336x4096:bf16:NT": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, **P),
+    "4096x4096x14336:fp16:TN": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=4),
+    "4096x3584x3584:bf16:NN": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, num_warps=8, num_stages=3,
+                                   STREAM_K=1, **P),
+    "8192x8192x8192:fp16:NN": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, **P),
+}
+SMS = 132
+REL_TOL = 1e-2
+GRAPH_LAUNCHES = 10
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def parse_shape(text):
+    dims, dtype, layout = text.split(":")
+    M, N, K = (int(x) for x in dims.split("x"))
+    return {"M": M, "N": N, "K": K, "dtype": dtype, "layout": layout, "id": text}
+
+
+def load_kernel_module():
+    path = os.path.join(ROOT, "harness", "kernels", "matmul", "triton_kernel.py")
+    spec = importlib.util.spec_from_file_location("energy_probe_triton_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Energy(Clocks):
+    """NVML's energy counter (mJ since the driver loaded) and the enforced power limit."""
+
+    def millijoules(self):
+        import ctypes
+
+        mj = ctypes.c_ulonglong()
+        if self.lib is None or self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(mj)) != 0:
+            return None
+        return float(mj.value)
+
+    def power_limit_w(self):
+        import ctypes
+
+        mw = ctypes.c_uint()
+        if self.lib is None or self.lib.nvmlDeviceGetEnforcedPowerLimit(self.handle, ctypes.byref(mw)) != 0:
+            return None
+        return mw.value / 1e3
+
+
+def triton_launch(torch, tk, cfg, s, a, b, c):
+    M, N, K, lay = s["M"], s["N"], s["K"], s["layout"]
+    a_t, b_t = lay[0] == "T", lay[1] == "T"
+    strides = (1 if a_t else K, M if a_t else 1, 1 if b_t else N, K if b_t else 1, N, 1)
+    tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
+    grid = (SMS if cfg.get("STREAM_K") else min(tiles, SMS) if cfg.get("PERSISTENT") else tiles, 1, 1)
+    need = workspace_need(cfg, grid, M * N) or (1, 1)
+    ws = torch.zeros(need[0], dtype=torch.float32, device="cuda")
+    locks = torch.zeros(need[1], dtype=torch.int32, device="cuda")
+    kwargs = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+                  SPLIT_K=1, EVEN_K=K % cfg["BLOCK_K"] == 0, IEEE=False, TMA=cfg.get("TMA", 0), SWAP_AB=0,
+                  PERSISTENT=cfg.get("PERSISTENT", 0), A_T=a_t, B_T=b_t, STREAM_K=cfg.get("STREAM_K", 0),
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    kernel = tk.matmul_kernel[grid]
+    args = (a, b, c, ws, locks, M, N, K) + strides
+    return lambda: kernel(*args, **kwargs), (ws, locks)
+
+
+def captured(torch, fn):
+    """A CUDA graph of GRAPH_LAUNCHES back-to-back launches of fn."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_LAUNCHES):
+            fn()
+    return graph
+
+
+def sustained(torch, graph, energy, seconds):
+    """Replays for ``seconds`` after a warm-up of a quarter of that: ms and mJ per GEMM, mean W, the
+    mean of the SM clock read after every 4 replays, and SM cycles per GEMM at that clock."""
+    deadline = time.time() + seconds / 4
+    while time.time() < deadline:
+        graph.replay()
+        torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    replays, clocks = 0, []
+    mj0 = energy.millijoules()
+    start.record()
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        graph.replay()
+        replays += 1
+        if replays % 4 == 0:
+            torch.cuda.synchronize()
+            clocks.append(energy.sm_mhz())
+    end.record()
+    end.synchronize()
+    mj1 = energy.millijoules()
+    mhz = statistics.mean(clocks) if clocks and None not in clocks else None
+    ms = start.elapsed_time(end)
+    gemms = replays * GRAPH_LAUNCHES
+    joules = (mj1 - mj0) / 1e3 if mj0 is not None and mj1 is not None else None
+    return {"ms": ms / gemms, "mj": joules * 1e3 / gemms if joules else None,
+            "watts": joules / (ms / 1e3) if joules else None, "sm_mhz": mhz,
+            "mcycles": ms / gemms * mhz / 1e3 if mhz else None}
+
+
+def probe_shape(torch, tk, energy, text, seconds):
+    """Both methods in 4 palindromic windows; prints a line, returns the windows and their medians."""
+    s = parse_shape(text)
+    cfg = CONFIGS[text]
+    a, b, a_log, b_log = make_inputs(s, seed=1)
+    ref = torch.matmul(a_log, b_log)
+    c = torch.full((s["M"], s["N"]), float("nan"), dtype=a.dtype, device="cuda")
+    tri, keep = triton_launch(torch, tk, cfg, s, a, b, c)
+    tri()
+    torch.cuda.synchronize()
+    err = rel_err(c, ref)
+    if not err < REL_TOL:
+        raise SystemExit("%s: wrong answer (rel. err %.3g)" % (text, err))
+    c_lib = torch.empty_like(c)
+
+    def lib():
+        torch.matmul(a_log, b_log, out=c_lib)
+
+    fns = [tri, lib]
+    graphs = [captured(torch, f) for f in fns]
+    out = {"triton": [], "cublas": []}
+    for order in palindromic(2, 4):
+        for i in order:
+            m = sustained(torch, graphs[i], energy, seconds)
+            out["triton" if i == 0 else "cublas"].append(m)
+    med = {k: {f: statistics.median(m[f] for m in v) for f in ("ms", "mj", "watts", "sm_mhz", "mcycles")}
+           for k, v in out.items()}
+    t, l = med["triton"], med["cublas"]
+    flops = 2.0 * s["M"] * s["N"] * s["K"]
+    print("%-24s %7.1f %7.1f us (cuBLAS/Triton %.3f), %6.1f %6.1f mJ a GEMM (Triton/cuBLAS %.3f), %3.0f %3.0f W, "
+          "%4.0f %4.0f MHz, %.3f %.3f M cycles (Triton/cuBLAS %.3f), %3.0f %3.0f TFLOP/s"
+          % (text, t["ms"] * 1e3, l["ms"] * 1e3, l["ms"] / t["ms"], t["mj"], l["mj"], t["mj"] / l["mj"], t["watts"],
+             l["watts"], t["sm_mhz"], l["sm_mhz"], t["mcycles"], l["mcycles"], t["mcycles"] / l["mcycles"],
+             flops / t["ms"] / 1e9, flops / l["ms"] / 1e9), flush=True)
+    del keep
+    return {"shape": text, "config": cfg, "rel_err": err, "windows": out, "median": med}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", help="JSON file for the measurements")
+    p.add_argument("--seconds", type=float, default=1.0, help="sustained replay per window (default 1.0)")
+    p.add_argument("--shapes", nargs="*", default=list(CONFIGS), help="among: %s" % ", ".join(CONFIGS))
+    args = p.parse_args(argv)
+    import torch
+    import triton
+
+    scratch = torch.empty(1 << 24, dtype=torch.int8, device="cuda")  # the TMA descriptors' global scratch
+    triton.set_allocator(lambda size, align, stream: scratch[:size])  # one buffer: nothing allocated in a graph
+    energy = Energy()
+    if energy.millijoules() is None:
+        raise SystemExit("NVML's energy counter cannot be read here")
+    print("power limit %.0f W, SM clock now %.0f MHz" % (energy.power_limit_w() or 0, energy.sm_mhz() or 0))
+    tk = load_kernel_module()
+    entries = [probe_shape(torch, tk, energy, t, args.seconds) for t in args.shapes]
+    def ratio(key, num, den):
+        return geomean([e["median"][num][key] / e["median"][den][key] for e in entries])
+
+    print("geomean: cuBLAS/Triton time %.3f; Triton/cuBLAS energy a GEMM %.3f, SM cycles a GEMM %.3f, clock %.3f"
+          % (ratio("ms", "cublas", "triton"), ratio("mj", "triton", "cublas"), ratio("mcycles", "triton", "cublas"),
+             ratio("sm_mhz", "triton", "cublas")))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(entries, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
