@@ -20,7 +20,6 @@ NVML (the node's), nothing installed: the kernel's source is loaded by its path.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -32,6 +31,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import geomean, make_inputs, palindromic, rel_err  # noqa: E402
+from streamk_probe import cdiv, load_matmul_module, parse_shape  # noqa: E402
 from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
 from remote_agent.runners.gpu_memory import workspace_need  # noqa: E402
 
@@ -49,25 +49,6 @@ CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/gp
 SMS = 132
 REL_TOL = 1e-2
 GRAPH_LAUNCHES = 10
-
-
-def cdiv(a, b):
-    return -(-a // b)
-
-
-def parse_shape(text):
-    dims, dtype, layout = text.split(":")
-    M, N, K = (int(x) for x in dims.split("x"))
-    return {"M": M, "N": N, "K": K, "dtype": dtype, "layout": layout, "id": text}
-
-
-def load_kernel_module():
-    path = os.path.join(ROOT, "harness", "kernels", "matmul", "triton_kernel.py")
-    spec = importlib.util.spec_from_file_location("energy_probe_triton_kernel", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class Energy(Clocks):
@@ -202,7 +183,7 @@ def main(argv=None):
     if energy.millijoules() is None:
         raise SystemExit("NVML's energy counter cannot be read here")
     print("power limit %.0f W, SM clock now %.0f MHz" % (energy.power_limit_w() or 0, energy.sm_mhz() or 0))
-    tk = load_kernel_module()
+    tk = load_matmul_module("triton_kernel")
     entries = [probe_shape(torch, tk, energy, t, args.seconds) for t in args.shapes]
     def ratio(key, num, den):
         return geomean([e["median"][num][key] / e["median"][den][key] for e in entries])
