@@ -109,10 +109,13 @@ class Manifest:
     library: dict = field(default_factory=dict)
     # the pairs of failed compiles (FailedPair), written only when there are some
     failed: list = field(default_factory=list)
+    # shape id -> variant ids (``lib:<name>`` included) in the order the GPU agent measures that
+    # shape's jobs (a winners' re-measure round); written only when set
+    order: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = asdict(self)
-        for optional in ("library", "failed"):
+        for optional in ("library", "failed", "order"):
             if not data[optional]:
                 del data[optional]
         return json.dumps(data, indent=1, sort_keys=False)

@@ -109,7 +109,8 @@ class Session:
     def execute(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False) -> list:
         """Build, push, run and fetch the (config, Shape) ``pairs`` (in that order) and the
         library reference for ``library_shapes``; returns this round's results rows. ``pin``:
-        on one device of one machine (a winners' re-measure)."""
+        on one device of one machine, each shape's pairs measured in the order given, and a pair
+        (None, Shape) the place of the library's job among them (a winners' re-measure)."""
         return self.collect(self.submit(pairs, fidelity, library_shapes, pin))
 
     def submit(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False):
@@ -122,7 +123,7 @@ class Session:
                 self._builds = Builds(self)
             return self._builds.submit(pairs, library_shapes, run_options, pin)
         began = time.monotonic()
-        prepared = self._prepare(pairs, library_shapes)
+        prepared = self._prepare(pairs, library_shapes, listed=pin)
         self.build_seconds += time.monotonic() - began
         if prepared is None:
             return []
@@ -198,15 +199,19 @@ class Session:
             self._agents = AgentSession(self.root, self.target, self.kernel.name, transports)
         return self._agents
 
-    def _prepare(self, pairs: list, library_shapes=()):
+    def _prepare(self, pairs: list, library_shapes=(), listed: bool = False):
         """Build the round's configs; the bundle's manifest then holds only the asked pairs in
-        the asked order (and the library reference where wanted). (bundle, manifest) or None
-        when nothing is left to run."""
+        the asked order (and the library reference where wanted). ``listed``: the manifest's
+        ``order`` tells the agent to measure each shape's jobs in that order, a pair (None,
+        Shape) placing the library's job. (bundle, manifest) or None when nothing is left to run."""
         from .build import compile_bundle, save_bundle
         from .bundle import bundle_dir
         from .library import add_library
         from .strategies import key
 
+        asked = pairs
+        library_shapes = list(library_shapes) + [s for cfg, s in asked if cfg is None and s not in library_shapes]
+        pairs = [(cfg, s) for cfg, s in asked if cfg is not None]
         configs, seen = [], set()
         for cfg, _ in pairs:
             if key(cfg) not in seen:
@@ -222,8 +227,11 @@ class Session:
         bundle = bundle_dir(self.root, self.target.name, self.kernel.name)
         variants = {v.id: v for v in manifest.variants}
         planned = {(key(variants[p.variant].config), p.shape): p for p in manifest.jobs + manifest.failed}
-        jobs, failed = [], []
-        for cfg, shape in pairs:
+        jobs, failed, library_at = [], [], {}
+        for cfg, shape in asked:
+            if cfg is None:  # the library's job comes after the shape's jobs asked so far
+                library_at[shape.id] = len([j for j in jobs if j.shape == shape.id])
+                continue
             pair = planned.get((key(cfg), shape.id))
             if pair is None:
                 continue  # pruned by the build's own rules for this shape
@@ -233,10 +241,14 @@ class Session:
         manifest.jobs, manifest.failed, manifest.pruned = jobs, failed, []
         manifest.variants = [v for v in manifest.variants if v.id in used]
         manifest.shapes = [s for s in manifest.shapes if s.id in wanted]
+        library_ids = []
         if self.library and library_shapes:
-            add_library(self.kernel, self.target, library_shapes, manifest, bundle,
-                        compile_timeout=self.build_options.compile_timeout, frontend=self.build_options.frontend,
-                        from_ir=self.build_options.from_ir, say=lambda line: ui.console.print(line))
+            library_ids = add_library(self.kernel, self.target, library_shapes, manifest, bundle,
+                                      compile_timeout=self.build_options.compile_timeout,
+                                      frontend=self.build_options.frontend, from_ir=self.build_options.from_ir,
+                                      say=lambda line: ui.console.print(line))
+        if listed:
+            manifest.order = listed_order(jobs, library_ids, library_at)
         save_bundle(manifest, self.root, self.target)  # what a GPU worker started later reads
         if not manifest.jobs and not any(v.status != OK for v in manifest.variants):
             return None
@@ -293,7 +305,7 @@ class Builds:
         try:
             self._count(+1)
             try:
-                prepared = s._prepare(pairs, library_shapes)
+                prepared = s._prepare(pairs, library_shapes, listed=pin)
             finally:
                 self._count(-1)
             if before is not None:
@@ -430,6 +442,18 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     return searches
 
 
+def listed_order(jobs: list, library_ids: list, library_at: dict) -> dict:
+    """The manifest's ``order``: {shape id: variant ids}, each shape's jobs in the order asked,
+    the library's (``library_ids``) after the first ``library_at[shape id]`` of them."""
+    order = {}
+    for job in jobs:
+        order.setdefault(job.shape, []).append(job.variant)
+    for sid, at in library_at.items():
+        ids = order.setdefault(sid, [])
+        ids[at:at] = [lib for lib in library_ids if lib not in ids]
+    return order
+
+
 # ---- noise-aware winners --------------------------------------------------------------------
 
 
@@ -500,13 +524,10 @@ def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], sam
     # at least REMEASURE_MIN_TIME_MS of timing per job, however briefly the search measured
     searched = session.run_options
     session.run_options = dataclasses.replace(searched, min_time_ms=max(REMEASURE_MIN_TIME_MS, searched.min_time_ms))
-    # the library joins every repeat, so that the uplift compares times taken in the same window
-    # (a library row from the first round met a cool GPU: up to 16 % faster on large products)
-    library = [shapes[sid] for sid in plans] if session.library else []
     count = max(len(p) for p in plans.values())
     try:
-        handles = [session.submit([(cfg, shapes[sid]) for sid, plan in plans.items() for cfg in plan[r]], 1,
-                                  library, pin=True) for r in range(count)]
+        handles = [session.submit(_remeasure_pairs(plans, shapes, r, session.library), 1, (), pin=True)
+                   for r in range(count)]
     finally:
         session.run_options = searched
     for handle in handles:
@@ -519,6 +540,21 @@ def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], sam
             if cid in samples[sid]:
                 samples[sid][cid].append(trial)
                 variant_of[(sid, cid)] = row.get("variant_id")
+
+
+def _remeasure_pairs(plans: Dict[str, list], shapes: dict, r: int, library: bool) -> list:
+    """Round ``r``'s (config, Shape) pairs, each shape's in its plan's (rotated) order. With
+    ``library`` the library joins every round, so that the uplift compares times taken in the same
+    window (a library row from the first round met a cool GPU: up to 16 % faster on large
+    products), at a place that moves by one each round (None in its pair): on a GPU the first job
+    of a round meets the GPU cool from the pause before it, the last one at its power cap."""
+    pairs = []
+    for sid, plan in plans.items():
+        mine = [(cfg, shapes[sid]) for cfg in plan[r]]
+        if library:
+            mine.insert(r % (len(mine) + 1), (None, shapes[sid]))
+        pairs += mine
+    return pairs
 
 
 def _unsure_winner(groups: dict) -> bool:

@@ -136,3 +136,22 @@ def test_a_bundle_without_the_flag_runs_no_library(tmp_path, monkeypatch):
     bundle = make_bundle(tmp_path / "b")
     rows, _ = _run(bundle, tmp_path / "results.csv", monkeypatch, "StandinLibraryApi", devices=("cuda:0",))
     assert rows and not [r for r in rows if r["variant_id"].startswith("lib:")]
+
+
+def test_the_gpu_agent_measures_a_shape_in_the_manifests_order_the_library_where_it_is_listed(tmp_path, monkeypatch):
+    # a winners' re-measure round lists each shape's order (harness.rounds.listed_order): on a GPU
+    # the first job of a round meets it cool, the last at its power cap, so the place must rotate
+    bundle = make_bundle(tmp_path / "b")
+    m = _with_library(bundle, ["torch.matmul"])
+    fp16, bf16 = [s["id"] for s in m["shapes"]]
+    m["order"] = {fp16: ["v03_fp16", LIB, "v01_fp16", "v05_fp16"]}  # the rest of fp16's jobs after these
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    rows, _ = _run(bundle, tmp_path / "results.csv", monkeypatch, "StandinLibraryApi", devices=("cuda:0",))
+    measured = {sid: [r["variant_id"] for r in rows if r["shape_id"] == sid] for sid in (fp16, bf16)}
+    assert measured[fp16] == ["v03_fp16", LIB, "v01_fp16", "v05_fp16", "v00_fp16", "v02_fp16", "v04_fp16"]
+    # a shape the order does not name: as before, by variant id (the library's id sorts first)
+    assert measured[bf16] == [LIB] + ["v%02d_bf16" % i for i in range(6)]
+    assert all(r["status"] == contract.OK for r in rows)
+    # the host writes the field only when it is set
+    assert Manifest.load(bundle / "manifest.json").order == m["order"]
+    assert "order" not in json.loads(_manifest(tmp_path, []).to_json())

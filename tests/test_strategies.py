@@ -651,3 +651,43 @@ def test_a_tie_won_a_percent_or_more_behind_the_fastest_gets_as_many_rounds_agai
     assert (entries["tied_in"]["repeats"], entries["equal"]["repeats"]) == (10, 5)
     assert entries["tied_in"]["config"] == {"BLOCK_M": 16} and entries["equal"]["config"] == {"BLOCK_M": 32}
     assert entries["tied_in"]["decided"] == entries["equal"]["decided"] == "tie"
+
+
+def test_a_remeasure_round_moves_the_library_one_place_a_round_among_the_rotated_candidates():
+    # on a GPU the first job of a round meets it cool from the pause before the round and the last
+    # at its power cap (H200 run 13: 1755 MHz at the first job, 1260 at the fourth); the library
+    # had been every round's first job, the candidates in variant id order
+    from harness.rounds import _remeasure_pairs
+
+    shapes = {"s": parse_shape("32x32x32"), "t": parse_shape("64x64x64")}
+    a, b, c = ({"BLOCK_M": m} for m in (8, 16, 32))
+    plans = {"s": interleaved_rounds([a, b, c], 8), "t": interleaved_rounds([a, b], 8)}
+    rounds = [_remeasure_pairs(plans, shapes, r, library=True) for r in range(8)]
+    for sid, n in (("s", 3), ("t", 2)):
+        places = [[cfg for cfg, s in pairs if s is shapes[sid]] for pairs in rounds]
+        assert [p.index(None) for p in places] == [r % (n + 1) for r in range(8)]
+        assert [[cfg for cfg in p if cfg is not None] for p in places] == plans[sid]
+        for cfg in plans[sid][0]:  # every candidate and the library take every place
+            assert {p.index(cfg) for p in places} == set(range(n + 1))
+    assert _remeasure_pairs(plans, shapes, 0, library=False) == [(cfg, shapes[sid]) for sid in plans
+                                                                for cfg in plans[sid][0]]
+
+
+def test_a_listed_round_writes_the_order_the_agent_measures_in_with_the_library_in_its_place(tmp_path):
+    from harness import kernels
+    from harness.build import BuildOptions
+    from harness.rounds import Session
+    from harness.run import RunOptions
+
+    shape = parse_shape("32x32x32")
+    session = Session(tmp_path, Target(name="local"), kernels.get("matmul"), [shape], BuildOptions(progress=False),
+                      RunOptions(), library=True, quiet=True)
+    a, b = ({"BLOCK_M": m, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1} for m in (8, 16))
+    _, manifest = session._prepare([(b, shape), (None, shape), (a, shape)], (), listed=True)
+    variant = {key(v.config): v.id for v in manifest.variants if v.config}
+    order = manifest.order[shape.id]
+    assert order[0] == variant[key(b)] and order[2] == variant[key(a)] and order[1].startswith("lib:")
+    assert len(order) == 3 and [j.variant for j in manifest.jobs if j.variant in variant.values()] == [order[0], order[2]]
+    # a search round: no order (the agent goes by variant id), the library where it is asked
+    _, manifest = session._prepare([(b, shape), (a, shape)], [shape])
+    assert manifest.order == {} and any(j.variant.startswith("lib:") for j in manifest.jobs)

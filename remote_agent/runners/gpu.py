@@ -100,7 +100,7 @@ class GpuRunner(object):
             requests.append((job, {"variant": _slim_variant(variant), "shape": shapes[sid], "grid": job["grid"],
                                    "options": timing}))
         # one shape after another, so each worker generates a shape's data once
-        requests.sort(key=lambda r: (r[1]["shape"]["id"], r[1]["variant"]["id"]))
+        requests.sort(key=measuring_order(self.manifest.get("order")))
         sup = self._supervisor or Supervisor(devices, self.worker_command, self.worker_env,
                                              job_timeout=_opt(options, "timeout", 60.0), log=self.log)
         from ..supervisor import SupervisorError
@@ -119,6 +119,22 @@ class GpuRunner(object):
         if self._supervisor is not None:
             self._supervisor.close()
             self._supervisor = None
+
+
+def measuring_order(order=None):
+    """Sort key of a request: the shapes by id, and a shape's jobs in the manifest's ``order``
+    ({shape id: [variant ids]}, ``lib:<name>`` included; a winners' re-measure rotates it round by
+    round, so that no candidate, nor the library, always meets the GPU first, cool from the pause
+    between rounds, or last, at its power cap), the jobs it does not list after those, by variant
+    id."""
+    order = order or {}
+
+    def key(request):
+        sid, vid = request[1]["shape"]["id"], request[1]["variant"]["id"]
+        listed = order.get(sid) or []
+        return (sid, listed.index(vid) if vid in listed else len(listed), vid)
+
+    return key
 
 
 def _slim_variant(v):
