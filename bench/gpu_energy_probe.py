@@ -148,8 +148,7 @@ def probe_shape(torch, tk, energy, text, seconds):
     def lib():
         torch.matmul(a_log, b_log, out=c_lib)
 
-    fns = [tri, lib]
-    graphs = [captured(torch, f) for f in fns]
+    graphs = [captured(torch, f) for f in (tri, lib)]
     out = {"triton": [], "cublas": []}
     for order in palindromic(2, 4):
         for i in order:
@@ -185,6 +184,7 @@ def main(argv=None):
     print("power limit %.0f W, SM clock now %.0f MHz" % (energy.power_limit_w() or 0, energy.sm_mhz() or 0))
     tk = load_matmul_module("triton_kernel")
     entries = [probe_shape(torch, tk, energy, t, args.seconds) for t in args.shapes]
+
     def ratio(key, num, den):
         return geomean([e["median"][num][key] / e["median"][den][key] for e in entries])
 
