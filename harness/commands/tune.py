@@ -44,7 +44,7 @@ def tune(
     seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
     warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help="first round of each shape: the kernel's configs for its shape class and the winners of the nearest shapes in tuned/TARGET"),
     top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved (0: off)"),
-    repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...); as many again for a shape whose winner's noise is over 2 %, or whose tie went to a candidate 1 % or more behind the fastest"),
+    repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...; with --library the library one place further each round); as many again for a shape whose winner's noise is over 2 %, or whose tie went to a candidate 1 % or more behind the fastest"),
     agent: str = typer.Option("long-lived", "--agent", help="long-lived: one agent per machine stays up across "
                               "rounds (GPU contexts, modules and test data kept) and the next round is built while "
                               "one is measured; per-round: a new agent for every round"),
