@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _gpu_common import geomean, make_inputs, palindromic, rel_err  # noqa: E402
 from streamk_probe import cdiv, load_matmul_module, parse_shape  # noqa: E402
 from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
-from remote_agent.runners.gpu_memory import workspace_need  # noqa: E402
+from remote_agent.runners.gpu_memory import strides, workspace_need  # noqa: E402
 
 P = dict(TMA=1, PERSISTENT=1)
 CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/gpu.md)
@@ -74,7 +74,6 @@ class Energy(Clocks):
 def triton_launch(torch, tk, cfg, s, a, b, c):
     M, N, K, lay = s["M"], s["N"], s["K"], s["layout"]
     a_t, b_t = lay[0] == "T", lay[1] == "T"
-    strides = (1 if a_t else K, M if a_t else 1, 1 if b_t else N, K if b_t else 1, N, 1)
     tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
     grid = (SMS if cfg.get("STREAM_K") else min(tiles, SMS) if cfg.get("PERSISTENT") else tiles, 1, 1)
     need = workspace_need(cfg, grid, M * N) or (1, 1)
@@ -83,9 +82,9 @@ def triton_launch(torch, tk, cfg, s, a, b, c):
     kwargs = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
                   SPLIT_K=1, EVEN_K=K % cfg["BLOCK_K"] == 0, IEEE=False, TMA=cfg.get("TMA", 0), SWAP_AB=0,
                   PERSISTENT=cfg.get("PERSISTENT", 0), A_T=a_t, B_T=b_t, STREAM_K=cfg.get("STREAM_K", 0),
-                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **strides(M, N, K, lay))
     kernel = tk.matmul_kernel[grid]
-    args = (a, b, c, ws, locks, M, N, K) + strides
+    args = (a, b, c, ws, locks, M, N, K)
     return lambda: kernel(*args, **kwargs), (ws, locks)
 
 

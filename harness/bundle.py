@@ -110,7 +110,8 @@ class Manifest:
     # the pairs of failed compiles (FailedPair), written only when there are some
     failed: list = field(default_factory=list)
     # shape id -> variant ids (``lib:<name>`` included) in the order the GPU agent measures that
-    # shape's jobs (a winners' re-measure round); written only when set
+    # shape's jobs (a winners' re-measure round; the CPU agent interleaves them instead); written
+    # only when set
     order: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
