@@ -193,6 +193,21 @@ def test_tma_configs_get_descriptor_orientation_and_global_scratch(tmp_path):
     assert compiler.compile(C2, nt, 300).launch["global_scratch_size"] == 0
 
 
+def test_a_192_wide_tile_compiles_for_sm90_with_four_descriptors(tmp_path):
+    # BLOCK_N = 192: two MMAs a tile (128 and 64 wide), one B descriptor each, and C through a
+    # descriptor: A, two B and C descriptors in the global scratch; one program per 128 x 192 tile
+    target = targets()["gpu-node"]
+    wide = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1)
+    shape = make_shape(512, 6144, 4096, "bf16", "NT")
+    summary = build(get("matmul"), target, [shape], tmp_path, BuildOptions(jobs=1, only_configs=[wide]))
+    m = summary.manifest
+    (variant,) = m.variants
+    assert variant.status == "ok", variant.message
+    assert variant.launch["global_scratch_size"] >= 4 * 128
+    assert variant.launch["shared"] > 4 * (128 + 192) * 64 * 2  # four stages of A and B tiles
+    assert [tuple(j.grid) for j in m.jobs] == [(4 * 32, 1, 1)]
+
+
 def test_tma_is_pruned_off_hopper():
     from harness.kernels.gemm_tiles import TMA_NEEDS_SM90
 

@@ -99,6 +99,7 @@ VARIANTS = {
     "swap_split5": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_K=5, SWAP_AB=1),
     "tma_split3": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_K=3, TMA=1),
     "persistent": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, TMA=1, PERSISTENT=1),
+    "wide": dict(BLOCK_M=16, BLOCK_N=48, BLOCK_K=32, GROUP_M=2, TMA=1),  # two MMAs, 32 + 16 wide
 }
 # odd shapes; descriptors need 16-byte rows, so the TMA variants get rows of multiples of 8
 POINTER_SHAPES = [(24, 40, 56), (7, 13, 1000), (1, 1, 1), (33, 1, 70)]
@@ -113,7 +114,7 @@ def test_triton_variants_mask_every_tail():
             if config.get("SPLIT_K", 1) > 1 and -(-K // config["BLOCK_K"]) < config["SPLIT_K"]:
                 continue  # split_k_too_deep prunes it
             cases.append(dict(M=M, N=N, K=K, layout=layout, config=config))
-    assert len(cases) == 36
+    assert len(cases) == 45
     for case, result in zip(cases, interp.run_cases(cases)):
         err = interp.rel_err(result)
         assert err < 1e-3, (case, err)  # fp16 inputs, fp32 sums; NaN where a tile was not written
@@ -291,6 +292,44 @@ def test_stream_k_through_the_gpu_agent(tmp_path, monkeypatch):
     for r in rows:
         if r["status"] == "ok":
             assert float(r["rel_err"]) < 1e-2 and float(r["err_ratio"]) == 0.0
+
+
+def test_192_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
+    # the 3 x 2^k-wide tile is on the TMA path only (one tile a program), stores C through a
+    # descriptor (16-byte rows of C too), is in the NVIDIA space only, and is seeded where it needs no
+    # more waves of tiles than the 128 x 256 tile
+    kernel = get("matmul")
+    targets = load_targets(REPO / "targets.yaml")
+    node = targets["gpu-node"]
+    wide = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1,
+                PERSISTENT=0, SWAP_AB=0, STREAM_K=0)
+    shape = make_shape(512, 6144, 4096, "bf16", "NT")
+
+    def rule(shape, **change):
+        found = first_pruning_rule(kernel.gpu_rules, dict(wide, **change), shape, node)
+        return found.name if found else None
+
+    assert rule(shape) is None
+    for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(SWAP_AB=1, BLOCK_M=16)):
+        assert rule(shape, **change) == "wide_tile_needs_tma", change
+    rows_of_c_unaligned = make_shape(512, 6148, 4096, "bf16", "NT")  # A and B rows of K: aligned
+    assert rule(rows_of_c_unaligned) == "tma_unaligned"
+    assert rule(rows_of_c_unaligned, BLOCK_N=256) is None  # a plain TMA tile stores C through pointers
+    assert rule(shape, num_warps=4) == "accumulator_spills"  # 128 x 192 fp32 on 4 warps: 192 a thread
+    assert 192 in kernel.space_for(node)["BLOCK_N"]
+    assert 192 not in kernel.space_for(targets["mi300"])["BLOCK_N"] and 192 not in kernel.space_for(
+        targets["laptop"])["BLOCK_N"]
+
+    def wide_seeds(text):
+        s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
+        return [(c["GROUP_M"], c["num_stages"]) for c in kernel.seed_configs(s, node) if c["BLOCK_N"] == 192]
+
+    assert wide_seeds("512x6144x4096") == [(8, 4)]  # 128 tiles against 96: one wave each
+    assert wide_seeds("3072x3072x4096") == [(8, 4)]  # 384 tiles against 288: three waves each
+    assert wide_seeds("128x6144x4096") == [(1, 4)]  # one row of tiles: no swizzle
+    assert wide_seeds("4096x3584x3584") == []  # 608 tiles: 5 waves against 448 tiles: 4
+    assert wide_seeds("2048x2048x8192") == []  # 176 tiles: 2 waves against 128 tiles: 1
+    assert wide_seeds("64x6144x4096") == []  # skinny: the SWAP_AB tiles
 
 
 def test_wave_quantized_shapes_are_seeded_with_stream_k():

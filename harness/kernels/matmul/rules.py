@@ -26,15 +26,27 @@ CPU_RULES = [
 ]
 
 
+def wide_tile(c) -> bool:
+    """BLOCK_N = 3 x 2^k: the kernel computes the tile as two MMAs, 2/3 and 1/3 as wide."""
+    return c["BLOCK_N"] % 3 == 0
+
+
 def _tma_rows_unaligned(c, s, t):
-    # a tensor descriptor's row pitch must be a multiple of 16 bytes: rows of A, B (and C when persistent)
+    # a tensor descriptor's row pitch must be a multiple of 16 bytes: rows of A, B (and C when
+    # persistent or wide, which store C through a descriptor too)
     if not c.get("TMA"):
         return False
     e = ELEM_BITS[s.dtype] // 8
     a_row = s.M if s.layout[0] == "T" else s.K
     b_row = s.K if s.layout[1] == "T" else s.N
-    rows = (a_row, b_row, s.N) if c.get("PERSISTENT") else (a_row, b_row)
+    rows = (a_row, b_row, s.N) if c.get("PERSISTENT") or wide_tile(c) else (a_row, b_row)
     return any(r * e % 16 for r in rows)
+
+
+def _wide_tile_off_tma(c, s, t):
+    # the 3 x 2^k-wide tile exists on the TMA path, one tile a program, no split and no swap
+    return wide_tile(c) and (not c.get("TMA") or bool(c.get("PERSISTENT")) or c["SPLIT_K"] > 1
+                             or bool(c.get("SWAP_AB")))
 
 
 def _persistent_without_tma(c, s, t):
@@ -89,6 +101,8 @@ GPU_RULES = [
     Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
     Rule("stream_k_needs_persistent", "STREAM_K > 0 shares the persistent grid's last tiles: PERSISTENT = 0 repeats "
          "STREAM_K = 0", _stream_k_without_persistent),
+    Rule("wide_tile_needs_tma", "BLOCK_N = 192 (two MMAs a tile) needs TMA = 1 and has no persistent grid, split-K "
+         "or SWAP_AB", _wide_tile_off_tma),
     *tile_rules(m_floor=16, n_floor=32, k_floor=32),
     *split_k_rules(hip_multiprocessors=132),
     GROUP_M_USELESS,

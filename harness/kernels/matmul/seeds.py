@@ -19,6 +19,12 @@ cut into 2-4 K pieces) and K long enough that the steps spared pay for the parti
 reduction (512x10240x8192: 160 tiles of 128 x 256 on 132, the 28 of the last wave in 4 pieces of
 32 of their 128 steps: 96 spared; 1024x4608x3584: 56 steps a tile, 42 spared: not seeded).
 
+Also across the classes (M over 64, NVIDIA): the **192-wide** TMA tile, 128 x 192 x 64 on 8 warps
+and 4 stages, where it needs no more waves of tiles than the 128 x 256 tile (512x6144x4096: 128
+tiles against 96, one wave each; cuBLAS runs 192-wide tiles there). Measured on an H200, a wave of
+the 192-wide tile took 0.8 to 0.97 of a 256-wide wave's time (NT), not the 3/4 its work would
+say, and more in NN: one more wave than the 256-wide tile loses.
+
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
 with the first value of each parameter it does not name, and kept only when its values are in
@@ -81,6 +87,17 @@ def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
     return out
 
 
+WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1)
+
+
+def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
+    """The 192-wide tile where it needs no more waves than the 256-wide tile."""
+    waves_192 = cdiv(cdiv(shape.M, 128) * cdiv(shape.N, 192), multiprocessors)
+    waves_256 = cdiv(cdiv(shape.M, 128) * cdiv(shape.N, 256), multiprocessors)
+    group = WIDE_CUDA["GROUP_M"] if shape.M > WIDE_CUDA["BLOCK_M"] else 1  # one row of tiles: no swizzle
+    return [dict(WIDE_CUDA, GROUP_M=group)] if waves_192 <= waves_256 else []
+
+
 def _splits(tiles: int, multiprocessors: int) -> List[int]:
     """Split counts (2, 4, 8) that bring tiles x splits nearest to the multiprocessors, best first."""
     return sorted((2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
@@ -139,5 +156,5 @@ def seed_configs(shape, target) -> List[dict]:
     multiprocessors = gemm_tiles.multiprocessors(target)
     seeds = _rule_seeds(shape, target, multiprocessors)
     if target.backend == "cuda" and shape.M > 64:
-        seeds = seeds + _stream_k_seeds(shape, multiprocessors)
+        seeds = seeds + _stream_k_seeds(shape, multiprocessors) + _wide_seeds(shape, multiprocessors)
     return complete_seeds(seeds, KERNEL, shape, target)

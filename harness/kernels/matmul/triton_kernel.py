@@ -46,6 +46,9 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   than P); the piece that arrives last sums the tile's S slots in piece order, all S loads of a
   chunk in flight at once, stores C and resets the counter. Deterministic, no float atomics, no
   waiting, counters zero after every launch, as for split-K.
+* BLOCK_N = 3 x 2^k (192; with TMA = 1, one tile a program, no split-K, no swap): the tile is two
+  MMAs on the same A tile, 2/3 and 1/3 as wide (Triton's tensors are powers of two), so that a tile
+  as wide as cuBLAS's 192-wide ones can fill the last wave where 128 and 256 cannot.
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
@@ -72,7 +75,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
                   IEEE: tl.constexpr, TMA: tl.constexpr, SWAP_AB: tl.constexpr, PERSISTENT: tl.constexpr,
                   A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr = 0):
-    if PERSISTENT:
+    if BLOCK_N % 3 == 0:
+        _wide_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
+    elif PERSISTENT:
         _persistent_tma(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STREAM_K, A_T, B_T)
     else:
@@ -213,13 +219,18 @@ def _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_
     else:
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, stride_ak],
                                            block_shape=[BLOCK_M, BLOCK_K])
+    return a_desc, _b_descriptor(b_ptr, N, K, stride_bk, stride_bn, BLOCK_N, BLOCK_K, B_T)
+
+
+@triton.jit
+def _b_descriptor(b_ptr, N, K, stride_bk, stride_bn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  B_T: tl.constexpr):
     if B_T:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, stride_bk],
-                                           block_shape=[BLOCK_N, BLOCK_K])
+        return tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, stride_bk],
+                                         block_shape=[BLOCK_N, BLOCK_K])
     else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, stride_bn],
-                                           block_shape=[BLOCK_K, BLOCK_N])
-    return a_desc, b_desc
+        return tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, stride_bn],
+                                         block_shape=[BLOCK_K, BLOCK_N])
 
 
 @triton.jit
@@ -229,11 +240,15 @@ def _load_tiles(a_desc, b_desc, off_m, off_n, off_k, A_T: tl.constexpr, B_T: tl.
         a = tl.trans(a_desc.load([off_k, off_m]))
     else:
         a = a_desc.load([off_m, off_k])
+    return a, _load_b(b_desc, off_n, off_k, B_T)
+
+
+@triton.jit
+def _load_b(b_desc, off_n, off_k, B_T: tl.constexpr):
     if B_T:
-        b = tl.trans(b_desc.load([off_n, off_k]))
+        return tl.trans(b_desc.load([off_n, off_k]))
     else:
-        b = b_desc.load([off_k, off_n])
-    return a, b
+        return b_desc.load([off_k, off_n])
 
 
 @triton.jit
@@ -255,6 +270,32 @@ def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride
         else:
             acc = tl.dot(a, b, acc)
     return acc
+
+
+@triton.jit
+def _wide_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+               A_T: tl.constexpr, B_T: tl.constexpr):
+    """One tile of BLOCK_N = 3 x 2^k (192) through tensor descriptors. Triton's tensors are powers of
+    two, so the tile is two: a part 2/3 wide and one 1/3 wide, each with its own B descriptor and
+    accumulator, both MMAs on the same A tile; C leaves through a descriptor in thirds."""
+    THIRD: tl.constexpr = BLOCK_N // 3
+    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    a_desc, b_wide = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                  BLOCK_M, 2 * THIRD, BLOCK_K, A_T, B_T)
+    b_narrow = _b_descriptor(b_ptr, N, K, stride_bk, stride_bn, THIRD, BLOCK_K, B_T)
+    # made before the loop: a descriptor is written to memory and fenced, which the loads then hide
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, THIRD])
+    wide = tl.zeros((BLOCK_M, 2 * THIRD), dtype=tl.float32)
+    narrow = tl.zeros((BLOCK_M, THIRD), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BLOCK_K)):  # the descriptors fill K (and M, N) past the edge with zeros
+        a, b = _load_tiles(a_desc, b_wide, off_m, off_n, k * BLOCK_K, A_T, B_T)
+        wide = tl.dot(a, b, wide)
+        narrow = tl.dot(a, _load_b(b_narrow, off_n + 2 * THIRD, k * BLOCK_K, B_T), narrow)
+    _store_halves(c_desc, c_ptr, wide, off_m, off_n, BLOCK_M, 2 * THIRD)
+    c_desc.store([off_m, off_n + 2 * THIRD], narrow.to(c_ptr.dtype.element_ty))
 
 
 @triton.jit
