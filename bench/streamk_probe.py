@@ -144,18 +144,20 @@ class Probe(object):
 
     def launch_args(self, cfg, s, a, b, c):
         """grid, arguments, keyword arguments of matmul_kernel for (cfg, shape), with the agent's
-        workspace and counters; and the counters."""
+        workspace and counters; and the counters. TMA tiles, persistent unless cfg says
+        PERSISTENT=0."""
         torch = self.torch
         M, N, K, lay = s["M"], s["N"], s["K"], s["layout"]
         a_t, b_t = lay[0] == "T", lay[1] == "T"
         strides = (1 if a_t else K, M if a_t else 1, 1 if b_t else N, K if b_t else 1, N, 1)
         tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
-        grid = (self.programs if cfg["STREAM_K"] else min(tiles, self.programs), 1, 1)
+        persistent = cfg.get("PERSISTENT", 1)
+        grid = (self.programs if cfg["STREAM_K"] else min(tiles, self.programs) if persistent else tiles, 1, 1)
         need = workspace_need(cfg, grid, M * N) or (1, 1)
         ws = torch.zeros(need[0], dtype=torch.float32, device=self.device)
         locks = torch.zeros(need[1], dtype=torch.int32, device=self.device)
         kwargs = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, SPLIT_K=1,
-                      EVEN_K=K % cfg["BLOCK_K"] == 0, IEEE=False, TMA=1, SWAP_AB=0, PERSISTENT=1, A_T=a_t, B_T=b_t,
+                      EVEN_K=K % cfg["BLOCK_K"] == 0, IEEE=False, TMA=1, SWAP_AB=0, PERSISTENT=persistent, A_T=a_t, B_T=b_t,
                       STREAM_K=cfg["STREAM_K"])
         if not self.interpret:
             kwargs.update(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])

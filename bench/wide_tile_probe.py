@@ -1,0 +1,166 @@
+"""Wide-tile probe: the harness's TMA matmul with BLOCK_N = 192 (one tile a program, two MMAs a tile,
+128 and 64 wide) against its power-of-two tiles (persistent, stream-K, one tile a program) and
+torch.matmul (cuBLAS), on prefill shapes whose tile counts fill the waves of the GPU differently
+with a 192-wide tile (run on the GPU node; about a minute on an H200).
+
+    python3 bench/wide_tile_probe.py [--out wide.json] [--budget-s 240]
+
+Like bench/streamk_probe.py (whose launcher it uses): torch and Triton only, the kernel's source
+loaded from harness/kernels/matmul/triton_kernel.py and launched with Triton's JIT; every launch
+checked against torch (rel. error under 1e-2); do_bench medians, the library and the configs of a
+shape timed in four windows in palindromic order (A B C, C B A, ...), each time the median of its
+four windows.
+
+Prints per shape: the waves of 128 x 128, 128 x 192 and 128 x 256 tiles on the GPU's
+multiprocessors, cuBLAS, every config, then cuBLAS/Triton for the best power-of-two config and for
+the best of all, and the geomeans.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _gpu_common import geomean, rel_err  # noqa: E402
+from streamk_probe import Probe, cdiv, load_matmul_module, name, parse_shape  # noqa: E402
+
+SHAPES = [  # M x N x K : dtype : layout -- model, layer
+    ("512x6144x4096:bf16:NT", "Llama-3-8B qkv_proj, prefill 512"),
+    ("2048x1536x8960:bf16:NT", "Qwen2-1.5B down_proj, prefill 2048"),
+    ("1024x3072x3072:fp16:NT", "Llama-3.2-3B o_proj, prefill 1024"),
+    ("512x5120x14336:bf16:NT", "Mistral-NeMo-12B down_proj, prefill 512"),
+    ("4096x3584x3584:bf16:NN", "Qwen2-7B o_proj, prefill 4096"),
+    ("1024x4608x3584:bf16:NT", "Qwen2-7B qkv_proj, prefill 1024"),
+    ("512x10240x8192:bf16:NT", "Llama-3-70B qkv_proj, prefill 512"),
+    ("2048x2048x8192:fp16:NT", "Llama-3.2-1B down_proj, prefill 2048"),
+    ("4096x4096x14336:fp16:TN", "Llama-3-8B down_proj weight gradient"),
+]
+CONFIGS = [  # GROUP_M 8; persistent (flattened loops) unless PERSISTENT=0
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=4, num_stages=4, STREAM_K=0),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, STREAM_K=0),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, STREAM_K=1),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=4, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=3, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=5, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, num_warps=4, num_stages=5, STREAM_K=0, PERSISTENT=0),
+]
+INTERPRET_SHAPES = [("40x96x200:fp16:NT", ""), ("64x144x72:fp16:NN", ""), ("48x56x96:fp16:TN", "")]
+INTERPRET_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=48, BLOCK_K=32, num_warps=4, num_stages=3, STREAM_K=0, PERSISTENT=0),
+                     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=3, STREAM_K=0)]
+REL_TOL = 1e-2
+ROUNDS = 2
+
+
+def wide(cfg):
+    return cfg["BLOCK_N"] % 3 == 0
+
+
+def label(cfg):
+    return name(cfg) + (" SK" if cfg["STREAM_K"] else "") + ("" if cfg.get("PERSISTENT", 1) else " tile")
+
+
+def probe_shape(probe, s, configs):
+    torch = probe.torch
+    a, b, a_log, b_log = probe.inputs(s)
+    ref = torch.matmul(a_log, b_log)
+    runs = {"cuBLAS": lambda: torch.matmul(a_log, b_log)}
+    errors = {}
+    for cfg in configs:
+        c = torch.empty((s["M"], s["N"]), dtype=a.dtype, device=probe.device)
+        c.fill_(float("nan"))
+        try:
+            launch, _ = probe.launcher(cfg, s, a, b, c)
+            launch()
+            probe.sync()
+        except Exception as exc:  # a compile or launch error: say it, keep going
+            errors[label(cfg)] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+            if "CUDA" in errors[label(cfg)]:
+                raise RuntimeError("the CUDA context is lost after %s" % label(cfg))
+            continue
+        err = rel_err(c, ref)
+        if not err < REL_TOL:
+            errors[label(cfg)] = "wrong answer (rel. err %.3g)" % err
+            continue
+        runs[label(cfg)] = launch
+    windows = {k: [] for k in runs}
+    order = list(runs)
+    for r in range(2 * ROUNDS):  # palindromic: A B C, C B A, ...
+        for k in (order if r % 2 == 0 else order[::-1]):
+            windows[k].append(probe.time_ms(runs[k]))
+    ms = {k: sorted(v)[len(v) // 2] for k, v in windows.items()}
+    lib = ms.pop("cuBLAS")
+    print("\n%s  %s" % (s["id"], s.get("why", "")))
+    waves = ["%dx%d: %d tiles = %.2f waves" % (bm, bn, t, t / probe.programs)
+             for bm, bn in ((128, 128), (128, 192), (128, 256))
+             for t in [cdiv(s["M"], bm) * cdiv(s["N"], bn)]]
+    print("  " + "; ".join(waves))
+    print("  cuBLAS %.4f ms (%.0f TFLOP/s)" % (lib, 2.0 * s["M"] * s["N"] * s["K"] / (lib * 1e-3) / 1e12))
+    for cfg in configs:
+        k = label(cfg)
+        print("  %-22s %s" % (k, "%.4f ms  cuBLAS/Triton %.3f" % (ms[k], lib / ms[k]) if k in ms else errors[k]))
+    pow2 = [ms[label(c)] for c in configs if not wide(c) and label(c) in ms]
+    every = list(ms.values())
+    entry = {"shape": s["id"], "cublas_ms": lib, "ms": ms, "errors": errors,
+             "ratio_pow2": lib / min(pow2) if pow2 else None, "ratio_best": lib / min(every) if every else None}
+    print("  best power-of-two tile: cuBLAS/Triton %s; best of all %s" % (
+        "%.3f" % entry["ratio_pow2"] if pow2 else "-", "%.3f" % entry["ratio_best"] if every else "-"))
+    return entry
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=None, help="write every measurement as JSON")
+    p.add_argument("--budget-s", type=float, default=240.0, help="stop starting new shapes after this many seconds")
+    p.add_argument("--interpret", action="store_true", help="no GPU: tiny shapes in Triton's interpreter (CPU)")
+    args = p.parse_args(argv)
+    if args.interpret:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+    import torch
+    import triton
+
+    tk = load_matmul_module("triton_kernel")
+    if args.interpret:
+        probe = Probe(torch, triton, tk, "cpu", 5, True)
+        shapes, configs = INTERPRET_SHAPES, INTERPRET_CONFIGS
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("wide_tile_probe: no CUDA device (use --interpret to check the probe on a CPU)")
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        programs = torch.cuda.get_device_properties(0).multi_processor_count
+        probe = Probe(torch, triton, tk, "cuda", programs, False)
+        shapes, configs = SHAPES, CONFIGS
+        print("%s, %d SMs; torch %s, triton %s" % (torch.cuda.get_device_name(0), programs, torch.__version__,
+                                                   triton.__version__))
+    start = time.monotonic()
+    entries = []
+    for text, why in shapes:
+        if time.monotonic() - start > args.budget_s:
+            print("\nbudget of %.0f s spent: %d shapes left out" % (args.budget_s, len(shapes) - len(entries)))
+            break
+        try:
+            entries.append(probe_shape(probe, dict(parse_shape(text), why=why), configs))
+        except RuntimeError as exc:
+            print("\nstopped: %s" % exc)
+            break
+    print("\n%-26s %10s %14s %12s" % ("shape", "cuBLAS ms", "power of two", "with 192"))
+    for e in entries:
+        print("%-26s %10.4f %14s %12s" % (e["shape"], e["cublas_ms"], "%.3f" % e["ratio_pow2"] if e["ratio_pow2"] else "-",
+                                          "%.3f" % e["ratio_best"] if e["ratio_best"] else "-"))
+    g0 = geomean([e["ratio_pow2"] for e in entries if e["ratio_pow2"]])
+    g1 = geomean([e["ratio_best"] for e in entries if e["ratio_best"]])
+    print("geomean cuBLAS/Triton over %d shapes: power-of-two tiles %.3f, with 192-wide tiles %.3f"
+          % (len(entries), g0, g1))
+    print("wall %.1f s" % (time.monotonic() - start))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"programs": probe.programs, "entries": entries, "geomean_pow2": g0, "geomean_best": g1}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
