@@ -206,6 +206,24 @@ class Probe(object):
             self.torch.cuda.synchronize()
 
 
+def open_probe(interpret, tool):
+    """A Probe of the kernel's source: on the GPU (Triton's allocator set, one line about the device
+    printed), or in Triton's interpreter on 5 "SMs" of a CPU."""
+    import torch
+    import triton
+
+    tk = load_matmul_module("triton_kernel")
+    if interpret:
+        return Probe(torch, triton, tk, "cpu", 5, True)
+    if not torch.cuda.is_available():
+        sys.exit("%s: no CUDA device (use --interpret to check the probe on a CPU)" % tool)
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    print("%s, %d SMs; torch %s, triton %s" % (torch.cuda.get_device_name(0), programs, torch.__version__,
+                                               triton.__version__))
+    return Probe(torch, triton, tk, "cuda", programs, False)
+
+
 def name(cfg):
     return "%dx%dx%d w%d s%d" % (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"], cfg["num_stages"])
 
@@ -280,23 +298,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
-    import torch
-    import triton
-
-    tk = load_matmul_module("triton_kernel")
+    probe = open_probe(args.interpret, "streamk_probe")
     if args.interpret:
-        probe = Probe(torch, triton, tk, "cpu", 5, True)
         shapes, configs = [parse_shape(t) for t in INTERPRET_SHAPES], INTERPRET_CONFIGS
     else:
-        if not torch.cuda.is_available():
-            sys.exit("streamk_probe: no CUDA device (use --interpret to check the probe on a CPU)")
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-        programs = torch.cuda.get_device_properties(0).multi_processor_count
-        probe = Probe(torch, triton, tk, "cuda", programs, False)
         shapes = prefill_shapes(args.shapes) + [dict(parse_shape(t), why=why) for t, why in EXTRA]
         configs = CONFIGS
-        print("%s, %d SMs; torch %s, triton %s" % (torch.cuda.get_device_name(0), programs, torch.__version__,
-                                                   triton.__version__))
     limits = thresholds()
     start = time.monotonic()
     entries = []

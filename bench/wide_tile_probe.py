@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import geomean, rel_err  # noqa: E402
-from streamk_probe import Probe, cdiv, load_matmul_module, name, parse_shape  # noqa: E402
+from streamk_probe import cdiv, name, open_probe, parse_shape  # noqa: E402
 
 SHAPES = [  # M x N x K : dtype : layout -- model, layer
     ("512x6144x4096:bf16:NT", "Llama-3-8B qkv_proj, prefill 512"),
@@ -48,9 +48,6 @@ CONFIGS = [  # GROUP_M 8; persistent (flattened loops) unless PERSISTENT=0
     dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=5, STREAM_K=0, PERSISTENT=0),
     dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, num_warps=4, num_stages=5, STREAM_K=0, PERSISTENT=0),
 ]
-INTERPRET_SHAPES = [("40x96x200:fp16:NT", ""), ("64x144x72:fp16:NN", ""), ("48x56x96:fp16:TN", "")]
-INTERPRET_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=48, BLOCK_K=32, num_warps=4, num_stages=3, STREAM_K=0, PERSISTENT=0),
-                     dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=3, STREAM_K=0)]
 REL_TOL = 1e-2
 ROUNDS = 2
 
@@ -115,34 +112,16 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="write every measurement as JSON")
     p.add_argument("--budget-s", type=float, default=240.0, help="stop starting new shapes after this many seconds")
-    p.add_argument("--interpret", action="store_true", help="no GPU: tiny shapes in Triton's interpreter (CPU)")
     args = p.parse_args(argv)
-    if args.interpret:
-        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
-    import torch
-    import triton
-
-    tk = load_matmul_module("triton_kernel")
-    if args.interpret:
-        probe = Probe(torch, triton, tk, "cpu", 5, True)
-        shapes, configs = INTERPRET_SHAPES, INTERPRET_CONFIGS
-    else:
-        if not torch.cuda.is_available():
-            sys.exit("wide_tile_probe: no CUDA device (use --interpret to check the probe on a CPU)")
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-        programs = torch.cuda.get_device_properties(0).multi_processor_count
-        probe = Probe(torch, triton, tk, "cuda", programs, False)
-        shapes, configs = SHAPES, CONFIGS
-        print("%s, %d SMs; torch %s, triton %s" % (torch.cuda.get_device_name(0), programs, torch.__version__,
-                                                   triton.__version__))
+    probe = open_probe(False, "wide_tile_probe")
     start = time.monotonic()
     entries = []
-    for text, why in shapes:
+    for text, why in SHAPES:
         if time.monotonic() - start > args.budget_s:
-            print("\nbudget of %.0f s spent: %d shapes left out" % (args.budget_s, len(shapes) - len(entries)))
+            print("\nbudget of %.0f s spent: %d shapes left out" % (args.budget_s, len(SHAPES) - len(entries)))
             break
         try:
-            entries.append(probe_shape(probe, dict(parse_shape(text), why=why), configs))
+            entries.append(probe_shape(probe, dict(parse_shape(text), why=why), CONFIGS))
         except RuntimeError as exc:
             print("\nstopped: %s" % exc)
             break
