@@ -286,7 +286,6 @@ def _wide_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, st
     a_desc, b_wide = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                   BLOCK_M, 2 * THIRD, BLOCK_K, A_T, B_T)
     b_narrow = _b_descriptor(b_ptr, N, K, stride_bk, stride_bn, THIRD, BLOCK_K, B_T)
-    # made before the loop: a descriptor is written to memory and fenced, which the loads then hide
     c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, THIRD])
     wide = tl.zeros((BLOCK_M, 2 * THIRD), dtype=tl.float32)
     narrow = tl.zeros((BLOCK_M, THIRD), dtype=tl.float32)
