@@ -224,6 +224,23 @@ def open_probe(interpret, tool):
     return Probe(torch, triton, tk, "cuda", programs, False)
 
 
+def probe_shapes(shapes, budget_s, probe_one):
+    """probe_one(shape) of each shape in turn, until ``budget_s`` seconds have passed before a shape
+    would start or the CUDA context is lost (RuntimeError); the entries so far."""
+    start = time.monotonic()
+    entries = []
+    for s in shapes:
+        if time.monotonic() - start > budget_s:
+            print("\nbudget of %.0f s spent: %d shapes left out" % (budget_s, len(shapes) - len(entries)))
+            break
+        try:
+            entries.append(probe_one(s))
+        except RuntimeError as exc:
+            print("\nstopped: %s" % exc)
+            break
+    return entries
+
+
 def name(cfg):
     return "%dx%dx%d w%d s%d" % (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"], cfg["num_stages"])
 
@@ -306,16 +323,7 @@ def main(argv=None):
         configs = CONFIGS
     limits = thresholds()
     start = time.monotonic()
-    entries = []
-    for s in shapes:
-        if time.monotonic() - start > args.budget_s:
-            print("\nbudget of %.0f s spent: %d shapes left out" % (args.budget_s, len(shapes) - len(entries)))
-            break
-        try:
-            entries.append(probe_shape(probe, s, configs, limits))
-        except RuntimeError as exc:
-            print("\nstopped: %s" % exc)
-            break
+    entries = probe_shapes(shapes, args.budget_s, lambda s: probe_shape(probe, s, configs, limits))
     g0, g1 = summary(entries)
     print("wall %.1f s" % (time.monotonic() - start))
     if args.out:

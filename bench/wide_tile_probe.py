@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import geomean, rel_err  # noqa: E402
-from streamk_probe import cdiv, name, open_probe, parse_shape  # noqa: E402
+from streamk_probe import cdiv, name, open_probe, parse_shape, probe_shapes  # noqa: E402
 
 SHAPES = [  # M x N x K : dtype : layout -- model, layer
     ("512x6144x4096:bf16:NT", "Llama-3-8B qkv_proj, prefill 512"),
@@ -115,16 +115,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     probe = open_probe(False, "wide_tile_probe")
     start = time.monotonic()
-    entries = []
-    for text, why in SHAPES:
-        if time.monotonic() - start > args.budget_s:
-            print("\nbudget of %.0f s spent: %d shapes left out" % (args.budget_s, len(SHAPES) - len(entries)))
-            break
-        try:
-            entries.append(probe_shape(probe, dict(parse_shape(text), why=why), CONFIGS))
-        except RuntimeError as exc:
-            print("\nstopped: %s" % exc)
-            break
+    shapes = [dict(parse_shape(text), why=why) for text, why in SHAPES]
+    entries = probe_shapes(shapes, args.budget_s, lambda s: probe_shape(probe, s, CONFIGS))
     print("\n%-26s %10s %14s %12s" % ("shape", "cuBLAS ms", "power of two", "with 192"))
     for e in entries:
         print("%-26s %10.4f %14s %12s" % (e["shape"], e["cublas_ms"], "%.3f" % e["ratio_pow2"] if e["ratio_pow2"] else "-",
