@@ -100,7 +100,9 @@ def palindromic(n, rounds):
     round equally often (with A B C, C B A alone B would always be in the middle)."""
     import itertools
 
-    orders = [list(p) for p in itertools.permutations(range(n)) if p[0] < p[-1]] or [[0]]
+    wanted = (rounds + 1) // 2  # the orders used, taken lazily: n! of them is too many to list for n over 9
+    orders = [list(p) for p in itertools.islice((p for p in itertools.permutations(range(n)) if p[0] < p[-1]),
+                                                 wanted)] or [[0]]
     for r in range(rounds):
         order = orders[(r // 2) % len(orders)]
         yield order if r % 2 == 0 else order[::-1]

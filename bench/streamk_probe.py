@@ -96,6 +96,7 @@ def load_matmul_module(name):
 
 
 PLAN = load_matmul_module("stream_k")  # standard library only: the kernel's stream-K plan
+DESCRIPTORS = load_matmul_module("descriptors")  # likewise: the tensor descriptors a config takes
 
 
 def thresholds():
@@ -161,7 +162,20 @@ class Probe(object):
                       STREAM_K=cfg["STREAM_K"])
         if not self.interpret:
             kwargs.update(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-        return grid, (a, b, c, ws, locks, M, N, K) + strides, kwargs, locks
+        values = dict(zip(("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
+                           "stride_cn"), (M, N, K) + strides))
+        descs = self.descriptors(dict(cfg, TMA=1, PERSISTENT=persistent), a_t, b_t, {"a": a, "b": b, "c": c}, values)
+        return grid, (a, b, c, ws, locks, M, N, K) + strides + descs, kwargs, locks
+
+    def descriptors(self, cfg, a_t, b_t, tensors, values):
+        """The kernel's tensor descriptor arguments (a_desc, b_desc, b2_desc, c_desc), made on the host
+        as the GPU agent makes them: descriptors.py's plan, None where the config takes none."""
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        made = {d.name: TensorDescriptor(tensors[d.operand], [values[n] for n in d.shape],
+                                         [values[n] for n in d.strides], list(d.block))
+                for d in DESCRIPTORS.tensor_descriptors(cfg, a_t, b_t)}
+        return tuple(made.get(name) for name in self.tk.MATMUL_DESCRIPTOR_ARGS)
 
     def launcher(self, cfg, s, a, b, c):
         """A no-argument launch of matmul_kernel for (cfg, shape), and the counters."""

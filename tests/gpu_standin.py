@@ -13,6 +13,7 @@ Run as a worker: ``python tests/gpu_standin.py worker --bundle B ...`` (same arg
 import ctypes
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -120,6 +121,24 @@ class StandinApi(GpuApi):
         self.funcs[handle] = {"entry": name}
         return handle
 
+    # tensor descriptors: the CUtensorMap's 128 bytes hold what was asked, for the launch to check
+    TENSOR_MAP = struct.Struct("<QiiqqqqIIi")
+
+    def encode_tensor_map(self, address, base, elem_type, elem_size, shape, strides, block, swizzle):
+        """What cuTensorMapEncodeTiled checks (the parts the kernels can get wrong): 16-byte aligned
+        base and row pitches, boxes of 1 to 256 elements; the view is then kept for the launch."""
+        pitch = strides[0] * elem_size
+        if base % 16 or pitch % 16 or strides[1] != 1 or not all(1 <= b <= 256 for b in block):
+            raise GpuError("stand-in: cuTensorMapEncodeTiled: CUDA_ERROR_INVALID_VALUE (1) (base %#x, strides %s, "
+                           "block %s)" % (base, list(strides), list(block)), code=1, load=True)
+        ctypes.memmove(address, self.TENSOR_MAP.pack(base, elem_type, elem_size, shape[0], shape[1], strides[0],
+                                                     strides[1], block[0], block[1], swizzle), self.TENSOR_MAP.size)
+
+    def tensor_map(self, address):
+        base, _, elem_size, s0, s1, t0, t1, b0, b1, _ = self.TENSOR_MAP.unpack(ctypes.string_at(address,
+                                                                                             self.TENSOR_MAP.size))
+        return {"base": base, "elem_size": elem_size, "shape": [s0, s1], "strides": [t0, t1], "block": [b0, b1]}
+
     def describe_function(self, fn, launch):
         self.funcs[fn] = launch
 
@@ -159,6 +178,9 @@ class StandinApi(GpuApi):
         for i, p in enumerate(facts["params"]):
             addr = params[i]
             ty = p["type"]
+            if ty == "tensormap":
+                values[p["name"]] = dict(self.tensor_map(addr), spec=p)
+                continue
             if ty.startswith("*"):
                 v = ctypes.c_uint64.from_address(addr).value
             else:
@@ -213,6 +235,7 @@ class StandinApi(GpuApi):
         if fault == "sticky":  # what an illegal address does to a CUDA context
             raise GpuError("cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (700)", code=700, sticky=True)
         M, N, K = int(v["M"]), int(v["N"]), int(v["K"])
+        self._check_descriptors(facts, v)
         a = self._load(v["a_ptr"], t["a_ptr"], M * K + (M - 1) * 0)
         b = self._load(v["b_ptr"], t["b_ptr"], K * N)
         A = np.lib.stride_tricks.as_strided(a, (M, K), (v["stride_am"] * 4, v["stride_ak"] * 4))
@@ -229,6 +252,29 @@ class StandinApi(GpuApi):
         out = self._array(v["c_ptr"], t["c_ptr"], M * N)
         out[:] = (_f32_to_bf16(C.ravel()) if t["c_ptr"] == "*bf16" else C.ravel().astype(out.dtype))
 
+
+    # the matmul's operands: logical dimensions and their strides (harness/kernels/matmul)
+    OPERAND_AXES = {"a": (("M", "stride_am"), ("K", "stride_ak")), "b": (("K", "stride_bk"), ("N", "stride_bn")),
+                    "c": (("M", "stride_cm"), ("N", "stride_cn"))}
+
+    def _check_descriptors(self, facts, v):
+        """Every tensor descriptor of the launch must view its whole operand, as the GPU would read
+        it: at the operand's address, its dimensions each with its own stride (in any order, the
+        last stride 1), inside the operand's buffer. A descriptor that views it otherwise loads the
+        wrong elements or faults on a GPU; here it is an illegal address."""
+        for p in facts.get("params", ()):  # (the stand-in library computes the product without facts)
+            if p["type"] != "tensormap":
+                continue
+            d = v[p["name"]]
+            axes = {(int(v[dim]), int(v[stride])) for dim, stride in self.OPERAND_AXES[p["operand"]]}
+            view = set(zip(d["shape"], d["strides"]))
+            base = v["%s_ptr" % p["operand"]]
+            end = base + d["elem_size"] * (1 + sum((n - 1) * t for n, t in zip(d["shape"], d["strides"])))
+            if d["base"] != base or view != axes or d["strides"][-1] != 1 or end > base + len(self._buf(base)):
+                raise GpuError("stand-in: tensor descriptor %s views %s x %s (strides %s) at %#x, operand %s is %s: "
+                               "CUDA_ERROR_ILLEGAL_ADDRESS (700)" % (p["name"], d["shape"][0], d["shape"][1],
+                                                                     d["strides"], d["base"], p["operand"],
+                                                                     sorted(axes)), code=700, sticky=True)
 
     def _split_k(self, facts, v, grid, A, B, split):
         """The kernel's split-K plan: grid (tiles, SPLIT_K); split s takes whole BLOCK_K steps

@@ -174,9 +174,17 @@ def test_amd_options_on_an_nvidia_target_are_refused(tmp_path):
         compiler.compile(dict(C1, waves_per_eu=2), SHAPES[0], 60)
 
 
-def test_tma_configs_get_descriptor_orientation_and_global_scratch(tmp_path):
-    # TMA = 1: device-side tensor descriptors, which live in the launch's global scratch; the
-    # orientation constexprs follow the layout (a descriptor's last stride must be the constant 1)
+def _descriptor_params(launch):
+    """name -> (tensormap param, the names of the values that follow it) of a variant's launch facts."""
+    params = launch["params"]
+    return {p["name"]: (p, [q["name"] for q in params[i + 1:i + 5]]) for i, p in enumerate(params)
+            if p["type"] == "tensormap"}
+
+
+def test_tma_configs_take_host_made_descriptors_in_the_layouts_orientation(tmp_path):
+    # TMA = 1: tensor descriptors made on the host are arguments (no global scratch to make them in);
+    # the orientation constexprs follow the layout (a descriptor's last stride must be the constant 1),
+    # and each descriptor is the compiled kernel's 128-byte map, then its shape (i32), strides (i64)
     compiler = TritonGpuCompiler(get("matmul"), targets()["gpu-node"], tmp_path)
     cfg = dict(C2, TMA=1)
     nt = make_shape(128, 128, 128, "fp16", "NT")
@@ -187,15 +195,27 @@ def test_tma_configs_get_descriptor_orientation_and_global_scratch(tmp_path):
     assert (job["constexprs"]["A_T"], job["constexprs"]["B_T"]) == (True, False)
     plain = compiler._job(C2, compiler.specialization(C2, nt))
     assert plain["constexprs"]["TMA"] == 0
-    result = compiler.compile(cfg, nt, 300)
+    assert job["signature"]["a_desc"] == "tensordesc<bf16[%d, %d]>" % (cfg["BLOCK_K"], cfg["BLOCK_M"])
+    assert (job["signature"]["c_desc"], job["constexprs"]["c_desc"]) == ("constexpr", None)
+    assert "a_desc" not in plain["signature"] or plain["constexprs"]["a_desc"] is None
+    result = compiler.compile(cfg, tn, 300)
     assert result.status == "ok", result
-    assert result.launch["global_scratch_size"] > 0
-    assert compiler.compile(C2, nt, 300).launch["global_scratch_size"] == 0
+    assert result.launch["global_scratch_size"] == 0
+    descs = _descriptor_params(result.launch)
+    assert sorted(descs) == ["a_desc", "b_desc"]
+    a, after = descs["a_desc"]
+    assert (a["operand"], a["shape"], a["strides"]) == ("a", ["K", "M"], ["stride_ak", "stride_am"])
+    assert after == ["K", "M", "stride_ak", "stride_am"]
+    assert [q["type"] for q in result.launch["params"] if q["name"] == "stride_am"] == ["i64"]  # only there: 1
+    assert a["elem_size"] == 2 and a["swizzle"] in (1, 2, 3) and a["block"][0] == cfg["BLOCK_K"]
+    b, after = descs["b_desc"]
+    assert (b["shape"], after) == (["K", "N"], ["K", "N", "stride_bk", "stride_bn"])
+    assert not _descriptor_params(compiler.compile(C2, nt, 300).launch)
 
 
 def test_a_192_wide_tile_compiles_for_sm90_with_four_descriptors(tmp_path):
     # BLOCK_N = 192: two MMAs a tile (128 and 64 wide), one B descriptor each, and C through a
-    # descriptor: A, two B and C descriptors in the global scratch; one program per 128 x 192 tile
+    # descriptor in thirds: A, two B and C descriptors; one program per 128 x 192 tile
     target = targets()["gpu-node"]
     wide = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1)
     shape = make_shape(512, 6144, 4096, "bf16", "NT")
@@ -203,7 +223,9 @@ def test_a_192_wide_tile_compiles_for_sm90_with_four_descriptors(tmp_path):
     m = summary.manifest
     (variant,) = m.variants
     assert variant.status == "ok", variant.message
-    assert variant.launch["global_scratch_size"] >= 4 * 128
+    descs = _descriptor_params(variant.launch)
+    assert sorted(descs) == ["a_desc", "b2_desc", "b_desc", "c_desc"]
+    assert descs["c_desc"][0]["block"] == [128, 64] and descs["b2_desc"][0]["shape"] == ["N", "K"]
     assert variant.launch["shared"] > 4 * (128 + 192) * 64 * 2  # four stages of A and B tiles
     assert [tuple(j.grid) for j in m.jobs] == [(4 * 32, 1, 1)]
 
@@ -223,7 +245,7 @@ def test_tma_is_pruned_off_hopper():
 
 def test_persistent_and_swap_ab_configs(tmp_path):
     # PERSISTENT = 1: one program per multiprocessor of the target (never more than the tiles),
-    # three descriptors (A, B, C) per program in the global scratch; SWAP_AB = 1 keeps the tile grid
+    # three descriptors (A, B, C in halves); SWAP_AB = 1 keeps the tile grid
     target = dataclasses.replace(targets()["gpu-node"], multiprocessors=5)
     persistent = dict(C2, TMA=1, PERSISTENT=1)
     swap = dict(C1, SWAP_AB=1, SPLIT_K=2)
@@ -237,7 +259,7 @@ def test_persistent_and_swap_ab_configs(tmp_path):
         assert v.status == "ok", v.message
         grids[(v.config.get("PERSISTENT", 0), job.shape)] = tuple(job.grid)
         if v.config.get("PERSISTENT"):
-            assert v.launch["global_scratch_size"] >= 3 * 128
+            assert sorted(_descriptor_params(v.launch)) == ["a_desc", "b_desc", "c_desc"]
             assert (v.launch["constexprs"]["PERSISTENT"], v.launch["constexprs"]["SWAP_AB"]) == (1, 0)
         else:
             assert v.launch["constexprs"]["SWAP_AB"] == 1

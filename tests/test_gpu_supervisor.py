@@ -48,6 +48,20 @@ def _matmul_launch(dtype, c_dtype=None, **extra):
     return launch
 
 
+def _descriptors(misread=False):
+    """The tensormap parameters of A (M x K) and B (K x N) tiles, each followed by its view's shape
+    (i32) and strides (i64); ``misread``: A's view swaps M and K but not their strides (a wrong plan)."""
+    out = []
+    for name, dims, strides in (("a_desc", ["M", "K"], ["stride_am", "stride_ak"]),
+                                ("b_desc", ["K", "N"], ["stride_bk", "stride_bn"])):
+        if misread and name == "a_desc":
+            dims = dims[::-1]
+        out.append({"name": name, "type": "tensormap", "operand": name[0], "shape": dims, "strides": strides,
+                    "block": [16, 16], "swizzle": 1, "elem_size": 2, "elem_type": 6})
+        out += [{"name": n, "type": "i32"} for n in dims] + [{"name": n, "type": "i64"} for n in strides]
+    return out
+
+
 def _support(dtype):
     fill = {"entry": "fill_kernel", "threads": 128, "shared": 0,
             "params": [{"name": "out_ptr", "type": PTR[dtype]}, {"name": "n", "type": "i64"},
@@ -93,6 +107,8 @@ def make_bundle(root, faults=(), reference_fault=None):
                 artifact, digest = "artifacts/garbage.cubin", hashlib.sha256(bad.read_bytes()).hexdigest()
             if name == "tampered":
                 digest = "0" * 64
+            if name in ("tma", "tma_misread"):  # host-made descriptors of A and B, as triton_gpu records them
+                launch["params"] = launch["params"][:-2] + _descriptors(name == "tma_misread") + HIDDEN
             if name == "misfit":  # specialized for a unit K stride of A: wrong for the TN shape
                 launch["constexprs"] = {"stride_ak": 1}
                 launch["params"] = [p for p in launch["params"] if p["name"] != "stride_ak"]
@@ -263,6 +279,22 @@ def test_an_artifact_is_not_run_outside_its_specialization(tmp_path, monkeypatch
     assert by[("misfit_fp16", "32x48x64_fp16_NN")]["status"] == contract.OK  # NN: stride_ak is 1
     tn = by[("misfit_bf16", "40x24x56_bf16_TN")]
     assert tn["status"] == contract.LOAD_ERROR and "stride_ak=1" in tn["message"]
+
+
+def test_host_made_tensor_descriptors_view_their_operands(tmp_path, monkeypatch):
+    # a tensormap parameter is encoded by the worker from the run-time values its launch facts name
+    # (the stand-in keeps what cuTensorMapEncodeTiled got, and checks each view against its operand);
+    # a view that pairs a dimension with the other one's stride reads the wrong memory: an illegal
+    # address. The TN shape's A is K x M in memory: its row pitch (M = 40 halves) is not 16-byte
+    # aligned, which the encoder refuses: that variant cannot run on that shape (load_error)
+    bundle = make_bundle(tmp_path / "b", faults=("tma", "tma_misread"))
+    rows, _ = run_agent(bundle, tmp_path / "results.csv", options(), monkeypatch, devices=("cuda:0",))
+    by = {(r["variant_id"], r["shape_id"]): r for r in rows}
+    assert by[("tma_fp16", "32x48x64_fp16_NN")]["status"] == contract.OK
+    tn = by[("tma_bf16", "40x24x56_bf16_TN")]
+    assert tn["status"] == contract.LOAD_ERROR and "cuTensorMapEncodeTiled" in tn["message"], tn
+    misread = by[("tma_misread_fp16", "32x48x64_fp16_NN")]
+    assert misread["status"] == contract.CRASH and "tensor descriptor a_desc" in misread["message"], misread
 
 
 def test_without_the_flush_small_inputs_rotate(tmp_path, monkeypatch):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.kernels.matmul.descriptors import tensor_descriptors
+
 ROOT = Path(__file__).resolve().parents[1]
 NP_TYPES = {"fp16": np.float16, "fp32": np.float32}
 
@@ -70,6 +72,17 @@ def _i32(v):
     return tl.tensor(interpreter.TensorHandle(np.array([v], dtype=np.int32), tl.int32), tl.int32)
 
 
+def _descriptor(base, d, values):
+    """The tensor descriptor argument ``d`` (harness/kernels/matmul/descriptors.py) over ``base``, as
+    Triton's interpreter makes one from a host TensorDescriptor: the launch's values size it."""
+    import triton.language as tl
+    from triton.runtime.interpreter import interpreter_semantic
+
+    return interpreter_semantic.make_tensor_descriptor(
+        base=base, shape=[values[n] for n in d.shape], strides=[values[d.strides[0]], tl.constexpr(1)],
+        block_shape=[tl.constexpr(b) for b in d.block], padding_option="zero")
+
+
 class Run:
     """One launch of matmul_kernel (in the interpreter child): inputs, output, workspace, counters."""
 
@@ -106,6 +119,10 @@ class Run:
                           PERSISTENT=config.get("PERSISTENT", 0), A_T=bool(tma) and layout[0] == "T",
                           B_T=bool(tma) and layout[1] == "T", STREAM_K=stream_k)
         args.update({k: tl.constexpr(v) for k, v in constexprs.items()})
+        args.update(a_desc=tl.constexpr(None), b_desc=tl.constexpr(None), b2_desc=tl.constexpr(None),
+                    c_desc=tl.constexpr(None))
+        for d in tensor_descriptors(config, constexprs["A_T"], constexprs["B_T"]):
+            args[d.name] = _descriptor(args[d.operand + "_ptr"], d, args)
         if stream_k:
             grid = (programs, 1, 1)
         elif config.get("PERSISTENT"):

@@ -540,7 +540,11 @@ def _compile_in_process(job: dict) -> dict:
 
     fn = getattr(importlib.import_module(job["module"]), job["fn"])
     attrs = {(i,): [["tt.divisibility", 16]] for i in job["divisible"]}
-    src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
+    signature, constexprs = dict(job["signature"]), dict(job["constexprs"])
+    for name in fn.arg_names:  # the GPU kernel's tensor descriptors (TMA): None on CPUs
+        if name not in signature:
+            signature[name], constexprs[name] = "constexpr", None
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     compiled = triton.compile(src, target=GPUTarget("cpu", platform.machine(), 0), options={})
     name = compiled.metadata.name
     out = Path(job["out"])

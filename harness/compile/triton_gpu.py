@@ -98,6 +98,7 @@ class TritonGpuCompiler:
         self.args = list(_module_attr(self.module, "ARGS"))
         self.constexpr_names = tuple(_module_attr(self.module, "CONSTEXPRS"))
         self.optional_constexprs = dict(_module_attr(self.module, "OPTIONAL_CONSTEXPRS", {}))
+        self.descriptor_args = tuple(_module_attr(self.module, "DESCRIPTOR_ARGS", ()))  # tensordesc or None
         self.takes = set(getattr(self.module, self.fn_name).arg_names)  # EVEN_K, IEEE, A_T ... where it has them
         self.version = triton_version()
         self._dtypes_seen = set()
@@ -200,8 +201,18 @@ class TritonGpuCompiler:
         dtype = spec[0]
         types = self.pointer_types(dtype, c_dtype)
         classes = {} if generic else self._spec_dict(spec)
+        # A_T / B_T: the specialization made the M stride of A / the K stride of B 1
+        a_t, b_t = classes.get("stride_am") == "1", classes.get("stride_bk") == "1"
+        descriptors = self._descriptors(config, a_t, b_t)
         signature, constexprs, divisible = {}, {}, []
         for index, name in enumerate(self.args):
+            if name in self.descriptor_args:
+                if name in descriptors:
+                    d = descriptors[name]
+                    signature[name] = "tensordesc<%s%s>" % (types[d["operand"] + "_ptr"].lstrip("*"), d["block"])
+                else:
+                    signature[name], constexprs[name] = "constexpr", None
+                continue
             if name in types:
                 signature[name] = types[name]
                 if not generic:
@@ -224,17 +235,25 @@ class TritonGpuCompiler:
         if "IEEE" in self.takes:
             signature["IEEE"] = "constexpr"
             constexprs["IEEE"] = dtype == "fp32" or generic
-        # optional constexprs (TMA); A_T / B_T: the specialization made the M stride of A / the K stride of B 1
-        for name, default in self.optional_constexprs.items():
+        for name, default in self.optional_constexprs.items():  # TMA, SWAP_AB, ...
             signature[name] = "constexpr"
             constexprs[name] = config.get(name, default)
         if "A_T" in self.takes:
-            for name, stride in (("A_T", "stride_am"), ("B_T", "stride_bk")):
-                signature[name] = "constexpr"
-                constexprs[name] = classes.get(stride) == "1"
-        return {"module": self.module_name, "fn": self.fn_name, "signature": signature,
-                "constexprs": constexprs, "divisible": divisible, "options": self._options(config),
-                "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}
+            signature["A_T"], signature["B_T"] = "constexpr", "constexpr"
+            constexprs["A_T"], constexprs["B_T"] = a_t, b_t
+        job = {"module": self.module_name, "fn": self.fn_name, "signature": signature,
+               "constexprs": constexprs, "divisible": divisible, "options": self._options(config),
+               "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}
+        if descriptors:
+            job["descriptors"] = descriptors
+        return job
+
+    def _descriptors(self, config: dict, a_t: bool, b_t: bool) -> dict:
+        """name -> the tensor descriptor argument (descriptors.Descriptor.as_dict) that ``config`` takes."""
+        plan = getattr(self.kernel, "tensor_descriptors", None)
+        if plan is None or not self.descriptor_args:
+            return {}
+        return {d.name: d.as_dict() for d in plan(config, a_t, b_t)}
 
     def _digest(self, config: dict, spec, job=None) -> str:
         job = job or self._job(config, spec)
@@ -458,8 +477,11 @@ def _compile_in_process(job: dict) -> dict:
     with open(job["out"] + ".tmp", "wb") as f:
         f.write(binary)
     params = []
+    metas = iter(getattr(md, "tensordesc_meta", None) or [])
     for name, ty in job["signature"].items():
-        if ty != "constexpr":
+        if ty.startswith("tensordesc"):
+            params += _descriptor_params(job["descriptors"][name], next(metas))
+        elif ty != "constexpr":
             params.append({"name": name, "type": ty})
     # the two hidden trailing pointers every compiled Triton kernel takes
     params.append({"name": "global_scratch", "type": "*i8", "hidden": True})
@@ -489,6 +511,19 @@ def _compile_in_process(job: dict) -> dict:
         "triton_version": triton.__version__,
     }
     return {"status": "ok", "launch": launch}
+
+
+def _descriptor_params(desc: dict, meta: dict) -> list:
+    """A host-made tensor descriptor argument as the compiled kernel takes it: the 128-byte
+    CUtensorMap (``tensormap``: what the agent encodes, from the plan and Triton's metadata: the
+    block one copy moves, which can be narrower than the plan's, the swizzle, the element type
+    in the driver's numbering), then the view's shape (i32) and strides (i64) by value."""
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+
+    tensormap = dict(desc, type="tensormap", block=list(meta["block_size"]), swizzle=int(meta["swizzle"]),
+                     elem_size=int(meta["elem_size"]), elem_type=TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]])
+    return ([tensormap] + [{"name": n, "type": "i32"} for n in desc["shape"]]
+            + [{"name": n, "type": "i64"} for n in desc["strides"]])
 
 
 def compile_job(job: dict) -> dict:

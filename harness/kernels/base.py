@@ -119,6 +119,9 @@ class Kernel:
     gpu_space_hip: dict = field(default_factory=dict)  # extra parameters on AMD
     gpu_rules: list = field(default_factory=list)
     triton_module: Optional[str] = None  # "package.module:function" of the Triton kernel
+    # (config, a_t, b_t) -> [Descriptor]: the Triton kernel's tensor descriptor arguments that the
+    # agent makes on the host (harness/kernels/matmul/descriptors.py); None: it takes none
+    tensor_descriptors: Optional[Callable] = None
     # (shape, target) -> [config]: configs known to be good for the shape's class, measured in the
     # first round of every search (harness.strategies.seeded); None: no rules of thumb
     seed_configs: Optional[Callable] = None

@@ -19,6 +19,7 @@ CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2  # as Triton's launcher encodes its descriptors
 CU_STREAM_NON_BLOCKING = 1
 CU_EVENT_DEFAULT = 0
 
@@ -67,6 +68,8 @@ _SIGNATURES = {
     "cuEventSynchronize": [_p],
     "cuEventElapsedTime": [ctypes.POINTER(ctypes.c_float), _p, _p],
     "cuEventDestroy_v2": [_p],
+    "cuTensorMapEncodeTiled": [_p, _i, _u, _p, ctypes.POINTER(_u64), ctypes.POINTER(_u64), ctypes.POINTER(_u),
+                               ctypes.POINTER(_u), _i, _i, _i, _i],
     "cuProfilerStart": [],
     "cuProfilerStop": [],
 }
@@ -160,6 +163,24 @@ class CudaApi(DriverApi):
         self._call("cuFuncGetAttribute", ctypes.byref(regs), CU_FUNC_ATTRIBUTE_NUM_REGS, fn)
         self._call("cuFuncGetAttribute", ctypes.byref(local), CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn)
         return {"regs": regs.value, "local_bytes": local.value}
+
+    def encode_tensor_map(self, address, base, elem_type, elem_size, shape, strides, block, swizzle):
+        """Write the CUtensorMap of a tiled 2-D (or n-D) view at ``address`` (128 bytes, 64-byte
+        aligned): ``shape``, element ``strides`` (the last 1) and ``block`` outermost first, as
+        Triton's own launcher encodes them (no interleave, L2 promotion 128 B, zeros out of bounds)."""
+        rank = len(shape)
+        dims = (_u64 * rank)(*reversed(shape))
+        pitches = (_u64 * max(1, rank - 1))(*[strides[i] * elem_size for i in range(rank - 2, -1, -1)])
+        box = (_u * rank)(*reversed(block))
+        ones = (_u * rank)(*([1] * rank))
+        if not hasattr(self.lib, "cuTensorMapEncodeTiled"):
+            raise GpuError("this driver has no cuTensorMapEncodeTiled (CUDA 12 and later): no TMA", load=True)
+        try:
+            self._call("cuTensorMapEncodeTiled", address, elem_type, rank, base, dims, pitches, box, ones, 0, swizzle,
+                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, 0)
+        except GpuError as exc:  # this variant's descriptor for this shape: the variant cannot run here
+            raise GpuError("%s (shape %s, strides %s, block %s)" % (exc, list(shape), list(strides), list(block)),
+                           code=exc.code, load=True)
 
     # ---- events ------------------------------------------------------------------------
     def event(self):

@@ -12,17 +12,27 @@ CTYPES = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "u32": ctypes.c_uint32, 
           "i16": ctypes.c_int16}
 
 
+TENSOR_MAP_BYTES = 128  # a CUtensorMap, 64-byte aligned
+
+
 def cdiv(a, b):
     return -(-a // b)
 
 
 class Params(object):
-    """A kernel's argument values packed for cuLaunchKernel / hipModuleLaunchKernel."""
+    """A kernel's argument values packed for cuLaunchKernel / hipModuleLaunchKernel. A ``tensormap``
+    parameter (a tensor descriptor made on the host) is encoded by ``api`` from the values."""
 
-    def __init__(self, params, values):
-        self.values = []
+    def __init__(self, params, values, api=None):
+        self.values = []  # kept alive as long as the launch needs them
+        addresses = []
         for p in params:
             name, ty = p["name"], p["type"]
+            if ty == "tensormap":
+                buf, address = tensor_map(api, p, values)
+                self.values.append(buf)
+                addresses.append(address)
+                continue
             v = values.get(name, 0 if p.get("hidden") else None)
             if v is None:
                 raise GpuError("no value for kernel argument %s" % name, load=True)
@@ -32,8 +42,25 @@ class Params(object):
                 self.values.append(CTYPES[ty](v))
             else:
                 raise GpuError("argument %s has type %s, which the runner cannot pass" % (name, ty), load=True)
-        self.array = (ctypes.c_void_p * max(1, len(self.values)))(
-            *[ctypes.addressof(v) for v in self.values])
+            addresses.append(ctypes.addressof(self.values[-1]))
+        self.array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
+
+
+def tensor_map(api, p, values):
+    """(buffer, address of its 64-byte aligned CUtensorMap) of a host-made tensor descriptor: the
+    view of operand ``p["operand"]`` that ``p`` names by the run-time values of its shape and
+    strides (outermost first), with the block, swizzle and element type the compiler recorded."""
+    if api is None or not hasattr(api, "encode_tensor_map"):
+        raise GpuError("argument %s is a tensor descriptor, which this GPU API cannot make" % p["name"], load=True)
+    missing = [n for n in ["%s_ptr" % p["operand"]] + p["shape"] + p["strides"] if n not in values]
+    if missing:
+        raise GpuError("no value for %s of tensor descriptor %s" % (", ".join(missing), p["name"]), load=True)
+    buf = ctypes.create_string_buffer(TENSOR_MAP_BYTES + 64)
+    address = (ctypes.addressof(buf) + 63) // 64 * 64
+    api.encode_tensor_map(address, values["%s_ptr" % p["operand"]], p["elem_type"], p["elem_size"],
+                          [int(values[n]) for n in p["shape"]], [int(values[n]) for n in p["strides"]],
+                          p["block"], p["swizzle"])
+    return buf, address
 
 
 class Kernel(object):
@@ -69,7 +96,7 @@ class Kernel(object):
                         self.api.free(have[0])
                     self.scratch[name] = (self.api.alloc(need), need)
                 values[name] = self.scratch[name][0]
-        return Params(self.launch["params"], values)
+        return Params(self.launch["params"], values, self.api)
 
     def run(self, grid, params, stream=None):
         self.api.launch(self.fn, grid, self.block, self.shared, params.array, stream)

@@ -11,7 +11,7 @@ import numpy as np
 from ...shapes import Problem
 from .. import gemm_tiles
 from ..base import TEMPLATES, Kernel, Operand
-from . import rules, seeds
+from . import descriptors, rules, seeds
 
 ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -134,5 +134,6 @@ KERNEL = Kernel(
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
     triton_module="harness.kernels.matmul.triton_kernel:matmul_kernel",
+    tensor_descriptors=descriptors.tensor_descriptors,
     seed_configs=seeds.seed_configs,
 )

@@ -19,12 +19,13 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   stored).
 * Offsets that scale with a whole row or matrix are 64-bit, so any M, N, K up to 65536 addresses
   correctly.
-* TMA (config parameter, default 0; NVIDIA sm90+): A and B tiles are loaded through device-side
-  tensor descriptors (``tl.make_tensor_descriptor``: the bulk tensor copy engine, which pads
-  out-of-bounds rows and K with zeros, so no masks). The descriptors live in the launch's global
-  scratch (``global_scratch_size`` per program in the launch facts). A_T / B_T (set by the
-  compiler from the specialization when A's M stride / B's K stride is the constant 1) pick the
-  descriptor's orientation, since a descriptor's last stride must be 1. Same grid, same split-K.
+* TMA (config parameter, default 0; NVIDIA sm90+): A and B tiles are loaded through tensor
+  descriptors (the bulk tensor copy engine, which pads out-of-bounds rows and K with zeros, so no
+  masks). They are arguments, made on the host (``a_desc``, ``b_desc``, ``b2_desc``, ``c_desc``;
+  which ones a config takes and their blocks: descriptors.py; the others are None). A_T / B_T
+  (set by the compiler from the specialization when A's M stride / B's K stride is the constant
+  1) say the descriptor's orientation, since a descriptor's last stride must be 1. Same grid, same
+  split-K.
 * SWAP_AB (config parameter, default 0): computes the tile of C transposed, C^T = B^T A^T, so a
   skinny product's wide N side feeds the M side of the MMA instruction (on sm90 a warpgroup MMA
   is at least 64 rows tall; BLOCK_M = 16 rows of A become its narrow N side) and the tile is
@@ -59,9 +60,11 @@ no data and the agent needs neither numpy nor torch.
 import triton
 import triton.language as tl
 
+# The tensor descriptor arguments (TMA), made on the host: which ones a config takes, descriptors.py.
+MATMUL_DESCRIPTOR_ARGS = ("a_desc", "b_desc", "b2_desc", "c_desc")
 # The run-time arguments of matmul_kernel, in order (the compiler and the agent agree on them).
 MATMUL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
-               "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
+               "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn") + MATMUL_DESCRIPTOR_ARGS
 # The constexpr arguments a config provides (everything else in a config is a compile option).
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
 # Constexprs a config may leave out, with their defaults (the compiler passes them always).
@@ -71,19 +74,19 @@ MATMUL_OPTIONAL_CONSTEXPRS = {"TMA": 0, "SWAP_AB": 0, "PERSISTENT": 0, "STREAM_K
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  a_desc, b_desc, b2_desc, c_desc,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
                   IEEE: tl.constexpr, TMA: tl.constexpr, SWAP_AB: tl.constexpr, PERSISTENT: tl.constexpr,
                   A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr = 0):
     if BLOCK_N % 3 == 0:
-        _wide_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
+        _wide_tile(a_desc, b_desc, b2_desc, c_desc, c_ptr, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
     elif PERSISTENT:
-        _persistent_tma(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        stride_cm, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STREAM_K, A_T, B_T)
+        _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_cm,
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STREAM_K, A_T, B_T)
     else:
         _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, a_desc, b_desc,
                   BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, EVEN_K, IEEE, TMA, SWAP_AB, A_T, B_T)
 
 
@@ -100,7 +103,7 @@ def _tile_of(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: 
 
 @triton.jit
 def _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
-              stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+              stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, a_desc, b_desc,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
               TMA: tl.constexpr, SWAP_AB: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
@@ -115,8 +118,8 @@ def _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
     first = pid_k * per_split
     steps = max(0, min(k_steps - first, per_split))
     if TMA:
-        acc = _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                            pid_m, pid_n, first, steps, BLOCK_M, BLOCK_N, BLOCK_K, SWAP_AB, A_T, B_T)
+        acc = _tma_mainloop(a_desc, b_desc, pid_m, pid_n, first, steps, BLOCK_M, BLOCK_N, BLOCK_K, SWAP_AB,
+                            A_T, B_T)
     else:
         acc = _pointer_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                                 offs_m, offs_n, first, steps, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, SWAP_AB)
@@ -209,31 +212,6 @@ def _dot(x, y, acc, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_T: tl.constexpr,
-                 B_T: tl.constexpr):
-    """Tensor descriptors of A and B; a descriptor's last stride must be 1, so A_T / B_T turn them."""
-    if A_T:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, stride_am],
-                                           block_shape=[BLOCK_K, BLOCK_M])
-    else:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, stride_ak],
-                                           block_shape=[BLOCK_M, BLOCK_K])
-    return a_desc, _b_descriptor(b_ptr, N, K, stride_bk, stride_bn, BLOCK_N, BLOCK_K, B_T)
-
-
-@triton.jit
-def _b_descriptor(b_ptr, N, K, stride_bk, stride_bn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  B_T: tl.constexpr):
-    if B_T:
-        return tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, stride_bk],
-                                         block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        return tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, stride_bn],
-                                         block_shape=[BLOCK_K, BLOCK_N])
-
-
-@triton.jit
 def _load_tiles(a_desc, b_desc, off_m, off_n, off_k, A_T: tl.constexpr, B_T: tl.constexpr):
     """The A tile (BLOCK_M x BLOCK_K) and the B tile (BLOCK_K x BLOCK_N) at (off_m, off_n, off_k)."""
     if A_T:
@@ -252,11 +230,8 @@ def _load_b(b_desc, off_n, off_k, B_T: tl.constexpr):
 
 
 @triton.jit
-def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                  pid_m, pid_n, first, steps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _tma_mainloop(a_desc, b_desc, pid_m, pid_n, first, steps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, SWAP_AB: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
-    a_desc, b_desc = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     if SWAP_AB:
@@ -273,20 +248,15 @@ def _tma_mainloop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride
 
 
 @triton.jit
-def _wide_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-               A_T: tl.constexpr, B_T: tl.constexpr):
+def _wide_tile(a_desc, b_wide, b_narrow, c_desc, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
     """One tile of BLOCK_N = 3 x 2^k (192) through tensor descriptors. Triton's tensors are powers of
-    two, so the tile is two: a part 2/3 wide and one 1/3 wide, each with its own B descriptor and
-    accumulator, both MMAs on the same A tile; C leaves through a descriptor in thirds."""
+    two, so the tile is two: a part 2/3 wide and one 1/3 wide, each with its own B descriptor
+    (b_wide, b_narrow) and accumulator, both MMAs on the same A tile; C leaves in thirds."""
     THIRD: tl.constexpr = BLOCK_N // 3
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
-    a_desc, b_wide = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                  BLOCK_M, 2 * THIRD, BLOCK_K, A_T, B_T)
-    b_narrow = _b_descriptor(b_ptr, N, K, stride_bk, stride_bn, THIRD, BLOCK_K, B_T)
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, THIRD])
     wide = tl.zeros((BLOCK_M, 2 * THIRD), dtype=tl.float32)
     narrow = tl.zeros((BLOCK_M, THIRD), dtype=tl.float32)
     for k in range(tl.cdiv(K, BLOCK_K)):  # the descriptors fill K (and M, N) past the edge with zeros
@@ -298,17 +268,13 @@ def _wide_tile(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, st
 
 
 @triton.jit
-def _persistent_tma(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                    stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    GROUP_M: tl.constexpr, STREAM_K: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
+def _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_cm, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, STREAM_K: tl.constexpr,
+                    A_T: tl.constexpr, B_T: tl.constexpr):
     """A fixed grid (one program per multiprocessor) walks the tiles; the tile loop and the K loop
     are flattened into one software pipeline, so the next tile's loads overlap this tile's
-    epilogue. C leaves through a descriptor too, in two halves (smaller staging buffer). With
+    epilogue. C leaves through its descriptor too, in two halves (smaller staging buffer). With
     STREAM_K the last tiles are shared out by K steps instead (_stream_k)."""
-    a_desc, b_desc = _descriptors(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                  BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T)
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
-                                       block_shape=[BLOCK_M, BLOCK_N // 2])
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     programs = tl.num_programs(0)
