@@ -297,7 +297,7 @@ def test_stream_k_through_the_gpu_agent(tmp_path, monkeypatch):
 def test_192_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     # the 3 x 2^k-wide tile is on the TMA path only (one tile a program), stores C through a
     # descriptor (16-byte rows of C too), is in the NVIDIA space only, and is seeded where it needs no
-    # more waves of tiles than the 128 x 256 tile
+    # more waves of tiles than the 128 x 256 tile; 64 x 192 where its waves hold less work
     kernel = get("matmul")
     targets = load_targets(REPO / "targets.yaml")
     node = targets["gpu-node"]
@@ -322,14 +322,18 @@ def test_192_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
 
     def wide_seeds(text):
         s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
-        return [(c["GROUP_M"], c["num_stages"]) for c in kernel.seed_configs(s, node) if c["BLOCK_N"] == 192]
+        return [(c["BLOCK_M"], c["GROUP_M"], c["num_warps"], c["num_stages"]) for c in kernel.seed_configs(s, node)
+                if c["BLOCK_N"] == 192]
 
-    assert wide_seeds("512x6144x4096") == [(8, 4)]  # 128 tiles against 96: one wave each
-    assert wide_seeds("3072x3072x4096") == [(8, 4)]  # 384 tiles against 288: three waves each
-    assert wide_seeds("128x6144x4096") == [(1, 4)]  # one row of tiles: no swizzle
+    assert wide_seeds("512x6144x4096") == [(128, 8, 8, 4)]  # 128 tiles against 96: one wave each
+    assert wide_seeds("3072x3072x4096") == [(128, 8, 8, 4)]  # 384 tiles against 288: three waves each
     assert wide_seeds("4096x3584x3584") == []  # 608 tiles: 5 waves against 448 tiles: 4
     assert wide_seeds("2048x2048x8192") == []  # 176 tiles: 2 waves against 128 tiles: 1
     assert wide_seeds("64x6144x4096") == []  # skinny: the SWAP_AB tiles
+    # 64 x 192 where its waves hold less work: 128 tiles, one full wave, against 64 (and 48) in half a wave
+    assert wide_seeds("512x3072x8192") == [(128, 8, 8, 4), (64, 8, 4, 6)]
+    assert wide_seeds("128x6144x4096") == [(128, 1, 8, 4), (64, 8, 4, 6)]  # one row of 128: no swizzle
+    # two waves of 64 x 192 hold as much as one of 128 x 192 (512x6144x4096 above): not seeded
 
 
 def test_wave_quantized_shapes_are_seeded_with_stream_k():

@@ -23,7 +23,10 @@ Also across the classes (M over 64, NVIDIA): the **192-wide** TMA tile, 128 x 19
 and 4 stages, where it needs no more waves of tiles than the 128 x 256 tile (512x6144x4096: 128
 tiles against 96, one wave each; cuBLAS runs 192-wide tiles there). Measured on an H200, a wave of
 the 192-wide tile took 0.8 to 0.97 of a 256-wide wave's time (NT), not the 3/4 its work would
-say, and more in NN: one more wave than the 256-wide tile loses.
+say, and more in NN: one more wave than the 256-wide tile loses. And 64 x 192 x 64 on 4 warps and
+6 stages where its waves hold less work per multiprocessor (waves x tile area) than those of
+both 128-row tiles: few rows of tiles, where the 128-row tiles leave half the GPU idle
+(512x3072x8192: 128 tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
 
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
@@ -88,14 +91,22 @@ def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
 
 
 WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1)
+WIDE_SHORT_CUDA = dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6, TMA=1)
+
+
+def _waves(shape, bm: int, bn: int, multiprocessors: int) -> int:
+    return cdiv(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
 
 
 def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
-    """The 192-wide tile where it needs no more waves than the 256-wide tile."""
-    waves_192 = cdiv(cdiv(shape.M, 128) * cdiv(shape.N, 192), multiprocessors)
-    waves_256 = cdiv(cdiv(shape.M, 128) * cdiv(shape.N, 256), multiprocessors)
-    group = WIDE_CUDA["GROUP_M"] if shape.M > WIDE_CUDA["BLOCK_M"] else 1  # one row of tiles: no swizzle
-    return [dict(WIDE_CUDA, GROUP_M=group)] if waves_192 <= waves_256 else []
+    """The 128 x 192 tile where it needs no more waves than the 128 x 256 tile; the 64 x 192 tile
+    where its waves hold less work a multiprocessor (waves x tile area) than both of those."""
+    waves_192 = _waves(shape, 128, 192, multiprocessors)
+    waves_256 = _waves(shape, 128, 256, multiprocessors)
+    out = [WIDE_CUDA] if waves_192 <= waves_256 else []
+    if _waves(shape, 64, 192, multiprocessors) * 64 * 192 < min(waves_192 * 128 * 192, waves_256 * 128 * 256):
+        out.append(WIDE_SHORT_CUDA)
+    return [dict(c, GROUP_M=c["GROUP_M"] if shape.M > c["BLOCK_M"] else 1) for c in out]  # one row: no swizzle
 
 
 def _splits(tiles: int, multiprocessors: int) -> List[int]:
