@@ -26,14 +26,8 @@ from _gpu_common import palindromic_windows, rel_err  # noqa: E402
 from streamk_probe import REL_TOL, Probe, load_matmul_module, parse_shape  # noqa: E402
 
 
-@triton.jit
-def _tile_of(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * grid_n
-    first_m = (tile // width) * GROUP_M
-    group_size = min(grid_m - first_m, GROUP_M)
-    return first_m + (tile % group_size), (tile % width) // group_size
+TK = load_matmul_module("triton_kernel")
+_tile_of = TK._tile_of  # the harness kernel's GROUP_M order
 
 
 @triton.jit
@@ -86,9 +80,8 @@ CONFIGS = [(128, 128, 64, 4, 4), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (64
 def main():
     print("%s, triton %s" % (torch.cuda.get_device_name(0), triton.__version__))
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    tk = load_matmul_module("triton_kernel")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    probe = Probe(torch, triton, tk, "cuda", sms, False)
+    probe = Probe(torch, triton, TK, "cuda", sms, False)
     ratios = []
     for text in SHAPES:
         s = parse_shape(text)

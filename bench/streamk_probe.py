@@ -164,7 +164,8 @@ class Probe(object):
             kwargs.update(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         values = dict(zip(("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
                            "stride_cn"), (M, N, K) + strides))
-        descs = self.descriptors(dict(cfg, TMA=1, PERSISTENT=persistent), a_t, b_t, {"a": a, "b": b, "c": c}, values)
+        descs = self.descriptors(dict(cfg, TMA=1, PERSISTENT=persistent), a_t, b_t, {"a": a, "b": b, "c": c},
+                                 values)
         return grid, (a, b, c, ws, locks, M, N, K) + strides + descs, kwargs, locks
 
     def descriptors(self, cfg, a_t, b_t, tensors, values):
