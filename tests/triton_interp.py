@@ -89,6 +89,8 @@ class Run:
     def __init__(self, M, N, K, layout, config, dtype="fp16", c_dtype=None, programs=5, order_seed=None, seed=0):
         import triton.language as tl
 
+        from harness.kernels.matmul import triton_kernel
+
         tl_types = {"fp16": tl.float16, "fp32": tl.float32}
         c_dtype = c_dtype or dtype
         rng = np.random.default_rng([seed, M, N, K])
@@ -119,8 +121,7 @@ class Run:
                           PERSISTENT=config.get("PERSISTENT", 0), A_T=bool(tma) and layout[0] == "T",
                           B_T=bool(tma) and layout[1] == "T", STREAM_K=stream_k)
         args.update({k: tl.constexpr(v) for k, v in constexprs.items()})
-        args.update(a_desc=tl.constexpr(None), b_desc=tl.constexpr(None), b2_desc=tl.constexpr(None),
-                    c_desc=tl.constexpr(None))
+        args.update({name: tl.constexpr(None) for name in triton_kernel.MATMUL_DESCRIPTOR_ARGS})
         for d in tensor_descriptors(config, constexprs["A_T"], constexprs["B_T"]):
             args[d.name] = _descriptor(args[d.operand + "_ptr"], d, args)
         if stream_k:
