@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _gpu_common import geomean, rel_err  # noqa: E402
-from streamk_probe import cdiv, name, open_probe, parse_shape, probe_shapes  # noqa: E402
+from streamk_probe import DESCRIPTORS, cdiv, name, open_probe, parse_shape, probe_shapes  # noqa: E402
 
 SHAPES = [  # M x N x K : dtype : layout -- model, layer
     ("512x6144x4096:bf16:NT", "Llama-3-8B qkv_proj, prefill 512"),
@@ -50,10 +50,6 @@ CONFIGS = [  # GROUP_M 8; persistent (flattened loops) unless PERSISTENT=0
 ]
 REL_TOL = 1e-2
 ROUNDS = 2
-
-
-def wide(cfg):
-    return cfg["BLOCK_N"] % 3 == 0
 
 
 def label(cfg):
@@ -99,7 +95,7 @@ def probe_shape(probe, s, configs):
     for cfg in configs:
         k = label(cfg)
         print("  %-22s %s" % (k, "%.4f ms  cuBLAS/Triton %.3f" % (ms[k], lib / ms[k]) if k in ms else errors[k]))
-    pow2 = [ms[label(c)] for c in configs if not wide(c) and label(c) in ms]
+    pow2 = [ms[label(c)] for c in configs if not DESCRIPTORS.wide_tile(c) and label(c) in ms]
     every = list(ms.values())
     entry = {"shape": s["id"], "cublas_ms": lib, "ms": ms, "errors": errors,
              "ratio_pow2": lib / min(pow2) if pow2 else None, "ratio_best": lib / min(every) if every else None}

@@ -49,6 +49,11 @@ def _c(width: int, bm: int) -> Descriptor:
     return Descriptor("c_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (bm, width))
 
 
+def wide_tile(config: dict) -> bool:
+    """BLOCK_N = 3 x 2^k: the kernel computes the tile as two MMAs, 2/3 and 1/3 as wide."""
+    return config["BLOCK_N"] % 3 == 0
+
+
 def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
     """The descriptors ``config`` takes (none without TMA; the kernel's other descriptor arguments
     are None). a_t / b_t: A's M stride / B's K stride is 1 (the kernel's A_T / B_T).
@@ -60,7 +65,7 @@ def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
     if not config.get("TMA"):
         return []
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    if bn % 3 == 0:
+    if wide_tile(config):
         third = bn // 3
         return [_a(bm, bk, a_t), _b("b_desc", 2 * third, bk, b_t), _b("b2_desc", third, bk, b_t), _c(third, bm)]
     out = [_a(bm, bk, a_t), _b("b_desc", bn, bk, b_t)]

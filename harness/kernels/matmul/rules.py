@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, split_k_rules,
                           tile_rules, tiles)
+from .descriptors import tensor_descriptors, wide_tile
 from .stream_k import pieces_per_tile
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
@@ -26,21 +27,13 @@ CPU_RULES = [
 ]
 
 
-def wide_tile(c) -> bool:
-    """BLOCK_N = 3 x 2^k: the kernel computes the tile as two MMAs, 2/3 and 1/3 as wide."""
-    return c["BLOCK_N"] % 3 == 0
-
-
 def _tma_rows_unaligned(c, s, t):
-    # a tensor descriptor's row pitch must be a multiple of 16 bytes: rows of A, B (and C when
-    # persistent or wide, which store C through a descriptor too)
-    if not c.get("TMA"):
-        return False
+    # a tensor descriptor's row pitch must be a multiple of 16 bytes: the rows of every operand the
+    # config views through one (descriptors.py; which operands does not depend on the orientation)
+    a_t, b_t = s.layout[0] == "T", s.layout[1] == "T"
+    rows = {"a": s.M if a_t else s.K, "b": s.K if b_t else s.N, "c": s.N}
     e = ELEM_BITS[s.dtype] // 8
-    a_row = s.M if s.layout[0] == "T" else s.K
-    b_row = s.K if s.layout[1] == "T" else s.N
-    rows = (a_row, b_row, s.N) if c.get("PERSISTENT") or wide_tile(c) else (a_row, b_row)
-    return any(r * e % 16 for r in rows)
+    return any(rows[d.operand] * e % 16 for d in tensor_descriptors(c, a_t, b_t))
 
 
 def _wide_tile_off_tma(c, s, t):
