@@ -1,7 +1,8 @@
-"""Wide-tile probe: the harness's TMA matmul with BLOCK_N = 192 (one tile a program, two MMAs a tile,
-128 and 64 wide) against its power-of-two tiles (persistent, stream-K, one tile a program) and
-torch.matmul (cuBLAS), on prefill shapes whose tile counts fill the waves of the GPU differently
-with a 192-wide tile (run on the GPU node; about a minute on an H200).
+"""Wide-tile probe: the harness's TMA matmul with BLOCK_N = 160, 192 and 320 (one tile a program, two
+MMAs a tile: 128 + 32, 128 + 64, 256 + 64 wide) against its power-of-two tiles (persistent,
+stream-K, one tile a program) and torch.matmul (cuBLAS), on prefill shapes whose tile counts fill
+the waves of the GPU differently with the wide tiles (run on the GPU node; about two minutes on an
+H200).
 
     python3 bench/wide_tile_probe.py [--out wide.json] [--budget-s 240]
 
@@ -11,7 +12,7 @@ checked against torch (rel. error under 1e-2); do_bench medians, the library and
 shape timed in four windows in palindromic order (A B C, C B A, ...), each time the median of its
 four windows.
 
-Prints per shape: the waves of 128 x 128, 128 x 192 and 128 x 256 tiles on the GPU's
+Prints per shape: the waves of 128-row tiles 128 to 320 wide on the GPU's
 multiprocessors, cuBLAS, every config, then cuBLAS/Triton for the best power-of-two config and for
 the best of all, and the geomeans.
 """
@@ -47,6 +48,11 @@ CONFIGS = [  # GROUP_M 8; persistent (flattened loops) unless PERSISTENT=0
     dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=4, STREAM_K=0, PERSISTENT=0),
     dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, num_warps=8, num_stages=5, STREAM_K=0, PERSISTENT=0),
     dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, num_warps=4, num_stages=5, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=128, BLOCK_N=160, BLOCK_K=64, num_warps=8, num_stages=4, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=128, BLOCK_N=160, BLOCK_K=64, num_warps=8, num_stages=5, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=64, BLOCK_N=160, BLOCK_K=64, num_warps=4, num_stages=6, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=64, num_warps=8, num_stages=3, STREAM_K=0, PERSISTENT=0),
+    dict(BLOCK_M=64, BLOCK_N=320, BLOCK_K=64, num_warps=4, num_stages=4, STREAM_K=0, PERSISTENT=0),
 ]
 REL_TOL = 1e-2
 ROUNDS = 2
@@ -88,7 +94,7 @@ def probe_shape(probe, s, configs):
     lib = ms.pop("cuBLAS")
     print("\n%s  %s" % (s["id"], s.get("why", "")))
     waves = ["%dx%d: %d tiles = %.2f waves" % (bm, bn, t, t / probe.programs)
-             for bm, bn in ((128, 128), (128, 192), (128, 256))
+             for bm, bn in ((128, 128), (128, 160), (128, 192), (128, 256), (128, 320))
              for t in [cdiv(s["M"], bm) * cdiv(s["N"], bn)]]
     print("  " + "; ".join(waves))
     print("  cuBLAS %.4f ms (%.0f TFLOP/s)" % (lib, 2.0 * s["M"] * s["N"] * s["K"] / (lib * 1e-3) / 1e12))
@@ -99,6 +105,11 @@ def probe_shape(probe, s, configs):
     every = list(ms.values())
     entry = {"shape": s["id"], "cublas_ms": lib, "ms": ms, "errors": errors,
              "ratio_pow2": lib / min(pow2) if pow2 else None, "ratio_best": lib / min(every) if every else None}
+    best = {w: min([ms[label(c)] for c in configs if c["BLOCK_N"] == w and label(c) in ms] or [float("inf")])
+            for w in (160, 192, 320)}
+    entry["ratio_width"] = {w: lib / t for w, t in best.items() if t < float("inf")}
+    print("  best 160 / 192 / 320-wide: cuBLAS/Triton %s" % " / ".join(
+        "%.3f" % entry["ratio_width"][w] if w in entry["ratio_width"] else "-" for w in (160, 192, 320)))
     print("  best power-of-two tile: cuBLAS/Triton %s; best of all %s" % (
         "%.3f" % entry["ratio_pow2"] if pow2 else "-", "%.3f" % entry["ratio_best"] if every else "-"))
     return entry
@@ -113,13 +124,13 @@ def main(argv=None):
     start = time.monotonic()
     shapes = [dict(parse_shape(text), why=why) for text, why in SHAPES]
     entries = probe_shapes(shapes, args.budget_s, lambda s: probe_shape(probe, s, CONFIGS))
-    print("\n%-26s %10s %14s %12s" % ("shape", "cuBLAS ms", "power of two", "with 192"))
+    print("\n%-26s %10s %14s %16s" % ("shape", "cuBLAS ms", "power of two", "with wide tiles"))
     for e in entries:
-        print("%-26s %10.4f %14s %12s" % (e["shape"], e["cublas_ms"], "%.3f" % e["ratio_pow2"] if e["ratio_pow2"] else "-",
+        print("%-26s %10.4f %14s %16s" % (e["shape"], e["cublas_ms"], "%.3f" % e["ratio_pow2"] if e["ratio_pow2"] else "-",
                                           "%.3f" % e["ratio_best"] if e["ratio_best"] else "-"))
     g0 = geomean([e["ratio_pow2"] for e in entries if e["ratio_pow2"]])
     g1 = geomean([e["ratio_best"] for e in entries if e["ratio_best"]])
-    print("geomean cuBLAS/Triton over %d shapes: power-of-two tiles %.3f, with 192-wide tiles %.3f"
+    print("geomean cuBLAS/Triton over %d shapes: power-of-two tiles %.3f, with the wide tiles %.3f"
           % (len(entries), g0, g1))
     print("wall %.1f s" % (time.monotonic() - start))
     if args.out:

@@ -213,21 +213,27 @@ def test_tma_configs_take_host_made_descriptors_in_the_layouts_orientation(tmp_p
     assert not _descriptor_params(compiler.compile(C2, nt, 300).launch)
 
 
-def test_a_192_wide_tile_compiles_for_sm90_with_four_descriptors(tmp_path):
-    # BLOCK_N = 192: two MMAs a tile (128 and 64 wide), one B descriptor each, and C through a
-    # descriptor in thirds: A, two B and C descriptors; one program per 128 x 192 tile
+def test_wide_tiles_compile_for_sm90_with_four_descriptors(tmp_path):
+    # BLOCK_N = 192 and 320: two MMAs a tile (128 + 64 and 256 + 64 wide), one B descriptor each, and
+    # C through a descriptor in pieces as wide as the narrow part: A, two B and C descriptors; one
+    # program per tile
     target = targets()["gpu-node"]
-    wide = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1)
+    w192 = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1)
+    w320 = dict(w192, BLOCK_M=64, BLOCK_N=320, num_warps=4)
     shape = make_shape(512, 6144, 4096, "bf16", "NT")
-    summary = build(get("matmul"), target, [shape], tmp_path, BuildOptions(jobs=1, only_configs=[wide]))
+    summary = build(get("matmul"), target, [shape], tmp_path, BuildOptions(jobs=2, only_configs=[w192, w320]))
     m = summary.manifest
-    (variant,) = m.variants
-    assert variant.status == "ok", variant.message
-    descs = _descriptor_params(variant.launch)
-    assert sorted(descs) == ["a_desc", "b2_desc", "b_desc", "c_desc"]
-    assert descs["c_desc"][0]["block"] == [128, 64] and descs["b2_desc"][0]["shape"] == ["N", "K"]
-    assert variant.launch["shared"] > 4 * (128 + 192) * 64 * 2  # four stages of A and B tiles
-    assert [tuple(j.grid) for j in m.jobs] == [(4 * 32, 1, 1)]
+    for config, b_widths, c_block, tiles in ((w192, (128, 64), [128, 64], 4 * 32), (w320, (256, 64), [64, 64], 8 * 20)):
+        (variant,) = [v for v in m.variants if v.config == config]
+        assert variant.status == "ok", variant.message
+        descs = _descriptor_params(variant.launch)
+        assert sorted(descs) == ["a_desc", "b2_desc", "b_desc", "c_desc"]
+        assert descs["c_desc"][0]["block"] == c_block and descs["b2_desc"][0]["shape"] == ["N", "K"]
+        assert (descs["b_desc"][0]["block"][0], descs["b2_desc"][0]["block"][0]) == b_widths  # N x K blocks
+        bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+        assert variant.launch["shared"] > config["num_stages"] * (bm + bn) * 64 * 2  # the stages of A and B tiles
+        (job,) = [j for j in m.jobs if j.variant == variant.id]
+        assert tuple(job.grid) == (tiles, 1, 1)
 
 
 def test_tma_is_pruned_off_hopper():

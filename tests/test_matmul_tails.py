@@ -100,6 +100,7 @@ VARIANTS = {
     "tma_split3": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_K=3, TMA=1),
     "persistent": dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, TMA=1, PERSISTENT=1),
     "wide": dict(BLOCK_M=16, BLOCK_N=48, BLOCK_K=32, GROUP_M=2, TMA=1),  # two MMAs, 32 + 16 wide
+    "wide5": dict(BLOCK_M=16, BLOCK_N=40, BLOCK_K=32, GROUP_M=2, TMA=1),  # 32 + 8 wide, C in five pieces
 }
 # odd shapes; descriptors need 16-byte rows, so the TMA variants get rows of multiples of 8
 POINTER_SHAPES = [(24, 40, 56), (7, 13, 1000), (1, 1, 1), (33, 1, 70)]
@@ -114,7 +115,7 @@ def test_triton_variants_mask_every_tail():
             if config.get("SPLIT_K", 1) > 1 and -(-K // config["BLOCK_K"]) < config["SPLIT_K"]:
                 continue  # split_k_too_deep prunes it
             cases.append(dict(M=M, N=N, K=K, layout=layout, config=config))
-    assert len(cases) == 45
+    assert len(cases) == 54
     for case, result in zip(cases, interp.run_cases(cases)):
         err = interp.rel_err(result)
         assert err < 1e-3, (case, err)  # fp16 inputs, fp32 sums; NaN where a tile was not written
@@ -294,10 +295,11 @@ def test_stream_k_through_the_gpu_agent(tmp_path, monkeypatch):
             assert float(r["rel_err"]) < 1e-2 and float(r["err_ratio"]) == 0.0
 
 
-def test_192_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
-    # the 3 x 2^k-wide tile is on the TMA path only (one tile a program), stores C through a
-    # descriptor (16-byte rows of C too), is in the NVIDIA space only, and is seeded where it needs no
-    # more waves of tiles than the 128 x 256 tile; 64 x 192 where its waves hold less work
+def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
+    # the 3 or 5 x 2^k-wide tiles are on the TMA path only (one tile a program), store C through a
+    # descriptor (16-byte rows of C too), are in the NVIDIA space only; 128 x 192 is seeded where it
+    # needs no more waves of tiles than the 128 x 256 tile, 64 x 192, 64 x 320 and 128 x 320 where
+    # their waves hold less work than those of the 128-row tiles 128 to 256 wide
     kernel = get("matmul")
     targets = load_targets(REPO / "targets.yaml")
     node = targets["gpu-node"]
@@ -309,31 +311,39 @@ def test_192_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
         found = first_pruning_rule(kernel.gpu_rules, dict(wide, **change), shape, node)
         return found.name if found else None
 
-    assert rule(shape) is None
-    for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(SWAP_AB=1, BLOCK_M=16)):
+    assert rule(shape) is None and rule(shape, BLOCK_N=320, num_stages=3) is None
+    for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(SWAP_AB=1, BLOCK_M=16),
+                   dict(BLOCK_N=288), dict(BLOCK_N=144), dict(BLOCK_N=320, TMA=0)):  # 288 = 256 + 32, 144 = 128 + 16
         assert rule(shape, **change) == "wide_tile_needs_tma", change
     rows_of_c_unaligned = make_shape(512, 6148, 4096, "bf16", "NT")  # A and B rows of K: aligned
     assert rule(rows_of_c_unaligned) == "tma_unaligned"
     assert rule(rows_of_c_unaligned, BLOCK_N=256) is None  # a plain TMA tile stores C through pointers
     assert rule(shape, num_warps=4) == "accumulator_spills"  # 128 x 192 fp32 on 4 warps: 192 a thread
-    assert 192 in kernel.space_for(node)["BLOCK_N"]
-    assert 192 not in kernel.space_for(targets["mi300"])["BLOCK_N"] and 192 not in kernel.space_for(
-        targets["laptop"])["BLOCK_N"]
+    assert rule(shape, BLOCK_N=320, num_warps=4) == "accumulator_spills"  # 320 a thread
+    assert rule(shape, BLOCK_M=64, BLOCK_N=320, num_warps=4) is None  # 160 a thread
+    space = kernel.space_for(node)["BLOCK_N"]
+    assert 192 in space and 320 in space
+    for name in ("mi300", "laptop"):
+        assert not {192, 320} & set(kernel.space_for(targets[name])["BLOCK_N"])
 
     def wide_seeds(text):
         s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
-        return [(c["BLOCK_M"], c["GROUP_M"], c["num_warps"], c["num_stages"]) for c in kernel.seed_configs(s, node)
-                if c["BLOCK_N"] == 192]
+        return [(c["BLOCK_M"], c["BLOCK_N"], c["GROUP_M"], c["num_warps"], c["num_stages"])
+                for c in kernel.seed_configs(s, node) if c["BLOCK_N"] in (192, 320)]
 
-    assert wide_seeds("512x6144x4096") == [(128, 8, 8, 4)]  # 128 tiles against 96: one wave each
-    assert wide_seeds("3072x3072x4096") == [(128, 8, 8, 4)]  # 384 tiles against 288: three waves each
+    assert wide_seeds("512x6144x4096") == [(128, 192, 8, 8, 4)]  # 128 tiles against 96: one wave each
+    assert wide_seeds("3072x3072x4096") == [(128, 192, 8, 8, 4)]  # 384 tiles against 288: three waves each
     assert wide_seeds("4096x3584x3584") == []  # 608 tiles: 5 waves against 448 tiles: 4
     assert wide_seeds("2048x2048x8192") == []  # 176 tiles: 2 waves against 128 tiles: 1
     assert wide_seeds("64x6144x4096") == []  # skinny: the SWAP_AB tiles
     # 64 x 192 where its waves hold less work: 128 tiles, one full wave, against 64 (and 48) in half a wave
-    assert wide_seeds("512x3072x8192") == [(128, 8, 8, 4), (64, 8, 4, 6)]
-    assert wide_seeds("128x6144x4096") == [(128, 1, 8, 4), (64, 8, 4, 6)]  # one row of 128: no swizzle
+    assert wide_seeds("512x3072x8192") == [(128, 192, 8, 8, 4), (64, 192, 8, 4, 6)]
+    assert wide_seeds("128x6144x4096") == [(128, 192, 1, 8, 4), (64, 192, 8, 4, 6)]  # one row of 128: no swizzle
     # two waves of 64 x 192 hold as much as one of 128 x 192 (512x6144x4096 above): not seeded
+    # 320 wide: 128 tiles of 64 x 320 in one wave, where 160 of 128 x 128 take two, 108 of 128 x 192 one
+    assert wide_seeds("512x5120x14336") == [(128, 192, 8, 8, 4), (64, 320, 8, 4, 4)]
+    # 128 tiles of 128 x 320 (256 of 64 x 320: two waves of half the work), against 320, 216, 160 tiles
+    assert wide_seeds("512x10240x8192") == [(128, 192, 8, 8, 4), (64, 320, 8, 4, 4), (128, 320, 8, 8, 3)]
 
 
 def test_wave_quantized_shapes_are_seeded_with_stream_k():

@@ -50,8 +50,17 @@ def _c(width: int, bm: int) -> Descriptor:
 
 
 def wide_tile(config: dict) -> bool:
-    """BLOCK_N = 3 x 2^k: the kernel computes the tile as two MMAs, 2/3 and 1/3 as wide."""
-    return config["BLOCK_N"] % 3 == 0
+    """BLOCK_N is not a power of two (160, 192, 320): the kernel computes the tile as two MMAs."""
+    bn = config["BLOCK_N"]
+    return bn & (bn - 1) != 0
+
+
+def tile_parts(block_n: int) -> Tuple[int, int]:
+    """The widths of a wide tile's two MMAs: (WIDE, NARROW), NARROW the lowest set bit of BLOCK_N
+    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64). The kernel has them for WIDE a power of two
+    2 or 4 times NARROW (rule wide_tile_needs_tma)."""
+    narrow = block_n & -block_n
+    return block_n - narrow, narrow
 
 
 def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
@@ -59,15 +68,16 @@ def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
     are None). a_t / b_t: A's M stride / B's K stride is 1 (the kernel's A_T / B_T).
 
     * every TMA tile: A's tile and B's tile;
-    * a 192-wide tile (BLOCK_N = 3 x 2^k): B in two, 2/3 and 1/3 as wide (b_desc, b2_desc), and C in thirds;
+    * a wide tile (BLOCK_N = 3 or 5 x 2^k): B in its two parts (b_desc, b2_desc, tile_parts), and C
+      in pieces as wide as the narrow part;
     * the persistent grid: C in halves (its epilogue stores the tile in two).
     """
     if not config.get("TMA"):
         return []
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     if wide_tile(config):
-        third = bn // 3
-        return [_a(bm, bk, a_t), _b("b_desc", 2 * third, bk, b_t), _b("b2_desc", third, bk, b_t), _c(third, bm)]
+        wide, narrow = tile_parts(bn)
+        return [_a(bm, bk, a_t), _b("b_desc", wide, bk, b_t), _b("b2_desc", narrow, bk, b_t), _c(narrow, bm)]
     out = [_a(bm, bk, a_t), _b("b_desc", bn, bk, b_t)]
     if config.get("PERSISTENT"):
         out.append(_c(bn // 2, bm))

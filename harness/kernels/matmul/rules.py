@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, split_k_rules,
                           tile_rules, tiles)
-from .descriptors import tensor_descriptors, wide_tile
+from .descriptors import tensor_descriptors, tile_parts, wide_tile
 from .stream_k import pieces_per_tile
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
@@ -37,9 +37,12 @@ def _tma_rows_unaligned(c, s, t):
 
 
 def _wide_tile_off_tma(c, s, t):
-    # the 3 x 2^k-wide tile exists on the TMA path, one tile a program, no split and no swap
-    return wide_tile(c) and (not c.get("TMA") or bool(c.get("PERSISTENT")) or c["SPLIT_K"] > 1
-                             or bool(c.get("SWAP_AB")))
+    # the wide tile (3 or 5 x 2^k) exists on the TMA path, one tile a program, no split and no swap
+    if not wide_tile(c):
+        return False
+    wide, narrow = tile_parts(c["BLOCK_N"])
+    return (wide & (wide - 1) != 0 or wide // narrow not in (2, 4) or not c.get("TMA") or bool(c.get("PERSISTENT"))
+            or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
 
 
 def _persistent_without_tma(c, s, t):
@@ -94,8 +97,8 @@ GPU_RULES = [
     Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
     Rule("stream_k_needs_persistent", "STREAM_K > 0 shares the persistent grid's last tiles: PERSISTENT = 0 repeats "
          "STREAM_K = 0", _stream_k_without_persistent),
-    Rule("wide_tile_needs_tma", "BLOCK_N = 192 (two MMAs a tile) needs TMA = 1 and has no persistent grid, split-K "
-         "or SWAP_AB", _wide_tile_off_tma),
+    Rule("wide_tile_needs_tma", "BLOCK_N not a power of two (two MMAs a tile) must be 3 or 5 x 2^k, needs TMA = 1 "
+         "and has no persistent grid, split-K or SWAP_AB", _wide_tile_off_tma),
     *tile_rules(m_floor=16, n_floor=32, k_floor=32),
     *split_k_rules(hip_multiprocessors=132),
     GROUP_M_USELESS,

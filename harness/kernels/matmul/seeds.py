@@ -25,8 +25,13 @@ tiles against 96, one wave each; cuBLAS runs 192-wide tiles there). Measured on 
 the 192-wide tile took 0.8 to 0.97 of a 256-wide wave's time (NT), not the 3/4 its work would
 say, and more in NN: one more wave than the 256-wide tile loses. And 64 x 192 x 64 on 4 warps and
 6 stages where its waves hold less work per multiprocessor (waves x tile area) than those of
-both 128-row tiles: few rows of tiles, where the 128-row tiles leave half the GPU idle
-(512x3072x8192: 128 tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
+the 128-row tiles 128, 192 and 256 wide: few rows of tiles, where the 128-row tiles leave half
+the GPU idle (512x3072x8192: 128 tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
+Likewise the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 64 on 8
+warps and 3 stages (cuBLAS runs 128 x 320 tiles on 512x10240x8192: 128 tiles, one wave).
+512x5120x14336: 128 tiles of 64 x 320 fill one wave; 1024x4608x3584: 120 of 128 x 320 fill one,
+where 128 x 192 and 128 x 128 take two and three. Measured on an H200 (bench/wide_tile_probe.py),
+the best tile there went from 0.83 to 0.99 of cuBLAS's speed and from 0.75 to 0.83.
 
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
@@ -91,21 +96,30 @@ def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
 
 
 WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1)
-WIDE_SHORT_CUDA = dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6, TMA=1)
+# seeded where their waves hold less work a multiprocessor than those of every 128-row tile 128 to 256 wide
+FEW_WAVES_CUDA = [
+    dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6, TMA=1),
+    dict(BLOCK_M=64, BLOCK_N=320, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
+    dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1),
+]
 
 
 def _waves(shape, bm: int, bn: int, multiprocessors: int) -> int:
     return cdiv(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
 
 
+def _wave_work(shape, bm: int, bn: int, multiprocessors: int) -> int:
+    """The work a multiprocessor is given, idle places of the last wave included: waves x tile area."""
+    return _waves(shape, bm, bn, multiprocessors) * bm * bn
+
+
 def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
-    """The 128 x 192 tile where it needs no more waves than the 128 x 256 tile; the 64 x 192 tile
-    where its waves hold less work a multiprocessor (waves x tile area) than both of those."""
-    waves_192 = _waves(shape, 128, 192, multiprocessors)
-    waves_256 = _waves(shape, 128, 256, multiprocessors)
-    out = [WIDE_CUDA] if waves_192 <= waves_256 else []
-    if _waves(shape, 64, 192, multiprocessors) * 64 * 192 < min(waves_192 * 128 * 192, waves_256 * 128 * 256):
-        out.append(WIDE_SHORT_CUDA)
+    """The 128 x 192 tile where it needs no more waves than the 128 x 256 tile; the 64 x 192, 64 x 320
+    and 128 x 320 tiles where their waves hold less work a multiprocessor than those of the 128 x 128,
+    128 x 192 and 128 x 256 tiles."""
+    out = [WIDE_CUDA] if _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors) else []
+    least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
+    out += [c for c in FEW_WAVES_CUDA if _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
     return [dict(c, GROUP_M=c["GROUP_M"] if shape.M > c["BLOCK_M"] else 1) for c in out]  # one row: no swizzle
 
 

@@ -47,9 +47,12 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   than P); the piece that arrives last sums the tile's S slots in piece order, all S loads of a
   chunk in flight at once, stores C and resets the counter. Deterministic, no float atomics, no
   waiting, counters zero after every launch, as for split-K.
-* BLOCK_N = 3 x 2^k (192; with TMA = 1, one tile a program, no split-K, no swap): the tile is two
-  MMAs on the same A tile, 2/3 and 1/3 as wide (Triton's tensors are powers of two), so that a tile
-  as wide as cuBLAS's 192-wide ones can fill the last wave where 128 and 256 cannot.
+* BLOCK_N = 3 x 2^k or 5 x 2^k (160, 192, 320; with TMA = 1, one tile a program, no split-K or
+  swap): Triton's tensors are powers of two, so the tile is two MMAs on the same A tile, WIDE =
+  BLOCK_N - NARROW and NARROW = the lowest set bit of BLOCK_N wide (192 = 128 + 64, 160 = 128 +
+  32, 320 = 256 + 64), each with its own B descriptor and accumulator; C leaves in NARROW-wide
+  pieces. Such tiles fill the last wave where 128 and 256 cannot (cuBLAS runs 144- to 320-wide
+  tiles on such shapes).
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
@@ -79,7 +82,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
                   IEEE: tl.constexpr, TMA: tl.constexpr, SWAP_AB: tl.constexpr, PERSISTENT: tl.constexpr,
                   A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr = 0):
-    if BLOCK_N % 3 == 0:
+    if BLOCK_N & (BLOCK_N - 1):  # not a power of two: two MMAs a tile
         _wide_tile(a_desc, b_desc, b2_desc, c_desc, c_ptr, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
     elif PERSISTENT:
         _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_cm,
@@ -250,21 +253,28 @@ def _tma_mainloop(a_desc, b_desc, pid_m, pid_n, first, steps, BLOCK_M: tl.conste
 @triton.jit
 def _wide_tile(a_desc, b_wide, b_narrow, c_desc, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
-    """One tile of BLOCK_N = 3 x 2^k (192) through tensor descriptors. Triton's tensors are powers of
-    two, so the tile is two: a part 2/3 wide and one 1/3 wide, each with its own B descriptor
-    (b_wide, b_narrow) and accumulator, both MMAs on the same A tile; C leaves in thirds."""
-    THIRD: tl.constexpr = BLOCK_N // 3
+    """One tile of BLOCK_N = 3 x 2^k or 5 x 2^k through tensor descriptors. Triton's tensors are
+    powers of two, so the tile is two: a part WIDE and one NARROW wide (the lowest set bit of
+    BLOCK_N), each with its own B descriptor (b_wide, b_narrow) and accumulator, both MMAs on the
+    same A tile; C leaves in NARROW-wide pieces."""
+    NARROW: tl.constexpr = BLOCK_N & -BLOCK_N
+    WIDE: tl.constexpr = BLOCK_N - NARROW
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
-    wide = tl.zeros((BLOCK_M, 2 * THIRD), dtype=tl.float32)
-    narrow = tl.zeros((BLOCK_M, THIRD), dtype=tl.float32)
+    wide = tl.zeros((BLOCK_M, WIDE), dtype=tl.float32)
+    narrow = tl.zeros((BLOCK_M, NARROW), dtype=tl.float32)
     for k in range(tl.cdiv(K, BLOCK_K)):  # the descriptors fill K (and M, N) past the edge with zeros
         a, b = _load_tiles(a_desc, b_wide, off_m, off_n, k * BLOCK_K, A_T, B_T)
         wide = tl.dot(a, b, wide)
-        narrow = tl.dot(a, _load_b(b_narrow, off_n + 2 * THIRD, k * BLOCK_K, B_T), narrow)
-    _store_halves(c_desc, c_ptr, wide, off_m, off_n, BLOCK_M, 2 * THIRD)
-    c_desc.store([off_m, off_n + 2 * THIRD], narrow.to(c_ptr.dtype.element_ty))
+        narrow = tl.dot(a, _load_b(b_narrow, off_n + WIDE, k * BLOCK_K, B_T), narrow)
+    if WIDE == 2 * NARROW:
+        _store_halves(c_desc, c_ptr, wide, off_m, off_n, BLOCK_M, WIDE)
+    else:  # four pieces
+        left, right = _halves(wide, BLOCK_M, WIDE)
+        _store_halves(c_desc, c_ptr, left, off_m, off_n, BLOCK_M, WIDE // 2)
+        _store_halves(c_desc, c_ptr, right, off_m, off_n + WIDE // 2, BLOCK_M, WIDE // 2)
+    c_desc.store([off_m, off_n + WIDE], narrow.to(c_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -294,9 +304,13 @@ def _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, st
 
 
 @triton.jit
+def _halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    return tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+
+
+@triton.jit
 def _store_halves(c_desc, c_ptr, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-    left, right = tl.split(halves)
+    left, right = _halves(acc, BLOCK_M, BLOCK_N)
     c_desc.store([off_m, off_n], left.to(c_ptr.dtype.element_ty))
     c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
 
