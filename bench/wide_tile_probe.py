@@ -4,7 +4,7 @@ stream-K, one tile a program) and torch.matmul (cuBLAS), on prefill shapes whose
 the waves of the GPU differently with the wide tiles (run on the GPU node; about two minutes on an
 H200).
 
-    python3 bench/wide_tile_probe.py [--out wide.json] [--budget-s 240]
+    python3 bench/wide_tile_probe.py [--out wide.json] [--budget-s 240] [--shape 3072x3072x4096:fp16:TN ...]
 
 Like bench/streamk_probe.py (whose launcher it uses): torch and Triton only, the kernel's source
 loaded from harness/kernels/matmul/triton_kernel.py and launched with Triton's JIT; every launch
@@ -119,10 +119,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="write every measurement as JSON")
     p.add_argument("--budget-s", type=float, default=240.0, help="stop starting new shapes after this many seconds")
+    p.add_argument("--shape", action="append", default=None, metavar="MxNxK:dtype:layout",
+                   help="probe these shapes instead of the built-in list (repeatable)")
     args = p.parse_args(argv)
     probe = open_probe(False, "wide_tile_probe")
     start = time.monotonic()
-    shapes = [dict(parse_shape(text), why=why) for text, why in SHAPES]
+    listed = [(text, "") for text in args.shape] if args.shape else SHAPES
+    shapes = [dict(parse_shape(text), why=why) for text, why in listed]
     entries = probe_shapes(shapes, args.budget_s, lambda s: probe_shape(probe, s, CONFIGS))
     print("\n%-26s %10s %14s %16s" % ("shape", "cuBLAS ms", "power of two", "with wide tiles"))
     for e in entries:
