@@ -57,8 +57,8 @@ def wide_tile(config: dict) -> bool:
 
 def tile_parts(block_n: int) -> Tuple[int, int]:
     """The widths of a wide tile's two MMAs: (WIDE, NARROW), NARROW the lowest set bit of BLOCK_N
-    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64). The kernel has them for WIDE a power of two
-    2 or 4 times NARROW (rule wide_tile_needs_tma)."""
+    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64). The kernel has them for BLOCK_N 3 or 5 times
+    NARROW (rule wide_tile_needs_tma)."""
     narrow = block_n & -block_n
     return block_n - narrow, narrow
 

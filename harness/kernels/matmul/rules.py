@@ -40,8 +40,8 @@ def _wide_tile_off_tma(c, s, t):
     # the wide tile (3 or 5 x 2^k) exists on the TMA path, one tile a program, no split and no swap
     if not wide_tile(c):
         return False
-    wide, narrow = tile_parts(c["BLOCK_N"])
-    return (wide & (wide - 1) != 0 or wide // narrow not in (2, 4) or not c.get("TMA") or bool(c.get("PERSISTENT"))
+    _, narrow = tile_parts(c["BLOCK_N"])
+    return (c["BLOCK_N"] // narrow not in (3, 5) or not c.get("TMA") or bool(c.get("PERSISTENT"))
             or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
 
 
