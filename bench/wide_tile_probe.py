@@ -5,6 +5,7 @@ the waves of the GPU differently with the wide tiles (run on the GPU node; about
 H200).
 
     python3 bench/wide_tile_probe.py [--out wide.json] [--budget-s 240] [--shape 3072x3072x4096:fp16:TN ...]
+                                     [--config '{"BLOCK_M": 128, "BLOCK_N": 192, ...}' ...]
 
 Like bench/streamk_probe.py (whose launcher it uses): torch and Triton only, the kernel's source
 loaded from harness/kernels/matmul/triton_kernel.py and launched with Triton's JIT; every launch
@@ -56,6 +57,18 @@ CONFIGS = [  # GROUP_M 8; persistent (flattened loops) unless PERSISTENT=0
 ]
 REL_TOL = 1e-2
 ROUNDS = 2
+
+
+def parse_config(text):
+    """A --config JSON object: the block sizes, warps and stages it must name; STREAM_K defaults to 0,
+    PERSISTENT to 1 (persistent)."""
+    cfg = json.loads(text)  # a JSONDecodeError is a ValueError
+    if not isinstance(cfg, dict):
+        raise ValueError("%r is not a JSON object" % text)
+    missing = [k for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages") if k not in cfg]
+    if missing:
+        raise ValueError("%s lacks %s" % (text, ", ".join(missing)))
+    return dict({"STREAM_K": 0, "PERSISTENT": 1}, **cfg)
 
 
 def label(cfg):
@@ -121,12 +134,20 @@ def main(argv=None):
     p.add_argument("--budget-s", type=float, default=240.0, help="stop starting new shapes after this many seconds")
     p.add_argument("--shape", action="append", default=None, metavar="MxNxK:dtype:layout",
                    help="probe these shapes instead of the built-in list (repeatable)")
+    p.add_argument("--config", action="append", default=None, metavar="JSON",
+                   help='time these configs instead of the built-in list (repeatable), e.g. '
+                        '\'{"BLOCK_M": 128, "BLOCK_N": 192, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4, '
+                        '"STREAM_K": 0, "PERSISTENT": 0}\'')
     args = p.parse_args(argv)
+    try:
+        configs = [parse_config(text) for text in args.config] if args.config else CONFIGS
+    except ValueError as exc:
+        p.error("--config: %s" % exc)
     probe = open_probe(False, "wide_tile_probe")
     start = time.monotonic()
     listed = [(text, "") for text in args.shape] if args.shape else SHAPES
     shapes = [dict(parse_shape(text), why=why) for text, why in listed]
-    entries = probe_shapes(shapes, args.budget_s, lambda s: probe_shape(probe, s, CONFIGS))
+    entries = probe_shapes(shapes, args.budget_s, lambda s: probe_shape(probe, s, configs))
     print("\n%-26s %10s %14s %16s" % ("shape", "cuBLAS ms", "power of two", "with wide tiles"))
     for e in entries:
         print("%-26s %10.4f %14s %16s" % (e["shape"], e["cublas_ms"], "%.3f" % e["ratio_pow2"] if e["ratio_pow2"] else "-",
