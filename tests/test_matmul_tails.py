@@ -331,19 +331,21 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
         return [(c["BLOCK_M"], c["BLOCK_N"], c["GROUP_M"], c["num_warps"], c["num_stages"])
                 for c in kernel.seed_configs(s, node) if c["BLOCK_N"] in (192, 320)]
 
-    assert wide_seeds("512x6144x4096") == [(128, 192, 8, 8, 4)]  # 128 tiles against 96: one wave each
-    assert wide_seeds("3072x3072x4096") == [(128, 192, 8, 8, 4)]  # 384 tiles against 288: three waves each
+    wide, wider = (128, 192, 8, 8, 4), (128, 320, 8, 8, 5)  # 128 x 320 with BLOCK_K 32
+    # 128 x 192 and 128 x 320 where the 192-wide tile needs no more waves than the 256-wide one
+    assert wide_seeds("512x6144x4096") == [wide, wider]  # 128 tiles against 96: one wave each
+    assert wide_seeds("3072x3072x4096") == [wide, wider]  # 384 tiles against 288: three waves each
     assert wide_seeds("4096x3584x3584") == []  # 608 tiles: 5 waves against 448 tiles: 4
     assert wide_seeds("2048x2048x8192") == []  # 176 tiles: 2 waves against 128 tiles: 1
     assert wide_seeds("64x6144x4096") == []  # skinny: the SWAP_AB tiles
     # 64 x 192 where its waves hold less work: 128 tiles, one full wave, against 64 (and 48) in half a wave
-    assert wide_seeds("512x3072x8192") == [(128, 192, 8, 8, 4), (64, 192, 8, 4, 6)]
-    assert wide_seeds("128x6144x4096") == [(128, 192, 1, 8, 4), (64, 192, 8, 4, 6)]  # one row of 128: no swizzle
+    assert wide_seeds("512x3072x8192") == [wide, wider, (64, 192, 8, 4, 6)]
+    assert wide_seeds("128x6144x4096") == [(128, 192, 1, 8, 4), (128, 320, 1, 8, 5), (64, 192, 8, 4, 6)]  # one row of 128: no swizzle
     # two waves of 64 x 192 hold as much as one of 128 x 192 (512x6144x4096 above): not seeded
     # 320 wide: 128 tiles of 64 x 320 in one wave, where 160 of 128 x 128 take two, 108 of 128 x 192 one
-    assert wide_seeds("512x5120x14336") == [(128, 192, 8, 8, 4), (64, 320, 8, 4, 4)]
+    assert wide_seeds("512x5120x14336") == [wide, wider, (64, 320, 8, 4, 4)]
     # 128 tiles of 128 x 320 (256 of 64 x 320: two waves of half the work), against 320, 216, 160 tiles
-    assert wide_seeds("512x10240x8192") == [(128, 192, 8, 8, 4), (64, 320, 8, 4, 4), (128, 320, 8, 8, 3)]
+    assert wide_seeds("512x10240x8192") == [wide, wider, (64, 320, 8, 4, 4)]
 
 
 def test_wave_quantized_shapes_are_seeded_with_stream_k():

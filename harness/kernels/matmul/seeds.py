@@ -27,11 +27,15 @@ say, and more in NN: one more wave than the 256-wide tile loses. And 64 x 192 x 
 6 stages where its waves hold less work per multiprocessor (waves x tile area) than those of
 the 128-row tiles 128, 192 and 256 wide: few rows of tiles, where the 128-row tiles leave half
 the GPU idle (512x3072x8192: 128 tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
-Likewise the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 64 on 8
-warps and 3 stages (cuBLAS runs 128 x 320 tiles on 512x10240x8192: 128 tiles, one wave).
+Likewise the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 32 on 8
+warps and 5 stages (cuBLAS runs 128 x 320 tiles on 512x10240x8192: 128 tiles, one wave).
 512x5120x14336: 128 tiles of 64 x 320 fill one wave; 1024x4608x3584: 120 of 128 x 320 fill one,
 where 128 x 192 and 128 x 128 take two and three. Measured on an H200 (bench/wide_tile_probe.py),
-the best tile there went from 0.83 to 0.99 of cuBLAS's speed and from 0.75 to 0.83.
+the best tile there went from 0.83 to 0.99 of cuBLAS's speed and from 0.75 to 0.83. The 128 x 320
+tile is also seeded wherever the 128 x 192 one is: its 256-wide MMA does more per cycle than the
+192-wide tile's 128-wide one, which can outweigh a last wave's idle places (3072x3072x4096: 0.92
+of cuBLAS against 0.87). With BLOCK_K 32 and 5 stages it beat BLOCK_K 64 with 3 stages on each of
+seven prefill shapes (by 1 to 5 %).
 
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
@@ -96,11 +100,12 @@ def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
 
 
 WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1)
+WIDER_CUDA = dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=5, TMA=1)
 # seeded where their waves hold less work a multiprocessor than those of every 128-row tile 128 to 256 wide
 FEW_WAVES_CUDA = [
     dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6, TMA=1),
     dict(BLOCK_M=64, BLOCK_N=320, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
-    dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1),
+    WIDER_CUDA,
 ]
 
 
@@ -114,12 +119,12 @@ def _wave_work(shape, bm: int, bn: int, multiprocessors: int) -> int:
 
 
 def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
-    """The 128 x 192 tile where it needs no more waves than the 128 x 256 tile; the 64 x 192, 64 x 320
-    and 128 x 320 tiles where their waves hold less work a multiprocessor than those of the 128 x 128,
-    128 x 192 and 128 x 256 tiles."""
-    out = [WIDE_CUDA] if _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors) else []
+    """The 128 x 192 and 128 x 320 tiles where the 128 x 192 tile needs no more waves than the 128 x 256
+    tile; the 64 x 192, 64 x 320 and 128 x 320 tiles where their waves hold less work a multiprocessor
+    than those of the 128 x 128, 128 x 192 and 128 x 256 tiles."""
+    out = [WIDE_CUDA, WIDER_CUDA] if _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors) else []
     least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
-    out += [c for c in FEW_WAVES_CUDA if _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
+    out += [c for c in FEW_WAVES_CUDA if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
     return [dict(c, GROUP_M=c["GROUP_M"] if shape.M > c["BLOCK_M"] else 1) for c in out]  # one row: no swizzle
 
 
