@@ -346,6 +346,9 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     assert wide_seeds("512x5120x14336") == [wide, wider, (64, 320, 8, 4, 4)]
     # 128 tiles of 128 x 320 (256 of 64 x 320: two waves of half the work), against 320, 216, 160 tiles
     assert wide_seeds("512x10240x8192") == [wide, wider, (64, 320, 8, 4, 4)]
+    # 128 x 320 by its own waves alone: 640 tiles (5 waves) hold less than 1600 of 128 x 128 (13 waves),
+    # 1072 of 128 x 192 (9) and 800 of 128 x 256 (7), where the 192-wide tile needs two waves more
+    assert wide_seeds("2048x12800x4096") == [(64, 192, 8, 4, 6), (64, 320, 8, 4, 4), wider]
 
 
 def test_wave_quantized_shapes_are_seeded_with_stream_k():
