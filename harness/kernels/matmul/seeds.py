@@ -35,7 +35,7 @@ the best tile there went from 0.83 to 0.99 of cuBLAS's speed and from 0.75 to 0.
 tile is also seeded wherever the 128 x 192 one is: its 256-wide MMA does more per cycle than the
 192-wide tile's 128-wide one, which can outweigh a last wave's idle places (3072x3072x4096: 0.92
 of cuBLAS against 0.87). With BLOCK_K 32 and 5 stages it beat BLOCK_K 64 with 3 stages on each of
-seven prefill shapes (by 1 to 5 %).
+seven prefill shapes (by 1 to 10 %).
 
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
