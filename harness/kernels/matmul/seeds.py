@@ -122,9 +122,11 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     """The 128 x 192 and 128 x 320 tiles where the 128 x 192 tile needs no more waves than the 128 x 256
     tile; the 64 x 192, 64 x 320 and 128 x 320 tiles where their waves hold less work a multiprocessor
     than those of the 128 x 128, 128 x 192 and 128 x 256 tiles."""
-    out = [WIDE_CUDA, WIDER_CUDA] if _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors) else []
+    no_more_waves = _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors)
+    out = [WIDE_CUDA, WIDER_CUDA] if no_more_waves else []
     least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
-    out += [c for c in FEW_WAVES_CUDA if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
+    out += [c for c in FEW_WAVES_CUDA
+            if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
     return [dict(c, GROUP_M=c["GROUP_M"] if shape.M > c["BLOCK_M"] else 1) for c in out]  # one row: no swizzle
 
 
