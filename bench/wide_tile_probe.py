@@ -61,14 +61,18 @@ ROUNDS = 2
 
 def parse_config(text):
     """A --config JSON object: the block sizes, warps and stages it must name; STREAM_K defaults to 0,
-    PERSISTENT to 1 (persistent)."""
+    PERSISTENT to 1 (persistent) for a power-of-two tile and to 0 for a wide one, which has no
+    persistent grid (the kernel runs it one tile a program)."""
     cfg = json.loads(text)  # a JSONDecodeError is a ValueError
     if not isinstance(cfg, dict):
         raise ValueError("%r is not a JSON object" % text)
     missing = [k for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages") if k not in cfg]
     if missing:
         raise ValueError("%s lacks %s" % (text, ", ".join(missing)))
-    return dict({"STREAM_K": 0, "PERSISTENT": 1}, **cfg)
+    wide = DESCRIPTORS.wide_tile(cfg)
+    if wide and cfg.get("PERSISTENT"):
+        raise ValueError("%s: a %d-wide tile has no persistent grid (PERSISTENT 0)" % (text, cfg["BLOCK_N"]))
+    return dict({"STREAM_K": 0, "PERSISTENT": 0 if wide else 1}, **cfg)
 
 
 def label(cfg):
