@@ -128,6 +128,17 @@ def test_seeds_respect_the_target():
     assert not any(c["PERSISTENT"] for c in MATMUL.seed_configs(shapes[0], bare))
 
 
+def test_the_deep_pipeline_seed_is_asked_only_where_its_stages_fit_shared_memory(tmp_path):
+    # 9 stages of 64 x 128 x 64 tiles: 216 KiB of bf16 fit the H200's 227 KiB, fp32 ones do not
+    h200 = Target(name="h200", backend="cuda", gpu_arch="90", multiprocessors=132, shared_mem_max=232448)
+    deep = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_stages=9, TMA=1)
+    half, _ = first_round(tmp_path / "bf16", h200, ["512x2048x8192:bf16:NT"], "genetic")
+    single, _ = first_round(tmp_path / "fp32", h200, ["512x2048x8192:fp32:NT"], "genetic")
+    assert any(matches(c, deep) for c, _ in half)
+    assert single and not any(matches(c, deep) for c, _ in single)
+    assert any(matches(c, dict(deep, num_stages=4)) for c, _ in single)  # the shallow one stays
+
+
 def test_cpu_search_seeds_only_cpu_configs_from_its_own_tuned_file(tmp_path):
     space = MATMUL.space_for(CPU)
     tuned = tmp_path / "tuned" / CPU.name

@@ -10,7 +10,10 @@ Found by hand on an H200 (docs/gpu.md, "With SWAP_AB and PERSISTENT"):
   32x14336x4096 and 64x8192x8192;
 * **split-K** (few output tiles, long K: the M x N grid leaves most multiprocessors idle): K split
   so that tiles x splits about fills the GPU;
-* **medium**: the rest, the 128 x 256 TMA tile (2048^3 NT), 128 x 128 and 64 x 128 tiles.
+* **medium**: the rest, the 128 x 256 TMA tile (2048^3 NT), 128 x 128 and 64 x 128 tiles; the
+  64 x 128 x 64 TMA tile also with 9 stages, as many as sm90's shared memory holds (fp16/bf16):
+  on long K that deeper pipeline beat 6 stages by 8 to 17 % (512x2048x8192, 256x4096x14336; 1.07
+  and 1.01 of cuBLAS, docs/gpu.md "Deeper pipelines").
 
 Across the classes (M over 64, NVIDIA): **wave-quantized** shapes get those persistent 128 x 128
 and 128 x 256 tiles with STREAM_K = 1 where the stream-K plan (stream_k.py) spares each busy
@@ -24,7 +27,7 @@ and 4 stages, where it needs no more waves of tiles than the 128 x 256 tile (512
 tiles against 96, one wave each; cuBLAS runs 192-wide tiles there). Measured on an H200, a wave of
 the 192-wide tile took 0.8 to 0.97 of a 256-wide wave's time (NT), not the 3/4 its work would
 say, and more in NN: one more wave than the 256-wide tile loses. And 64 x 192 x 64 on 4 warps and
-6 stages where its waves hold less work per multiprocessor (waves x tile area) than those of
+7 stages (as many as fit; 2 to 5 % faster than 6 on six long-K shapes) where its waves hold less work per multiprocessor (waves x tile area) than those of
 the 128-row tiles 128, 192 and 256 wide: few rows of tiles, where the 128-row tiles leave half
 the GPU idle (512x3072x8192: 128 tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
 Likewise the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 32 on 8
@@ -65,6 +68,7 @@ MEDIUM_CUDA = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1, PERSISTENT=1),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=9, TMA=1),  # as deep as fits
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4),
 ]
@@ -103,7 +107,7 @@ WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, n
 WIDER_CUDA = dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=5, TMA=1)
 # seeded where their waves hold less work a multiprocessor than those of every 128-row tile 128 to 256 wide
 FEW_WAVES_CUDA = [
-    dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6, TMA=1),
+    dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=7, TMA=1),
     dict(BLOCK_M=64, BLOCK_N=320, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
     WIDER_CUDA,
 ]
