@@ -29,7 +29,8 @@ the 192-wide tile took 0.8 to 0.97 of a 256-wide wave's time (NT), not the 3/4 i
 say, and more in NN: one more wave than the 256-wide tile loses. And 64 x 192 x 64 on 4 warps and
 7 stages (as many as fit; 2 to 5 % faster than 6 on six long-K shapes) where its waves hold less
 work per multiprocessor (waves x tile area) than those of the 128-row tiles 128, 192 and 256
-wide: few rows of tiles, where the 128-row tiles leave half the GPU idle (512x3072x8192: 128 tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
+wide: few rows of tiles, where the 128-row tiles leave half the GPU idle (512x3072x8192: 128
+tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
 Likewise the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 32 on 8
 warps and 5 stages (cuBLAS runs 128 x 320 tiles on 512x10240x8192: 128 tiles, one wave).
 512x5120x14336: 128 tiles of 64 x 320 fill one wave; 1024x4608x3584: 120 of 128 x 320 fill one,
