@@ -139,6 +139,19 @@ def test_the_deep_pipeline_seed_is_asked_only_where_its_stages_fit_shared_memory
     assert any(matches(c, dict(deep, num_stages=4)) for c, _ in single)  # the shallow one stays
 
 
+def test_decode_seeds_pipeline_as_deep_as_the_devices_shared_memory_holds(tmp_path):
+    # fp16 stages of 16 x 64 x 256 take 40 KiB and of 64 x 64 x 128 32 KiB: sm90's 227 KiB hold 5 and 7
+    # (the arch says so where the target names no shared_mem_max), a 99 KiB device 2 and 3
+    swapped = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, SWAP_AB=1, TMA=1)
+    square = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, SWAP_AB=0, TMA=1)
+    for target, stages in ((H200, (5, 7)), (Target(name="small", backend="cuda", gpu_arch="90", multiprocessors=132,
+                                                     shared_mem_max=101376), (2, 3))):
+        asked, _ = first_round(tmp_path / target.name, target, ["4x5120x13824:fp16:NT", "48x4096x14336:fp16:NT"],
+                               "genetic")
+        assert any(matches(c, dict(swapped, num_stages=stages[0])) and s.M == 4 for c, s in asked), target.name
+        assert any(matches(c, dict(square, num_stages=stages[1])) and s.M == 48 for c, s in asked), target.name
+
+
 def test_cpu_search_seeds_only_cpu_configs_from_its_own_tuned_file(tmp_path):
     space = MATMUL.space_for(CPU)
     tuned = tmp_path / "tuned" / CPU.name

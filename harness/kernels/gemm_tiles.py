@@ -33,6 +33,22 @@ def multiprocessors(target, hip_default: int = HIP_MULTIPROCESSORS) -> int:
     return hip_default if getattr(target, "backend", "") == "hip" else CUDA_MULTIPROCESSORS
 
 
+# shared memory a block may opt in to, by NVIDIA arch (the CUDA programming guide's table)
+CUDA_SHARED_MEMORY = {"80": 166912, "86": 101376, "87": 166912, "89": 101376, "90": 232448, "100": 232448,
+                      "120": 101376}
+
+
+def shared_memory(target):
+    """Bytes of shared memory a block may use: the target's ``shared_mem_max``, else its NVIDIA
+    arch's (None where neither is known)."""
+    limit = getattr(target, "shared_mem_max", None)
+    if limit:
+        return limit
+    if getattr(target, "backend", "") == "cuda":
+        return CUDA_SHARED_MEMORY.get(str(getattr(target, "gpu_arch", "")))
+    return None
+
+
 def tiles(config: dict, shape) -> int:
     """Output tiles of the M x N grid."""
     return cdiv(shape.M, config["BLOCK_M"]) * cdiv(shape.N, config["BLOCK_N"])

@@ -7,11 +7,15 @@ Found by hand on an H200 (docs/gpu.md, "With SWAP_AB and PERSISTENT"):
   with cuBLAS or ahead), and the non-persistent TMA tile that won 2048^3 NT;
 * **skinny** (M <= 64): the tile transposed (SWAP_AB) with a long BLOCK_K, 16 x 64 x 256 on 4
   warps (1.12x cuBLAS at 16x4096x4096), and the plain 32 x 128 x 64 / 64 x 64 x 128 tiles that won
-  32x14336x4096 and 64x8192x8192;
+  32x14336x4096 and 64x8192x8192. These shapes are memory-bound: the TMA forms of the transposed
+  tile and of 64 x 64 x 128 are seeded with as many stages as shared memory holds (``deepest``),
+  which is what the search found on its own when it won (5 stages of 16 x 64 x 256 on
+  1x3072x8192 and 4x5120x13824, 7 of 64 x 64 x 128 on 48x4096x14336 and 64x8192x28672; runs that
+  missed them read 48x4096x14336 4 % slower);
 * **split-K** (few output tiles, long K: the M x N grid leaves most multiprocessors idle): K split
   so that tiles x splits about fills the GPU;
 * **medium**: the rest, the 128 x 256 TMA tile (2048^3 NT), 128 x 128 and 64 x 128 tiles; the
-  64 x 128 x 64 TMA tile also with 9 stages, as many as sm90's shared memory holds (fp16/bf16):
+  64 x 128 x 64 TMA tile also as deep as shared memory holds (9 stages of fp16/bf16 on sm90):
   on long K that deeper pipeline beat 6 stages by 8 to 17 % (512x2048x8192, 256x4096x14336; 1.07
   and 1.01 of cuBLAS, docs/gpu.md "Deeper pipelines").
 
@@ -51,9 +55,13 @@ from __future__ import annotations
 
 from typing import List
 
+from remote_agent.contract import DTYPE_BYTES
+
 from .. import gemm_tiles
 from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
 from .stream_k import steps_saved
+
+DEEPEST = "deepest"  # num_stages of a seed: as many stages as the target's shared memory holds (deepest())
 
 LARGE_CUDA = [
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
@@ -69,7 +77,7 @@ MEDIUM_CUDA = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1, PERSISTENT=1),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
-    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=9, TMA=1),  # as deep as fits
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=DEEPEST, TMA=1),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
     dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4),
 ]
@@ -108,7 +116,7 @@ WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, n
 WIDER_CUDA = dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=5, TMA=1)
 # seeded where their waves hold less work a multiprocessor than those of every 128-row tile 128 to 256 wide
 FEW_WAVES_CUDA = [
-    dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=7, TMA=1),
+    dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=DEEPEST, TMA=1),
     dict(BLOCK_M=64, BLOCK_N=320, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
     WIDER_CUDA,
 ]
@@ -164,7 +172,8 @@ def _rule_seeds(shape, target, multiprocessors: int) -> List[dict]:
         out = [] if hip else [
             dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1),
             dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1),
-            dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=4, SWAP_AB=1, TMA=1),
+            dict(BLOCK_M=bm, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=DEEPEST, SWAP_AB=1, TMA=1),
+            dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=DEEPEST, TMA=1),
         ]
         out += [dict(BLOCK_M=bm, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=5 if not hip else 2),
                 dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=6 if not hip else 2)]
@@ -184,6 +193,17 @@ def _rule_seeds(shape, target, multiprocessors: int) -> List[dict]:
     return out
 
 
+def deepest(seed: dict, shape, target, most: int) -> dict:
+    """``seed`` with as many stages as the target's shared memory holds of its A and B tiles
+    (num_stages x (BLOCK_M + BLOCK_N) x BLOCK_K elements; Triton allocates every stage on sm90), at
+    most ``most``; with 4 where the target's shared memory is not known."""
+    if seed.get("num_stages") != DEEPEST:
+        return seed
+    stage = (seed["BLOCK_M"] + seed["BLOCK_N"]) * seed["BLOCK_K"] * DTYPE_BYTES[shape.dtype]
+    limit = gemm_tiles.shared_memory(target)
+    return dict(seed, num_stages=max(1, min(most, limit // stage)) if limit else 4)
+
+
 def seed_configs(shape, target) -> List[dict]:
     """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
     from . import KERNEL
@@ -194,4 +214,5 @@ def seed_configs(shape, target) -> List[dict]:
     seeds = _rule_seeds(shape, target, multiprocessors)
     if target.backend == "cuda" and shape.M > 64:
         seeds = seeds + _stream_k_seeds(shape, multiprocessors) + _wide_seeds(shape, multiprocessors)
-    return complete_seeds(seeds, KERNEL, shape, target)
+    most = max(KERNEL.space_for(target)["num_stages"])
+    return complete_seeds([deepest(s, shape, target, most) for s in seeds], KERNEL, shape, target)
