@@ -153,6 +153,26 @@ def ranked_rows(rows):
     return out
 
 
+def candidate_rows(rows, top, results_path=None):
+    """Per shape id, one row of each variant to time again, fastest first: the variants that the
+    tune's re-measure compared (its winners.json beside ``results_path``: the --top fastest and the
+    fastest seed), else the ``top`` fastest variants. Each variant by its fastest row."""
+    listed = {}
+    if results_path is not None:
+        from harness.rounds import load_winners
+
+        listed = {sid: [c.get("variant_id") for c in entry.get("candidates") or []]
+                  for sid, entry in load_winners(results_path)["shapes"].items()}
+    out = {}
+    for sid, ranked in ranked_rows(rows).items():
+        fastest = {}
+        for r in ranked:
+            fastest.setdefault(r["variant_id"], r)
+        remeasured = [fastest[v] for v in fastest if v in (listed.get(sid) or ())]
+        out[sid] = remeasured or list(fastest.values())[:top]
+    return out
+
+
 def job_grid(manifest, variant_id, shape_id):
     for j in manifest["jobs"]:
         if j["variant"] == variant_id and j["shape"] == shape_id:
@@ -161,4 +181,4 @@ def job_grid(manifest, variant_id, shape_id):
 
 
 __all__ = ["load_bundle", "read_results", "open_driver", "make_inputs", "Launcher", "do_bench_median_ms",
-           "rel_err", "geomean", "ranked_rows", "job_grid", "cdiv"]
+           "rel_err", "geomean", "ranked_rows", "candidate_rows", "job_grid", "cdiv"]

@@ -1,5 +1,6 @@
-"""After `harness tune`: write the bundle's manifest again so that it holds the fastest --top
-configs of every shape (run in the project directory, before bench/gpu_quality.py).
+"""After `harness tune`: write the bundle's manifest again so that it holds every shape's
+candidates for bench/gpu_quality.py, those the tune re-measured, else the fastest --top (run in
+the project directory, before bench/gpu_quality.py).
 
     python3 bench/candidates_bundle.py matmul --target node --shapes-file SHAPES [--top 3]
 
@@ -16,16 +17,17 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _gpu_common import ranked_rows, read_results  # noqa: E402  (puts the repo on the path)
+from _gpu_common import candidate_rows, read_results  # noqa: E402  (puts the repo on the path)
 
 
-def candidate_pairs(rows, space, top):
-    """[(config, shape id)] of the ``top`` fastest ok kernel rows of every shape, and their variant ids."""
+def candidate_pairs(rows, space, top, results_path=None):
+    """[(config, shape id)] of the candidates of every shape that bench/gpu_quality.py times again
+    (``candidate_rows``), and their variant ids."""
     from harness.strategies.history import row_config
 
     pairs, variant_ids = [], set()
-    for sid, ranked in ranked_rows(rows).items():
-        for row in ranked[:top]:
+    for sid, chosen in candidate_rows(rows, top, results_path).items():
+        for row in chosen:
             pairs.append((row_config(row, space), sid))
             variant_ids.add(row["variant_id"])
     return pairs, variant_ids
@@ -48,8 +50,9 @@ def main(argv=None):
     tgt = pick_build_target(args.target, None)
     kern = kernels.get(args.kernel)
     shapes = read_shapes(tgt, None, args.shapes_file, "auto", None, 0.1, None, kern)
-    rows = read_results(local_results_path(root, tgt.name, kern.name))
-    pairs, variant_ids = candidate_pairs(rows, kern.space_for(tgt), args.top)
+    results_path = local_results_path(root, tgt.name, kern.name)
+    rows = read_results(results_path)
+    pairs, variant_ids = candidate_pairs(rows, kern.space_for(tgt), args.top, results_path)
     summary = build(kern, tgt, shapes, root, BuildOptions(only_pairs=pairs, progress=False))
     have = {v.id for v in summary.manifest.variants}
     missing = sorted(variant_ids - have)

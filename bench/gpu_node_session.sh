@@ -5,7 +5,8 @@
 #   bash bench/gpu_node_session.sh OUT SHAPES_FILE [KERNEL] [extra harness tune options]
 #
 # Wheels of what the node lacks (fabric, paramiko, invoke, optuna and their needs) are taken
-# from .whl/ when it is there. OUT gets tune.log, results.csv, quality.json and quality.log.
+# from .whl/ when it is there. OUT gets tune.log, results.csv, winners.json, quality.json and
+# quality.log.
 #
 # With SPACE=FILE in the environment it measures timing fidelity instead: `harness build` of that
 # space for the shapes, `harness run` (every config, one agent), then bench/timing_fidelity.py
@@ -40,7 +41,7 @@ start=$(date +%s.%N)
 python3 -m harness tune "$KERNEL" --target node --shapes-file "$SHAPES" --library "$@" 2>&1 | tee "$OUT/tune.log"
 tune=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
 echo "tune wall time by the session's clock: $tune s"
-cp "results/node/$KERNEL/results.csv" "$OUT/results.csv" 2>/dev/null
+cp "results/node/$KERNEL/results.csv" "results/node/$KERNEL/winners.json" "$OUT/" 2>/dev/null
 cp -r "tuned/node" "$OUT/tuned" 2>/dev/null
 if [ "$KERNEL" = matmul ] && [ "${QUALITY:-1}" != 0 ]; then
   # the last round's manifest may hold only some shapes: describe every shape's top 3 again

@@ -5,10 +5,11 @@
 
 1. Ceilings measured here: matrix rate (torch.matmul 8192^3 in fp16 and bf16, the faster) and
    device memory bandwidth (a 2 GiB device-to-device copy, bytes read plus written).
-2. For every shape of the bundles, the tuned config as `harness tune` picks one: the --top
-   fastest ok variants by the agents' medians are timed again here, interleaved over four
-   palindromic rounds, and the fastest median wins (one agent median alone favours whichever
-   variant had a lucky window). Then, measured afresh: the winner's cubin launched through the
+2. For every shape of the bundles, the tuned config as `harness tune` picks one: the variants its
+   re-measure compared (winners.json beside the results: the --top fastest and the fastest seed;
+   without that file the --top fastest ok variants by the agents' medians) are timed again here,
+   interleaved over four palindromic rounds, and the fastest median wins (one agent median alone
+   favours whichever variant had a lucky window). Then, measured afresh: the winner's cubin launched through the
    agent's ctypes driver against torch.matmul on the same inputs (same dtype and layout, C in the
    input dtype), both timed with triton.testing.do_bench (median) in --rounds windows each, in
    palindromic order (Triton, cuBLAS, cuBLAS, Triton, ...), each one's time the median of its
@@ -32,8 +33,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _gpu_common import (Launcher, do_bench_median_ms, geomean, interleaved_medians, job_grid,  # noqa: E402
-                         load_bundle, make_inputs, open_driver, ranked_rows, read_results, rel_err)
+from _gpu_common import (Launcher, candidate_rows, do_bench_median_ms, geomean, interleaved_medians,  # noqa: E402
+                         job_grid, load_bundle, make_inputs, open_driver, read_results, rel_err)
 from remote_agent.contract import deciding_time  # noqa: E402  (_gpu_common put the repo on the path)
 
 
@@ -123,7 +124,7 @@ def main(argv=None):
     p.add_argument("--bundle", action="append", required=True, help="repeatable, paired with --results")
     p.add_argument("--results", action="append", required=True)
     p.add_argument("--tune-seconds", type=float, default=None, help="wall time of the agent run(s)")
-    p.add_argument("--top", type=int, default=3, help="candidates per shape timed again to pick the winner")
+    p.add_argument("--top", type=int, default=3, help="candidates per shape timed again to pick the winner, where the tune left no winners.json")
     p.add_argument("--rounds", type=int, default=4,
                    help="do_bench windows of each of the winner and torch.matmul, in palindromic order "
                         "(T C C T ...; default 4); each one's time is the median of its windows")
@@ -139,7 +140,7 @@ def main(argv=None):
         these = read_results(results)
         rows += these
         per_file.append(these)
-        pairs.append((bundle, manifest, ranked_rows(these)))
+        pairs.append((bundle, manifest, candidate_rows(these, max(1, args.top), results)))
     api = open_driver()
     torch.backends.cuda.matmul.allow_tf32 = False
     peak, bw = ceilings()
@@ -149,13 +150,15 @@ def main(argv=None):
     hdr = "%-24s %-11s %9s %9s %7s %7s %7s %8s  %s" % ("shape", "variant", "triton_us", "cublas_us", "ratio",
                                                        "tri_rf", "cub_rf", "rel_err", "config")
     print(hdr)
-    # the --top fastest ok variants per shape over all the bundles given (a shape may be in several)
-    chosen = {}
-    for bundle, manifest, ranked in pairs:
-        for sid, these in ranked.items():
+    # each shape's candidates over all the bundles given (a shape may be in several): the fastest,
+    # as many as the longest list one results file gave
+    chosen, most = {}, {}
+    for bundle, manifest, candidates in pairs:
+        for sid, these in candidates.items():
             chosen.setdefault(sid, []).extend((bundle, manifest, row) for row in these)
+            most[sid] = max(most.get(sid, 0), len(these))
     for sid in chosen:
-        chosen[sid] = sorted(chosen[sid], key=lambda c: deciding_time(c[2]))[:max(1, args.top)]
+        chosen[sid] = sorted(chosen[sid], key=lambda c: deciding_time(c[2]))[:most[sid]]
     seen = []
     for bundle, manifest, best in pairs:
         for s in manifest["shapes"]:

@@ -458,8 +458,10 @@ def listed_order(jobs: list, library_ids: list, library_at: dict) -> dict:
 
 
 def remeasure_winners(session: Session, space: dict, histories: Dict[str, list], top: int = 3,
-                      repeats: int = 5) -> dict:
-    """Re-measure the ``top`` candidates of every shape interleaved (``repeats`` rounds, the
+                      repeats: int = 5, seeds: Optional[Dict[str, list]] = None) -> dict:
+    """Re-measure the ``top`` candidates of every shape interleaved, with the fastest of its
+    ``seeds`` (the warm start's configs: ``strategies.winner.top_candidates``) where it is not
+    among them (``repeats`` rounds, the
     order rotating each round: A B C, B C A, C A B, ...), pick each shape's winner
     (``strategies.winner.pick_winner``: it must beat the next by more than the spread, else the
     tie rule decides), and save them to winners.json. A shape whose winner's noise is over
@@ -469,7 +471,8 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     from .strategies import config_id
 
     shapes = {s.id: s for s in session.shapes}
-    cands = {sid: top_candidates(h, top) for sid, h in histories.items() if sid in shapes}
+    cands = {sid: top_candidates(h, top, seeds=(seeds or {}).get(sid, ())) for sid, h in histories.items()
+             if sid in shapes}
     cands = {sid: c for sid, c in cands.items() if c}
     if not cands:
         return {}

@@ -29,3 +29,25 @@ def test_the_ceilings_are_what_a_kernel_at_each_roofline_floor_would_score():
 def test_weights_count_calls():
     goal = against_the_goal([entry(0.5, 1.0, 0.8, weight=3.0), entry(4.0, 2.0, 0.5)])
     assert goal["weighted_speedup"] == pytest.approx((3.0 + 2.0) / (1.5 + 2.0))
+
+
+def row(shape, variant, ms):
+    return {"shape_id": shape, "variant_id": variant, "status": "ok", "estimator": "median",
+            "time_ns": str(ms * 1e6), "time_ns_median": str(ms * 1e6)}
+
+
+def test_the_candidates_timed_again_are_the_variants_the_tune_re_measured(tmp_path):
+    # the tune re-measured v1, v2, v3 (its top 3) and the seed v9, which its first round had timed
+    # slowest; the search's rows and the re-measure's rows list v1 twice
+    from _gpu_common import candidate_rows
+    from harness.rounds import save_winners
+
+    rows = [row("s", "v1", 0.276), row("s", "v2", 0.287), row("s", "v1", 0.316), row("s", "v3", 0.295),
+            row("s", "v4", 0.298), row("s", "v9", 0.300), row("s", "lib:torch.matmul", 0.298)]
+    results = tmp_path / "results.csv"
+    without = candidate_rows(rows, 3, results)
+    assert [r["variant_id"] for r in without["s"]] == ["v1", "v2", "v3"]
+    assert without["s"][0]["time_ns_median"] == str(0.276 * 1e6)
+    listed = [{"variant_id": v} for v in ("v1", "v2", "v3", "v9")]
+    save_winners(results, {"s": {"shape": "s", "candidates": listed}}, [])
+    assert [r["variant_id"] for r in candidate_rows(rows, 3, results)["s"]] == ["v1", "v2", "v3", "v9"]

@@ -653,6 +653,29 @@ def test_a_tie_won_a_percent_or_more_behind_the_fastest_gets_as_many_rounds_agai
     assert entries["tied_in"]["decided"] == entries["equal"]["decided"] == "tie"
 
 
+def test_the_remeasure_also_takes_the_fastest_seed_that_the_search_ranked_below_its_top(tmp_path):
+    # the search's first round timed the seed (BLOCK_M 64) slow, at a lower clock than the later
+    # rounds; interleaved with the top 2 it is the fastest, and wins
+    from harness.rounds import remeasure_winners
+    from harness.strategies.winner import top_candidates
+
+    space = {"BLOCK_M": [16, 32, 64, 128]}
+    history = [Trial({"BLOCK_M": 64}, "ok", 1100.0), Trial({"BLOCK_M": 128}, "ok", 1200.0),
+               Trial({"BLOCK_M": 16}, "ok", 950.0), Trial({"BLOCK_M": 32}, "ok", 1000.0)]
+    seeds = [{"BLOCK_M": 128}, {"BLOCK_M": 64}]
+    assert top_candidates(history, 2) == [{"BLOCK_M": 16}, {"BLOCK_M": 32}]
+    assert top_candidates(history, 2, seeds=seeds) == [{"BLOCK_M": 16}, {"BLOCK_M": 32}, {"BLOCK_M": 64}]
+    assert top_candidates(history, 3, seeds=seeds) == [{"BLOCK_M": 16}, {"BLOCK_M": 32}, {"BLOCK_M": 64}]
+    assert top_candidates(history, 0, seeds=seeds) == []
+    times = {"s": {16: [1.10] * 5, 32: [1.12] * 5, 64: [1.0, 1.001, 1.002, 1.001, 1.0]}}
+    session = PlantedSession(tmp_path, times)
+    entry = remeasure_winners(session, space, {"s": history}, top=2, repeats=5, seeds={"s": seeds})["s"]
+    assert entry["config"] == {"BLOCK_M": 64} and entry["decided"] == "clear"
+    assert sorted(c["config"]["BLOCK_M"] for c in entry["candidates"]) == [16, 32, 64]
+    alone = remeasure_winners(PlantedSession(tmp_path, times), space, {"s": history}, top=2, repeats=5)["s"]
+    assert alone["config"] == {"BLOCK_M": 16}
+
+
 def test_a_remeasure_round_moves_the_library_one_place_a_round_among_the_rotated_candidates():
     # on a GPU the first job of a round meets it cool from the pause before the round and the last
     # at its power cap (H200 run 13: 1755 MHz at the first job, 1260 at the fourth); the library

@@ -43,7 +43,7 @@ def tune(
     batch_size: int = typer.Option(8, "--batch-size", help="configs a strategy asks for per shape and round"),
     seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
     warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help="first round of each shape: the kernel's configs for its shape class and the winners of the nearest shapes in tuned/TARGET"),
-    top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved (0: off)"),
+    top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved, and the fastest of the warm start's seeds where it is not among them (0: off)"),
     repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...; with --library the library one place further each round); as many again for a shape whose winner's noise is over 2 %, or whose tie went to a candidate 1 % or more behind the fastest"),
     agent: str = typer.Option("long-lived", "--agent", help="long-lived: one agent per machine stays up across "
                               "rounds (GPU contexts, modules and test data kept) and the next round is built while "
@@ -65,8 +65,9 @@ def tune(
     Without --strategy, GPU targets run genetic with --budget 96 per shape, warm-started: the
     first round of each shape holds the kernel's configs for its shape class (e.g. the persistent
     TMA tile for large products) and the winners of the nearest shapes already tuned.
-    Then the fastest --top configs per shape are re-measured interleaved, and a winner must beat
-    the next by more than the measured spread (else the tie rule decides)."""
+    Then the fastest --top configs per shape are re-measured interleaved (with the fastest seed,
+    which the first round timed, perhaps at another clock than the later rounds), and a winner
+    must beat the next by more than the measured spread (else the tie rule decides)."""
     clock = Stopwatch()
     from .. import kernels
     from ..build import BuildOptions
@@ -162,7 +163,8 @@ def tune(
             _search_table(strategy, searches, session, space_dict)
             if top:
                 with clock("re-measure"):
-                    _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, top, repeats)
+                    _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, top, repeats,
+                               {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches})
         finally:
             session.close()
     with clock("report"):
@@ -190,16 +192,17 @@ class Stopwatch:
             time.monotonic() - self.began, ", ".join("%s %.1f s" % kv for kv in self.phases.items()))
 
 
-def _remeasure(session, space, histories, top, repeats) -> None:
+def _remeasure(session, space, histories, top, repeats, seeds=None) -> None:
     from ..rounds import remeasure_winners
 
     n = sum(min(top, len({tuple(sorted(t.config.items())) for t in h if t.ok})) for h in histories.values())
     if not n:
         return
-    ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds" % (top, len(histories), repeats))
+    ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds%s" % (
+        top, len(histories), repeats, " (and each shape's fastest seed)" if seeds and any(seeds.values()) else ""))
     from ..strategies.winner import entry_words
 
-    winners = remeasure_winners(session, space, histories, top, repeats)
+    winners = remeasure_winners(session, space, histories, top, repeats, seeds)
     for sid, w in winners.items():
         noise = "" if w.get("noise") is None else ", noise %.2f %%" % (100.0 * w["noise"])
         ui.out.print("  %s: %s, %s %.4g us%s, spread %.4g us (%.1f %%), %s" % (
