@@ -44,7 +44,7 @@ echo "tune wall time by the session's clock: $tune s"
 cp "results/node/$KERNEL/results.csv" "results/node/$KERNEL/winners.json" "$OUT/" 2>/dev/null
 cp -r "tuned/node" "$OUT/tuned" 2>/dev/null
 if [ "$KERNEL" = matmul ] && [ "${QUALITY:-1}" != 0 ]; then
-  # the last round's manifest may hold only some shapes: describe every shape's top 3 again
+  # the last round's manifest may hold only some shapes: describe every shape's candidates again
   python3 "$REPO/bench/candidates_bundle.py" "$KERNEL" --target node --shapes-file "$SHAPES" --top 3 2>&1 | tee "$OUT/candidates.log"
   python3 "$REPO/bench/gpu_quality.py" --bundle "build/node/$KERNEL" --results "results/node/$KERNEL/results.csv" \
     --tune-seconds "$tune" --out "$OUT/quality.json" 2>&1 | tee "$OUT/quality.log"

@@ -9,13 +9,13 @@
    re-measure compared (winners.json beside the results: the --top fastest and the fastest seed;
    without that file the --top fastest ok variants by the agents' medians) are timed again here,
    interleaved over four palindromic rounds, and the fastest median wins (one agent median alone
-   favours whichever variant had a lucky window). Then, measured afresh: the winner's cubin launched through the
-   agent's ctypes driver against torch.matmul on the same inputs (same dtype and layout, C in the
-   input dtype), both timed with triton.testing.do_bench (median) in --rounds windows each, in
-   palindromic order (Triton, cuBLAS, cuBLAS, Triton, ...), each one's time the median of its
-   windows: a GPU at its power cap changes speed by several per cent within a second, and one
-   window each, one after the other, charged that to whichever came second; its answer is
-   checked against torch's.
+   favours whichever variant had a lucky window). Then, measured afresh: the winner's cubin
+   launched through the agent's ctypes driver against torch.matmul on the same inputs (same
+   dtype and layout, C in the input dtype), both timed with triton.testing.do_bench (median) in
+   --rounds windows each, in palindromic order (Triton, cuBLAS, cuBLAS, Triton, ...), each
+   one's time the median of its windows: a GPU at its power cap changes speed by several per
+   cent within a second, and one window each, one after the other, charged that to whichever
+   came second; its answer is checked against torch's.
 3. Prints per shape: times, cuBLAS/Triton speed ratio, each one's fraction of the roofline
    (max(FLOPs / peak, bytes / bandwidth) over its time); then the geomean ratio, the worst shape,
    the weighted speedup over cuBLAS when each shape runs the faster of the two (as the harness
@@ -124,7 +124,8 @@ def main(argv=None):
     p.add_argument("--bundle", action="append", required=True, help="repeatable, paired with --results")
     p.add_argument("--results", action="append", required=True)
     p.add_argument("--tune-seconds", type=float, default=None, help="wall time of the agent run(s)")
-    p.add_argument("--top", type=int, default=3, help="candidates per shape timed again to pick the winner, where the tune left no winners.json")
+    p.add_argument("--top", type=int, default=3,
+                   help="candidates per shape timed again to pick the winner, where the tune left no winners.json")
     p.add_argument("--rounds", type=int, default=4,
                    help="do_bench windows of each of the winner and torch.matmul, in palindromic order "
                         "(T C C T ...; default 4); each one's time is the median of its windows")

@@ -269,7 +269,7 @@ def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Se
     measures its seeds in its first round, and a GPU need not run that round at the clock of the
     later ones: on an H200 (docs/gpu.md, run h16) the seeds of 2048x16384x3072 read 300 us in the
     first round at 1605 to 1965 MHz, three later configs 276 to 295 us, and those three, re-measured
-    alone, 316 to 328 us, where the seeds had won the re-measure at 295 to 307 us in five runs."""
+    alone, 316 to 328 us; in four earlier runs those seeds had won, at 295 to 307 us by do_bench."""
     from .base import Summary, key
 
     ranked = Summary(history).ranked(problem)
