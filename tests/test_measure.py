@@ -338,7 +338,7 @@ def test_winners_say_clear_with_a_margin_or_tie_with_whom():
 
     clear = pick_winner({"a": [100.0, 101.0, 99.0, 100.0, 100.0], "b": [130.0, 131.0, 129.0, 130.0, 130.0]})
     assert clear.decided == "clear" and clear.words() == "clear by 30.0 %"
-    tie = pick_winner({"b": [100.0, 110.0, 90.0, 100.0, 100.0], "a": [101.0, 111.0, 91.0, 101.0, 101.0]})
+    tie = pick_winner({"b": [100.0, 110.0, 90.0, 100.0, 100.0], "a": [101.0, 91.0, 111.0, 101.0, 99.0]})
     assert tie.decided == "tie" and tie.id == "a" and tie.margin is None and tie.words() == "tie with b"
     # a saved tie whose winner is slower than the runner-up: no negative margin anywhere
     entry = {"variant_id": "v2", "decided": "tie", "median_ns": 100.0, "margin_ns": -27165.0, "tied": ["v2", "v1"],

@@ -27,9 +27,19 @@ The candidate's *noise* is the second smallest repeat minus the smallest, over t
 ``min``; the median of its repeats' noise for ``median``.
   1. The leader is the candidate with the lowest time.
   2. A candidate is *tied* with the leader when the gap between their times is not more than
-     the larger of their two spreads. With no tied candidate the leader wins outright ("clear",
-     with its margin: how much slower the next candidate is, in percent of the winner's time;
-     never negative). With tied candidates the result is a "tie" and has no margin.
+     the larger of their two spreads, unless the rounds order them (``behind_in_rounds``): with
+     the median, each round measured every candidate once, so their times pair up round by
+     round, and a candidate slower than the leader in so many rounds that a fair coin would be
+     that one-sided with probability ROUNDS_ALPHA or less (a one-sided sign test: all 5 of 5
+     rounds, 9 of 10) is behind it, however wide the spreads. Drift that the rounds share (a
+     GPU's clock and temperature move between rounds, not within one) widens every spread but
+     moves both times of a round alike. On an H200 (docs/gpu.md, run h17) the leader of
+     1024x8192x3584 was faster than a 4.8 % slower config in 9 of 10 rounds, and the spreads
+     (p80 - p20 of 4.8 us) tied them, so the config id gave the win to the slower one. The
+     minimum (CPU targets) is not paired: its time is the lowest floor any repeat found, not a
+     round's. With no tied candidate the leader wins outright ("clear", with its margin: how
+     much slower the next candidate is, in percent of the winner's time; never negative). With
+     tied candidates the result is a "tie" and has no margin.
   3. Tie rule (default, ``tie_rule="core"``): the smallest config id among the *core* of the tie
      wins: the leader and the tied candidates that this re-measure's own repeats cannot order
      against it, the gap between them no more than the larger of their spreads in this run (for
@@ -53,6 +63,7 @@ A candidate that failed in any repeat (crash, wrong answer, timeout) cannot win.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -64,6 +75,7 @@ MIN_RESOLUTION = 0.02  # min: the smallest spread, relative to the time (see the
 NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
 NOISY_WINNER = 0.02  # a re-measured winner noisier than this gets as many rounds again (harness.rounds)
 TIE_WON_BEHIND = 0.01  # ... and so does a tie won by a candidate this far behind the fastest
+ROUNDS_ALPHA = 0.05  # behind_in_rounds: the sign test's one-sided level
 
 
 def plan_interleaved(candidates: Sequence, repeats: int, rotate: bool = True) -> list:
@@ -208,6 +220,23 @@ def candidate_stats(cid: str, samples: Sequence) -> CandidateStats:
                           noise=statistics.median(rel_noise) if rel_noise else None)
 
 
+def behind_in_rounds(leader: CandidateStats, other: CandidateStats, alpha: float = ROUNDS_ALPHA) -> bool:
+    """Whether interleaved rounds put ``other`` behind ``leader`` (module docstring, step 2): both
+    judged by the median, with as many repeats, so that their samples pair up round by round, and
+    ``other`` the slower in so many of the rounds that tell them apart (equal times tell nothing)
+    that a fair coin is that one-sided with probability ``alpha`` or less."""
+    if leader.estimator != "median" or other.estimator != "median" or len(leader.samples) != len(other.samples):
+        return False
+    rounds = [(a, b) for a, b in zip(leader.samples, other.samples) if a != b]
+    slower = sum(b > a for a, b in rounds)
+    return bool(rounds) and sign_test(slower, len(rounds)) <= alpha
+
+
+def sign_test(k: int, n: int) -> float:
+    """The probability that a fair coin comes up heads ``k`` or more times in ``n`` tosses."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2.0 ** n
+
+
 def min_stats(cid: str, times: Sequence[float], failed: int = 0) -> CandidateStats:
     """A candidate judged by its minimum: the smallest repeat, spread to the second smallest (at
     least MIN_RESOLUTION of it)."""
@@ -229,10 +258,13 @@ def pick_winner(samples: Mapping[str, Sequence], tie_rule: str = "core",
         raise ValueError("no candidate ran successfully in every repeat")
     leader = eligible[0]
     others = eligible[1:]
-    tied = [leader] + [c for c in others if c.median - leader.median <= max(leader.spread, c.spread)]
+    within = [c for c in others if c.median - leader.median <= max(leader.spread, c.spread)]
+    tied = [leader] + [c for c in within if not behind_in_rounds(leader, c)]
     if len(tied) == 1:
         win, decided = leader, "clear"
         rule = "beats every other candidate by more than the larger spread"
+        if within:
+            rule += " or, %d within it, in nearly every round (sign test)" % len(within)
     else:
         decided = "tie"
         steadiest = min(tied, key=lambda c: (c.spread, c.id))
