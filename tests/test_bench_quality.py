@@ -51,3 +51,24 @@ def test_the_candidates_timed_again_are_the_variants_the_tune_re_measured(tmp_pa
     listed = [{"variant_id": v} for v in ("v1", "v2", "v3", "v9")]
     save_winners(results, {"s": {"shape": "s", "candidates": listed}}, [])
     assert [r["variant_id"] for r in candidate_rows(rows, 3, results)["s"]] == ["v1", "v2", "v3", "v9"]
+
+
+def test_a_tie_won_behind_the_leader_is_compared_with_it_by_the_quality_runs_times():
+    from tie_cost import summary, tie_costs
+
+    def cand(v, ns):
+        return {"variant_id": v, "median_ns": ns}
+
+    winners = {"shapes": {
+        "s1": {"decided": "tie", "variant_id": "v2", "candidates": [cand("v1", 100.0), cand("v2", 103.0)]},
+        "s2": {"decided": "tie", "variant_id": "v4", "candidates": [cand("v4", 50.0), cand("v5", 50.2)]},  # the leader won
+        "s3": {"decided": "clear", "variant_id": "v6", "candidates": [cand("v6", 10.0), cand("v7", 12.0)]},
+        "s4": {"decided": "tie", "variant_id": "v9", "candidates": [cand("v8", 20.0), cand("v9", 20.1)]},
+    }}
+    quality = {"shapes": [
+        {"shape": "s1", "candidates": [{"variant": "v1", "remeasured_ms": 0.100}, {"variant": "v2", "remeasured_ms": 0.105}]},
+        {"shape": "s4", "candidates": [{"variant": "v9", "remeasured_ms": 0.020}]},  # the leader was not timed again
+    ]}
+    costs = tie_costs(winners, quality)
+    assert [(c.shape, round(c.behind, 3), round(c.ratio, 3)) for c in costs] == [("s1", 0.03, 1.05)]
+    assert summary(costs).startswith("1 ties, the leader faster by do_bench in 1")
