@@ -34,7 +34,8 @@ def tie_costs(winners: dict, quality: dict) -> List[TieCost]:
         table = entry.get("candidates") or []
         if entry.get("decided") != "tie" or not table:
             continue
-        leader, winner = table[0], next((c for c in table if c["variant_id"] == entry["variant_id"]), None)
+        leader = next((c for c in table if not c.get("failed")), table[0])  # the fastest that never failed
+        winner = next((c for c in table if c["variant_id"] == entry["variant_id"]), None)
         times = timed.get(sid, {})
         if winner is None or winner is leader or leader["variant_id"] not in times or winner["variant_id"] not in times:
             continue

@@ -64,11 +64,15 @@ def test_a_tie_won_behind_the_leader_is_compared_with_it_by_the_quality_runs_tim
         "s2": {"decided": "tie", "variant_id": "v4", "candidates": [cand("v4", 50.0), cand("v5", 50.2)]},  # the leader won
         "s3": {"decided": "clear", "variant_id": "v6", "candidates": [cand("v6", 10.0), cand("v7", 12.0)]},
         "s4": {"decided": "tie", "variant_id": "v9", "candidates": [cand("v8", 20.0), cand("v9", 20.1)]},
+        # the fastest median failed once, so it led nothing: the leader is the next
+        "s5": {"decided": "tie", "variant_id": "v12",
+               "candidates": [dict(cand("v10", 90.0), failed=1), cand("v11", 100.0), cand("v12", 102.0)]},
     }}
     quality = {"shapes": [
         {"shape": "s1", "candidates": [{"variant": "v1", "remeasured_ms": 0.100}, {"variant": "v2", "remeasured_ms": 0.105}]},
         {"shape": "s4", "candidates": [{"variant": "v9", "remeasured_ms": 0.020}]},  # the leader was not timed again
+        {"shape": "s5", "candidates": [{"variant": v, "remeasured_ms": 0.1} for v in ("v10", "v11", "v12")]},
     ]}
     costs = tie_costs(winners, quality)
-    assert [(c.shape, round(c.behind, 3), round(c.ratio, 3)) for c in costs] == [("s1", 0.03, 1.05)]
-    assert summary(costs).startswith("1 ties, the leader faster by do_bench in 1")
+    assert [(c.shape, round(c.behind, 3), round(c.ratio, 3)) for c in costs] == [("s1", 0.03, 1.05), ("s5", 0.02, 1.0)]
+    assert summary(costs).startswith("2 ties, the leader faster by do_bench in 1")
