@@ -351,6 +351,27 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     assert wide_seeds("2048x12800x4096") == [(64, 192, 8, 4, 7), (64, 320, 8, 4, 4), wider]
 
 
+def test_few_tiles_over_64_rows_are_seeded_split_so_that_one_wave_holds_them():
+    # 64 x 128 and 64 x 256 TMA tiles as deep as shared memory holds, with the most splits (2 to 4)
+    # that keep tiles x splits within a wave of 132 and 32 K steps a split; M over 64 only
+    kernel = get("matmul")
+    node = load_targets(REPO / "targets.yaml")["gpu-node"]
+    rules = kernel.rules_for(node)
+
+    def split_seeds(text):
+        shape = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
+        seeds = kernel.seed_configs(shape, node)
+        assert all(first_pruning_rule(rules, c, shape, node) is None for c in seeds)
+        return {(c["BLOCK_M"], c["BLOCK_N"], c["SPLIT_K"], c["num_stages"]) for c in seeds
+                if c.get("TMA") and c["SPLIT_K"] > 1}
+
+    assert split_seeds("96x2560x10240") == {(64, 128, 3, 9), (64, 256, 4, 5)}  # 40 tiles x 3, 20 x 4
+    assert split_seeds("192x3584x18944") == {(64, 256, 3, 5)}  # 84 of 64 x 128 fill most of a wave
+    assert split_seeds("112x2048x5632") == {(64, 128, 2, 9), (64, 256, 2, 5)}  # 88 K steps: 2 splits of 44
+    assert split_seeds("384x3072x8192") == set()  # 144 and 72 tiles: no split fits one wave
+    assert split_seeds("64x2048x8192") == set()  # M <= 64: the decode seeds
+
+
 def test_wave_quantized_shapes_are_seeded_with_stream_k():
     # seeds from the geometry: persistent tiles whose stream-K pieces spare each busy program at
     # least 64 K steps of the last wave get STREAM_K = 1, and every seed passes the rules; a last

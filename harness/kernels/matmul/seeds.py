@@ -45,6 +45,14 @@ tile is also seeded wherever the 128 x 192 one is: its 256-wide MMA does more pe
 of cuBLAS against 0.87). With BLOCK_K 32 and 5 stages it beat BLOCK_K 64 with 3 stages on each of
 seven prefill shapes (by 1 to 10 %).
 
+Also across the classes (M over 64, NVIDIA): where few rows and columns of tiles leave most of
+the GPU idle and K is long (M of 65 to about 200 on long-K weights: memory-bound or nearly), the
+64 x 128 and 64 x 256 TMA tiles as deep as shared memory holds, with the most splits of K (2 to 4)
+that keep tiles x splits within one wave and 32 K steps a split. Measured on an H200 (two runs of
+the default search each): 96x2560x10240 went from 0.878 to 0.923 and 0.940 of cuBLAS,
+192x3584x18944 from 0.915 to 1.006 and 1.004 (40 tiles of 64 x 128 in 3 splits, 42 of 64 x 256 in
+3); the older split-K seeds had 4 stages and no TMA.
+
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
 with the first value of each parameter it does not name, and kept only when its values are in
@@ -143,6 +151,29 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     return [dict(c, GROUP_M=c["GROUP_M"] if shape.M > c["BLOCK_M"] else 1) for c in out]  # one row: no swizzle
 
 
+# 64-row TMA tiles as deep as shared memory holds, K split so that one wave holds their tiles
+# several times: M over 64 with few rows and columns of tiles and a long K, memory-bound or nearly
+# (96x2560x10240: 40 tiles of 64 x 128 in 3 splits; 192x3584x18944: 42 of 64 x 256 in 3)
+SPLIT_WAVE_CUDA = [
+    dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=DEEPEST, TMA=1),
+    dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=DEEPEST, TMA=1),
+]
+SPLIT_MIN_K_STEPS = 32  # K steps each split keeps at least
+
+
+def _split_wave_seeds(shape, multiprocessors: int) -> List[dict]:
+    """SPLIT_WAVE_CUDA's tiles with the most splits (2 to 4) that keep tiles x splits within one
+    wave and SPLIT_MIN_K_STEPS K steps a split; none where the unsplit tiles fill half a wave or more."""
+    out = []
+    for base in SPLIT_WAVE_CUDA:
+        tiles = cdiv(shape.M, base["BLOCK_M"]) * cdiv(shape.N, base["BLOCK_N"])
+        steps = cdiv(shape.K, base["BLOCK_K"])
+        fits = [s for s in (2, 3, 4) if tiles * s <= multiprocessors and steps // s >= SPLIT_MIN_K_STEPS]
+        if fits:
+            out.append(dict(base, SPLIT_K=max(fits), GROUP_M=base["GROUP_M"] if shape.M > base["BLOCK_M"] else 1))
+    return out
+
+
 def _splits(tiles: int, multiprocessors: int) -> List[int]:
     """Split counts (2, 4, 8) that bring tiles x splits nearest to the multiprocessors, best first."""
     return sorted((2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
@@ -213,6 +244,7 @@ def seed_configs(shape, target) -> List[dict]:
     multiprocessors = gemm_tiles.multiprocessors(target)
     seeds = _rule_seeds(shape, target, multiprocessors)
     if target.backend == "cuda" and shape.M > 64:
-        seeds = seeds + _stream_k_seeds(shape, multiprocessors) + _wide_seeds(shape, multiprocessors)
+        seeds = (seeds + _stream_k_seeds(shape, multiprocessors) + _wide_seeds(shape, multiprocessors)
+                 + _split_wave_seeds(shape, multiprocessors))
     most = max(KERNEL.space_for(target)["num_stages"])
     return complete_seeds([deepest(s, shape, target, most) for s in seeds], KERNEL, shape, target)
