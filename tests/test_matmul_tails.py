@@ -351,18 +351,21 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     assert wide_seeds("2048x12800x4096") == [(64, 192, 8, 4, 7), (64, 320, 8, 4, 4), wider]
 
 
+def node_seeds(text):
+    """The seeds of the bf16 NT shape MxNxK on targets.yaml's gpu-node, each checked against the rules."""
+    kernel = get("matmul")
+    node = load_targets(REPO / "targets.yaml")["gpu-node"]
+    shape = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
+    seeds = kernel.seed_configs(shape, node)
+    assert all(first_pruning_rule(kernel.rules_for(node), c, shape, node) is None for c in seeds)
+    return seeds
+
+
 def test_few_tiles_over_64_rows_are_seeded_split_so_that_one_wave_holds_them():
     # 64 x 128 and 64 x 256 TMA tiles as deep as shared memory holds, with the most splits (2 to 4)
     # that keep tiles x splits within a wave of 132 and 32 K steps a split; M over 64 only
-    kernel = get("matmul")
-    node = load_targets(REPO / "targets.yaml")["gpu-node"]
-    rules = kernel.rules_for(node)
-
     def split_seeds(text):
-        shape = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
-        seeds = kernel.seed_configs(shape, node)
-        assert all(first_pruning_rule(rules, c, shape, node) is None for c in seeds)
-        return {(c["BLOCK_M"], c["BLOCK_N"], c["SPLIT_K"], c["num_stages"]) for c in seeds
+        return {(c["BLOCK_M"], c["BLOCK_N"], c["SPLIT_K"], c["num_stages"]) for c in node_seeds(text)
                 if c.get("TMA") and c["SPLIT_K"] > 1}
 
     assert split_seeds("96x2560x10240") == {(64, 128, 3, 9), (64, 256, 4, 5)}  # 40 tiles x 3, 20 x 4
@@ -378,15 +381,8 @@ def test_wave_quantized_shapes_are_seeded_with_stream_k():
     # wave over half full, a short K, whole or many waves get none
     from harness.kernels.matmul.stream_k import steps_saved
 
-    kernel = get("matmul")
-    node = load_targets(REPO / "targets.yaml")["gpu-node"]
-    rules = kernel.rules_for(node)
-
     def stream_k_seeds(text):
-        shape = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
-        seeds = kernel.seed_configs(shape, node)
-        assert all(first_pruning_rule(rules, c, shape, node) is None for c in seeds)
-        return {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in seeds if c.get("STREAM_K")}
+        return {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in node_seeds(text) if c.get("STREAM_K")}
 
     # 320 tiles, 56 left over in 2 pieces of 64 of 128 steps; 160 tiles, 28 in 4 pieces of 32
     assert steps_saved(320, 132, 128) == 64 and steps_saved(160, 132, 128) == 96
@@ -400,4 +396,4 @@ def test_wave_quantized_shapes_are_seeded_with_stream_k():
     assert stream_k_seeds("1024x16896x4096") == set()  # 1056 = 8 x 132 tiles of 128 x 128, 528 = 4 x 132
     assert stream_k_seeds("16x4096x4096") == set()  # skinny: the SWAP_AB tiles
     laptop = load_targets(REPO / "targets.yaml")["laptop"]
-    assert kernel.seed_configs(make_shape(512, 10240, 8192, "bf16"), laptop) == []
+    assert get("matmul").seed_configs(make_shape(512, 10240, 8192, "bf16"), laptop) == []
