@@ -110,13 +110,17 @@ STREAM_K_CUDA = [  # the persistent tiles of the prefill shapes, seeded with STR
 STREAM_K_MIN_STEPS_SAVED = 64
 
 
+def _swizzled(seed: dict, shape) -> dict:
+    """``seed`` with GROUP_M 1 where one row of its tiles covers M (nothing to swizzle)."""
+    return dict(seed, GROUP_M=seed["GROUP_M"] if shape.M > seed["BLOCK_M"] else 1)
+
+
 def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
     out = []
     for base in STREAM_K_CUDA:
         tiles = cdiv(shape.M, base["BLOCK_M"]) * cdiv(shape.N, base["BLOCK_N"])
         if steps_saved(tiles, multiprocessors, cdiv(shape.K, base["BLOCK_K"])) >= STREAM_K_MIN_STEPS_SAVED:
-            group = base["GROUP_M"] if shape.M > base["BLOCK_M"] else 1  # one row of tiles: no swizzle
-            out.append(dict(base, GROUP_M=group, STREAM_K=1))
+            out.append(_swizzled(dict(base, STREAM_K=1), shape))
     return out
 
 
@@ -148,7 +152,7 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
     out += [c for c in FEW_WAVES_CUDA
             if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
-    return [dict(c, GROUP_M=c["GROUP_M"] if shape.M > c["BLOCK_M"] else 1) for c in out]  # one row: no swizzle
+    return [_swizzled(c, shape) for c in out]
 
 
 # 64-row TMA tiles as deep as shared memory holds, K split so that one wave holds their tiles
@@ -170,7 +174,7 @@ def _split_wave_seeds(shape, multiprocessors: int) -> List[dict]:
         steps = cdiv(shape.K, base["BLOCK_K"])
         fits = [s for s in (2, 3, 4) if tiles * s <= multiprocessors and steps // s >= SPLIT_MIN_K_STEPS]
         if fits:
-            out.append(dict(base, SPLIT_K=max(fits), GROUP_M=base["GROUP_M"] if shape.M > base["BLOCK_M"] else 1))
+            out.append(_swizzled(dict(base, SPLIT_K=max(fits)), shape))
     return out
 
 
