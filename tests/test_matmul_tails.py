@@ -375,20 +375,6 @@ def test_few_tiles_over_64_rows_are_seeded_split_so_that_one_wave_holds_them():
     assert split_seeds("64x2048x8192") == set()  # M <= 64: the decode seeds
 
 
-def test_memory_bound_products_up_to_128_rows_are_seeded_transposed_in_one_wave():
-    # M over 64 and up to 128: the tile transposed, TMA, 128 x 64 on the MMA's wide side, as deep as
-    # shared memory holds, with the narrowest BLOCK_M whose tiles fit one wave of 132
-    def transposed(text):
-        return {(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"]) for c in node_seeds(text)
-                if c.get("SWAP_AB") and c.get("TMA")}
-
-    assert transposed("80x5120x13824") == {(32, 128, 64, 9)}  # 200 tiles of 16 rows, 120 of 32
-    assert transposed("96x2560x10240") == {(16, 128, 64, 9)}  # 120 tiles of 16 rows
-    assert transposed("128x8192x28672") == {(64, 128, 64, 9)}  # 256 of 32 rows, 128 of 64
-    assert transposed("128x20480x8192") == set()  # 320 tiles of 64 rows: no BLOCK_M fits one wave
-    assert transposed("160x4096x11008") == set()  # M over 128: no swap
-
-
 def test_wave_quantized_shapes_are_seeded_with_stream_k():
     # seeds from the geometry: persistent tiles whose stream-K pieces spare each busy program at
     # least 64 K steps of the last wave get STREAM_K = 1, and every seed passes the rules; a last

@@ -57,12 +57,9 @@ def _persistent_without_multiprocessors(c, s, t):
     return bool(c.get("PERSISTENT")) and not getattr(t, "multiprocessors", None)
 
 
-SWAP_AB_MAX_M = 128  # the largest M whose products the tile transposed (SWAP_AB) serves
-
-
 def _swap_ab_off_skinny(c, s, t):
     # the swap puts BLOCK_M on the MMA's narrow side: it serves skinny tiles of skinny products
-    return bool(c.get("SWAP_AB")) and (c["BLOCK_M"] > 64 or s.M > SWAP_AB_MAX_M)
+    return bool(c.get("SWAP_AB")) and (c["BLOCK_M"] > 64 or s.M > 128)
 
 
 def _stream_k_without_persistent(c, s, t):
@@ -114,8 +111,7 @@ GPU_RULES = [
          _stream_k_little_idle),
     Rule("stream_k_unsplit", "STREAM_K = 1 where the last wave's tiles get one K piece each (the wave over half "
          "full, or K one BLOCK_K step): it repeats STREAM_K = 0", _stream_k_unsplit),
-    Rule("swap_ab_off_skinny", "SWAP_AB = 1 with BLOCK_M over 64 or M over %d (the swap is for skinny products)"
-         % SWAP_AB_MAX_M,
+    Rule("swap_ab_off_skinny", "SWAP_AB = 1 with BLOCK_M over 64 or M over 128 (the swap is for skinny products)",
          _swap_ab_off_skinny),
     ACCUMULATOR_SPILLS,
 ]

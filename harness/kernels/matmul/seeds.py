@@ -67,7 +67,6 @@ from remote_agent.contract import DTYPE_BYTES
 
 from .. import gemm_tiles
 from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
-from .rules import SWAP_AB_MAX_M
 from .stream_k import steps_saved
 
 DEEPEST = "deepest"  # num_stages of a seed: as many stages as the target's shared memory holds (deepest())
@@ -179,22 +178,6 @@ def _split_wave_seeds(shape, multiprocessors: int) -> List[dict]:
     return out
 
 
-# the tile transposed (SWAP_AB), TMA, as deep as shared memory holds: M over 64 and up to
-# SWAP_AB_MAX_M, memory-bound on sm90 (80x5120x13824: 120 tiles of 32 x 128, 9 stages)
-TRANSPOSED_CUDA = dict(BLOCK_N=128, BLOCK_K=64, GROUP_M=1, num_warps=4, num_stages=DEEPEST, SWAP_AB=1, TMA=1)
-
-
-def _transposed_seeds(shape, multiprocessors: int) -> List[dict]:
-    """TRANSPOSED_CUDA with the narrowest BLOCK_M (16 to 64) whose tiles fit one wave; none where M
-    is over SWAP_AB_MAX_M or no BLOCK_M fits."""
-    if shape.M > SWAP_AB_MAX_M:
-        return []
-    for bm in (16, 32, 64):
-        if cdiv(shape.M, bm) * cdiv(shape.N, TRANSPOSED_CUDA["BLOCK_N"]) <= multiprocessors:
-            return [dict(TRANSPOSED_CUDA, BLOCK_M=bm)]
-    return []
-
-
 def _splits(tiles: int, multiprocessors: int) -> List[int]:
     """Split counts (2, 4, 8) that bring tiles x splits nearest to the multiprocessors, best first."""
     return sorted((2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
@@ -266,6 +249,6 @@ def seed_configs(shape, target) -> List[dict]:
     seeds = _rule_seeds(shape, target, multiprocessors)
     if target.backend == "cuda" and shape.M > 64:
         seeds = (seeds + _stream_k_seeds(shape, multiprocessors) + _wide_seeds(shape, multiprocessors)
-                 + _split_wave_seeds(shape, multiprocessors) + _transposed_seeds(shape, multiprocessors))
+                 + _split_wave_seeds(shape, multiprocessors))
     most = max(KERNEL.space_for(target)["num_stages"])
     return complete_seeds([deepest(s, shape, target, most) for s in seeds], KERNEL, shape, target)
