@@ -1,4 +1,4 @@
-"""Stream-K probe: the harness's persistent TMA matmul with STREAM_K 0, 1 and 2 against
+"""Stream-K probe: the harness's persistent TMA matmul with STREAM_K 0 and 1 against
 torch.matmul (cuBLAS), on wave-quantized prefill shapes (run on the GPU node; about 2 minutes
 on an H200).
 
@@ -12,16 +12,15 @@ own JIT; the workspace and counters are what the GPU agent gives a config
 
 Shapes: the prefill shapes (M >= 512) of bench/shapes/llm_gemms.txt, then four linear layers of
 real models whose 128 x 128 and 128 x 256 tiles fill the last wave of 132 SMs badly (EXTRA
-below). Configs: the persistent tiles the search finds for them (CONFIGS), each with STREAM_K 0,
-1 (the last partial wave in whole K pieces) and 2 (the last waves in even shares). Every launch is checked against torch (rel. error under 1e-2), every stream-K launch
+below). Configs: the persistent tiles the search finds for them (CONFIGS), each with STREAM_K 0
+and 1. Every launch is checked against torch (rel. error under 1e-2), every stream-K launch
 also for bit-identical output on a second launch and counters back at zero. Timing:
 triton.testing.do_bench, median.
 
-Prints per shape: the tile waves, cuBLAS time, then per config the times of STREAM_K 0/1/2, the
-stream-K plan (K pieces per last-wave tile, K steps spared per busy program, the busiest
-program's K steps under 0/1/2: harness/kernels/matmul/stream_k.py), whether the kernel's rules
-would prune it (`stream_k_little_idle`, `stream_k_unsplit`, `stream_k_even_crowded`) and whether
-the seeds would offer it; then per shape
+Prints per shape: the tile waves, cuBLAS time, then per config the times of STREAM_K 0/1, the
+stream-K plan (K pieces per last-wave tile, K steps spared per busy program: harness/kernels/
+matmul/stream_k.py), whether the kernel's rules would prune it (`stream_k_little_idle`,
+`stream_k_unsplit`) and whether the seeds would offer it; then per shape
 the best STREAM_K = 0 config against the best of all, as cuBLAS/Triton ratios, and the geomeans.
 
 ``--interpret``: no GPU; runs the same code on tiny shapes in Triton's interpreter with torch on
@@ -108,20 +107,6 @@ def thresholds():
         return idle, steps
     except Exception:  # the harness's host requirements (yaml, ...) are not on the node
         return STREAM_K_MIN_IDLE, STREAM_K_MIN_STEPS_SAVED
-
-
-def even_plan(cfg, shape, programs, limits):
-    """(the busiest program's K steps under STREAM_K 0, 1, 2; the rule that would prune STREAM_K = 2
-    or None)."""
-    tiles = cdiv(shape["M"], cfg["BLOCK_M"]) * cdiv(shape["N"], cfg["BLOCK_N"])
-    k_tiles = cdiv(shape["K"], cfg["BLOCK_K"])
-    longest = [PLAN.longest_share(tiles, programs, k_tiles, sk) for sk in (0, 1, 2)]
-    pruned = None
-    if idle_share(tiles, programs) < limits[0]:
-        pruned = "stream_k_little_idle"
-    elif PLAN.even_most_pieces(tiles, programs, k_tiles) > PLAN.MAX_PIECES:
-        pruned = "stream_k_even_crowded"
-    return longest, pruned
 
 
 def idle_share(tiles, programs):
@@ -276,7 +261,7 @@ def name(cfg):
 
 
 def probe_shape(probe, s, configs, limits):
-    """Every config with STREAM_K 0, 1 and 2 on one shape; prints a block, returns its entry."""
+    """Every config with STREAM_K 0 and 1 on one shape; prints a block, returns its entry."""
     torch = probe.torch
     a, b, a_log, b_log = probe.inputs(s)
     ref = torch.matmul(a_log, b_log)
@@ -291,26 +276,24 @@ def probe_shape(probe, s, configs, limits):
     for base in configs:
         times = []
         pieces, saved, pruned_sk, seeded = stream_k_plan(base, s, probe.programs, limits)
-        longest, pruned_even = even_plan(base, s, probe.programs, limits)
-        for sk in (0, 1, 2):
+        for sk in (0, 1):
             cfg = dict(base, STREAM_K=sk)
-            pruned = {0: None, 1: pruned_sk, 2: pruned_even}[sk]
+            pruned = pruned_sk if sk else None
             try:
                 ms, err, problem = probe.run_config(cfg, s, a, b, ref)
             except Exception as exc:  # a compile or launch error: say it, keep going
                 ms, err, problem = None, None, "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:200]
                                                            if str(exc) else "")
             rows.append({"config": cfg, "ms": ms, "rel_err": err, "problem": problem, "pruned_by": pruned,
-                         "pieces": pieces if sk == 1 else None, "steps_saved": saved if sk == 1 else None,
-                         "seeded": seeded if sk == 1 else None, "longest_steps": longest[sk]})
+                         "pieces": pieces if sk else None, "steps_saved": saved if sk else None,
+                         "seeded": seeded if sk else None})
             times.append("%s%s" % ("%.4f" % ms if ms else "FAILED", " (pruned)" if pruned else ""))
             if problem:
                 print("  %s STREAM_K=%d: %s" % (name(cfg), sk, problem))
             if problem and "CUDA" in problem:
                 raise RuntimeError("the CUDA context is lost after %s STREAM_K=%d: %s" % (name(cfg), sk, problem))
-        print("  %-18s STREAM_K 0/1/2: %s ms  (%d pieces, %d steps spared%s; busiest %s steps)"
-              % (name(base), " / ".join(times), pieces, saved, ", seeded" if seeded and not pruned_sk else "",
-                 "/".join(str(n) for n in longest)))
+        print("  %-18s STREAM_K 0/1: %s ms  (%d pieces, %d steps spared%s)"
+              % (name(base), " / ".join(times), pieces, saved, ", seeded" if seeded and not pruned_sk else ""))
     ok = [r for r in rows if r["ms"]]
     best0 = min((r for r in ok if not r["config"]["STREAM_K"]), key=lambda r: r["ms"], default=None)
     best = min(ok, key=lambda r: r["ms"], default=None)

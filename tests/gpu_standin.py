@@ -306,10 +306,10 @@ class StandinApi(GpuApi):
 
 
     def _stream_k_buffers(self, facts, v, grid):
-        """What a stream-K launch needs (triton_kernel.py): STREAM_K fp32 BLOCK_M x BLOCK_N slots and
-        STREAM_K zeroed counters per program of grid[0]; a short buffer is an illegal address."""
+        """What a stream-K launch needs (triton_kernel.py): an fp32 BLOCK_M x BLOCK_N slot and a
+        zeroed counter per program of grid[0]; a short buffer is an illegal address."""
         const = facts["constexprs"]
-        slots = int(const["STREAM_K"]) * int(grid[0])
+        slots = int(grid[0])
         for name, need in (("ws_ptr", slots * const["BLOCK_M"] * const["BLOCK_N"] * 4), ("lock_ptr", slots * 4)):
             if not v[name] or len(self._buf(v[name])) < need:
                 raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)"

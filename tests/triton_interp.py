@@ -104,9 +104,9 @@ class Run:
         split = config.get("SPLIT_K", 1)
         tiles = -(-M // config["BLOCK_M"]) * -(-N // config["BLOCK_N"])
         stream_k = config.get("STREAM_K", 0)
-        if stream_k:  # STREAM_K BLOCK_M x BLOCK_N slots and counters per program (gpu_memory.workspace_need)
-            self.ws = np.full((stream_k * programs, config["BLOCK_M"], config["BLOCK_N"]), np.nan, np.float32)
-            self.locks = np.zeros(stream_k * programs, np.int32)
+        if stream_k:  # a BLOCK_M x BLOCK_N slot per program, a counter per stream-K tile (fewer than programs)
+            self.ws = np.full((programs, config["BLOCK_M"], config["BLOCK_N"]), np.nan, np.float32)
+            self.locks = np.zeros(programs, np.int32)
         else:
             self.ws = np.full((split, M, N), np.nan, np.float32)  # the kernel must not rely on its contents
             self.locks = np.zeros(tiles, np.int32)

@@ -27,14 +27,13 @@ def data_seed(seed, shape, role):
 def workspace_need(config, grid, out_elements):
     """(fp32 workspace elements, int32 counters) a config needs, or None (docs/contracts.md):
     split-K (SPLIT_K > 1): one slice of the output per split and a counter per program of
-    ``grid[0]`` (a tile); stream-K (STREAM_K = s > 0): s BLOCK_M x BLOCK_N slots and s counters per
-    program of ``grid[0]`` (a slot per K piece, a counter per stream-K tile: fewer than s x programs)."""
+    ``grid[0]`` (a tile); stream-K (STREAM_K > 0): one BLOCK_M x BLOCK_N slot and one counter per
+    program of ``grid[0]`` (a slot per K piece, a counter per stream-K tile: fewer than programs)."""
     programs = int(grid[0])
     if config.get("SPLIT_K", 1) > 1:
         return config["SPLIT_K"] * out_elements, programs
-    stream_k = int(config.get("STREAM_K", 0))
-    if stream_k:
-        return stream_k * programs * config["BLOCK_M"] * config["BLOCK_N"], stream_k * programs
+    if config.get("STREAM_K", 0):
+        return programs * config["BLOCK_M"] * config["BLOCK_N"], programs
     return None
 
 

@@ -37,7 +37,7 @@ GPU_SPACE_CUDA = {  # NVIDIA: 192- and 320-wide tiles, the tile transposed for s
     "SWAP_AB": [0, 1],
     "TMA": [0, 1],
     "PERSISTENT": [0, 1],
-    "STREAM_K": [0, 1, 2],  # 1: the last partial wave in whole K pieces; 2: the last waves in even shares
+    "STREAM_K": [0, 1],
     # sm90's 227 KiB hold 7 stages of 64 x 192 x 64 tiles, 9 of 64 x 128 x 64 (fp16/bf16); the deeper
     # pipeline wins on long K (docs/gpu.md, "Deeper pipelines"); compile() prunes what does not fit
     "num_stages": [2, 3, 4, 5, 6, 7, 8, 9],

@@ -6,7 +6,7 @@ from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, split_k_rules,
                           tile_rules, tiles)
 from .descriptors import tensor_descriptors, tile_parts, wide_tile
-from .stream_k import MAX_PIECES, even_most_pieces, pieces_per_tile
+from .stream_k import pieces_per_tile
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
 
@@ -85,14 +85,8 @@ def _stream_k_little_idle(c, s, t):
 
 def _stream_k_unsplit(c, s, t):
     # one piece per stream-K tile (a last wave over half full, or one K step): STREAM_K = 0's work
-    return c.get("STREAM_K") == 1 and pieces_per_tile(tiles(c, s), multiprocessors(t, 132),
+    return bool(c.get("STREAM_K")) and pieces_per_tile(tiles(c, s), multiprocessors(t, 132),
                                                        cdiv(s.K, c["BLOCK_K"])) == 1
-
-
-def _stream_k_even_crowded(c, s, t):
-    # the even shares' reduction sums at most MAX_PIECES pieces a tile (_reduce_slots)
-    return c.get("STREAM_K") == 2 and even_most_pieces(tiles(c, s), multiprocessors(t, 132),
-                                                       cdiv(s.K, c["BLOCK_K"])) > MAX_PIECES
 
 
 # matmul's rules count a target without `multiprocessors` as an H100 on AMD too (its seeds: an MI300X)
@@ -117,8 +111,6 @@ GPU_RULES = [
          _stream_k_little_idle),
     Rule("stream_k_unsplit", "STREAM_K = 1 where the last wave's tiles get one K piece each (the wave over half "
          "full, or K one BLOCK_K step): it repeats STREAM_K = 0", _stream_k_unsplit),
-    Rule("stream_k_even_crowded", "STREAM_K = 2 where more than %d programs would share a tile (stream-K tiles under "
-         "a third of the multiprocessors: STREAM_K = 1 serves them)" % MAX_PIECES, _stream_k_even_crowded),
     Rule("swap_ab_off_skinny", "SWAP_AB = 1 with BLOCK_M over 64 or M over 128 (the swap is for skinny products)",
          _swap_ab_off_skinny),
     ACCUMULATOR_SPILLS,

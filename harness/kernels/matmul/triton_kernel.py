@@ -291,8 +291,6 @@ def _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, st
     data_parallel = tiles
     if STREAM_K:
         data_parallel = tiles - tiles % programs
-    if STREAM_K == 2 and data_parallel > 0 and data_parallel < tiles:  # the last whole wave is shared out too
-        data_parallel -= programs
     for tile in tl.range(tl.program_id(0), data_parallel, programs, flatten=True):
         pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -300,12 +298,9 @@ def _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, st
             a, b = _load_tiles(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k * BLOCK_K, A_T, B_T)
             acc = tl.dot(a, b, acc)
         _store_halves(c_desc, c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N)
-    if STREAM_K == 1:
+    if STREAM_K:
         _stream_k(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, data_parallel,
                   tiles - data_parallel, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
-    if STREAM_K == 2:
-        _stream_k_even(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, data_parallel,
-                       tiles - data_parallel, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
 
 
 @triton.jit
@@ -323,7 +318,7 @@ def _store_halves(c_desc, c_ptr, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK
 @triton.jit
 def _pieces_per_tile(sk_tiles, programs, k_tiles):
     """How many contiguous K pieces each stream-K tile is cut into: as many as the programs allow
-    (one piece per program), at most 4 (the reduction's loads in flight, _reduce_slots) and at
+    (one piece per program), at most 4 (the reduction's loads in flight, _reduce_pieces) and at
     most one per K step. harness/kernels/matmul/stream_k.py's pieces_per_tile computes the same."""
     return max(1, min(min(programs // max(sk_tiles, 1), 4), k_tiles))
 
@@ -335,7 +330,7 @@ def _stream_k(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, 
     """Program p takes piece p % S of stream-K tile p // S (S pieces per tile, programs past
     sk_tiles x S idle): K steps [piece x KT / S, (piece + 1) x KT / S). With S = 1 it stores the
     tile; otherwise its fp32 partial goes to its own workspace slot p, and the piece that arrives
-    last at the tile's counter sums the tile's S slots in piece order (_reduce_slots)."""
+    last at the tile's counter sums the tile's S slots in piece order (_reduce_pieces)."""
     pid = tl.program_id(0)
     pieces = _pieces_per_tile(sk_tiles, tl.num_programs(0), k_tiles)
     if pid < sk_tiles * pieces:
@@ -354,91 +349,31 @@ def _stream_k(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, 
             tl.debug_barrier()  # every thread's partial is written before the counter is bumped
             arrived = tl.atomic_add(lock_ptr + t, 1, sem="acq_rel")
             if arrived == pieces - 1:
-                first = t * pieces
-                _reduce_slots(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, first, first + 1, first + 2, first + 3,
-                              pieces, BLOCK_M, BLOCK_N)
+                _reduce_pieces(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, t * pieces, pieces, BLOCK_M, BLOCK_N)
                 tl.atomic_xchg(lock_ptr + t, 0)
 
 
 @triton.jit
-def _first_step(program, total, programs):
-    """The first step of ``program``'s share of ``total`` K steps over ``programs`` (_stream_k_even)."""
-    return (program.to(tl.int64) * total // programs).to(tl.int32)
-
-
-@triton.jit
-def _slot_of(program, tile, total, programs, k_tiles):
-    """The workspace slot of ``program``'s partial of stream-K tile ``tile`` (_stream_k_even): 2 x
-    program for the tile its share starts in, 2 x program + 1 for the tile it ends in."""
-    return 2 * program + (_first_step(program, total, programs) // k_tiles != tile).to(tl.int32)
-
-
-@triton.jit
-def _stream_k_even(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, first_tile, sk_tiles,
-                   k_tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
-    """The stream-K tiles' K steps, sk_tiles x k_tiles in tile order, cut into one contiguous share
-    per program, as even as whole steps allow (the programs past the steps idle). A share may end
-    one tile, cover whole tiles and begin another: a whole tile is stored; a piece of one goes to
-    the program's workspace slot (_slot_of), and the piece that arrives last at the tile's counter
-    sums the tile's pieces in program order (at most 4: the rules keep the stream-K tiles at
-    least a third of the programs)."""
-    pid = tl.program_id(0)
-    total = sk_tiles * k_tiles
-    programs = min(tl.num_programs(0), total)
-    if pid < programs:
-        start = _first_step(pid, total, programs)
-        end = _first_step(pid + 1, total, programs)
-        for t in range(start // k_tiles, (end - 1) // k_tiles + 1):
-            lo = max(start, t * k_tiles) - t * k_tiles
-            hi = min(end, (t + 1) * k_tiles) - t * k_tiles
-            pid_m, pid_n = _tile_of(first_tile + t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k in range(lo, hi):
-                a, b = _load_tiles(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k * BLOCK_K, A_T, B_T)
-                acc = tl.dot(a, b, acc)
-            if hi - lo == k_tiles:
-                _store_halves(c_desc, c_ptr, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N)
-            else:
-                local = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-                slot = _slot_of(pid, t, total, programs, k_tiles)
-                tl.store(ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + local, acc)
-                tl.debug_barrier()  # every thread's partial is written before the counter is bumped
-                # the programs whose shares hold the tile's first and last steps, and those between
-                q0 = ((t * k_tiles + 1).to(tl.int64) * programs - 1) // total
-                q1 = (((t + 1) * k_tiles).to(tl.int64) * programs - 1) // total
-                arrived = tl.atomic_add(lock_ptr + t, 1, sem="acq_rel")
-                if arrived == q1 - q0:
-                    q = q0.to(tl.int32)
-                    _reduce_slots(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n,
-                                  _slot_of(q, t, total, programs, k_tiles),
-                                  _slot_of(q + 1, t, total, programs, k_tiles),
-                                  _slot_of(q + 2, t, total, programs, k_tiles),
-                                  _slot_of(q + 3, t, total, programs, k_tiles),
-                                  (q1 - q0 + 1).to(tl.int32), BLOCK_M, BLOCK_N)
-                    tl.atomic_xchg(lock_ptr + t, 0)
-
-
-@triton.jit
-def _reduce_slots(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, s0, s1, s2, s3, pieces, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr):
-    """C tile = workspace slots s0, s1, s2, s3 (the first ``pieces`` of them) summed in that order
-    (deterministic), 4096 elements of each at a time: the four loads of a chunk are issued before
-    any sum (the ones past ``pieces`` masked off, adding 0.0), so the reduction streams from L2
-    instead of waiting on one load after another."""
+def _reduce_pieces(ws_ptr, c_ptr, M, N, stride_cm, pid_m, pid_n, first_slot, pieces, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    """C tile = slots first_slot .. first_slot + pieces - 1 summed in piece order (deterministic),
+    4096 elements of each at a time: the four loads of a chunk are issued before any sum
+    (the ones past ``pieces`` masked off, adding 0.0), so the reduction streams from L2 instead of
+    waiting on one load after another."""
     ROWS: tl.constexpr = min(BLOCK_M, 4096 // BLOCK_N)
     tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+    slots = ws_ptr + first_slot.to(tl.int64) * tile_elems
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     for r in tl.static_range(0, BLOCK_M, ROWS):
         local = (r + tl.arange(0, ROWS))[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         # .cg: read at L2, where the other programs' partials are (never a stale L1 line)
-        x0 = tl.load(ws_ptr + s0.to(tl.int64) * tile_elems + local, cache_modifier=".cg")
-        x1 = tl.load(ws_ptr + s1.to(tl.int64) * tile_elems + local, mask=local < tl.where(pieces > 1, tile_elems, 0),
-                     other=0.0, cache_modifier=".cg")
-        x2 = tl.load(ws_ptr + s2.to(tl.int64) * tile_elems + local, mask=local < tl.where(pieces > 2, tile_elems, 0),
-                     other=0.0, cache_modifier=".cg")
-        x3 = tl.load(ws_ptr + s3.to(tl.int64) * tile_elems + local, mask=local < tl.where(pieces > 3, tile_elems, 0),
-                     other=0.0, cache_modifier=".cg")
+        x0 = tl.load(slots + local, cache_modifier=".cg")
+        x1 = tl.load(slots + tile_elems + local, mask=local < tl.where(pieces > 1, tile_elems, 0), other=0.0,
+                     cache_modifier=".cg")
+        x2 = tl.load(slots + 2 * tile_elems + local, mask=local < tl.where(pieces > 2, tile_elems, 0), other=0.0,
+                     cache_modifier=".cg")
+        x3 = tl.load(slots + 3 * tile_elems + local, mask=local < tl.where(pieces > 3, tile_elems, 0), other=0.0,
+                     cache_modifier=".cg")
         total = ((x0 + x1) + x2) + x3
         offs_m = pid_m * BLOCK_M + r + tl.arange(0, ROWS)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
