@@ -50,15 +50,15 @@ def _c(width: int, bm: int) -> Descriptor:
 
 
 def wide_tile(config: dict) -> bool:
-    """BLOCK_N is not a power of two (160, 192, 320): the kernel computes the tile as two MMAs."""
+    """BLOCK_N is not a power of two (144, 160, 192, 320): the kernel computes the tile as two MMAs."""
     bn = config["BLOCK_N"]
     return bn & (bn - 1) != 0
 
 
 def tile_parts(block_n: int) -> Tuple[int, int]:
     """The widths of a wide tile's two MMAs: (WIDE, NARROW), NARROW the lowest set bit of BLOCK_N
-    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64). The kernel has them for BLOCK_N 3 or 5 times
-    NARROW (rule wide_tile_needs_tma)."""
+    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64, 144 = 128 + 16). The kernel has them for BLOCK_N
+    3, 5 or 9 times NARROW (rule wide_tile_needs_tma)."""
     narrow = block_n & -block_n
     return block_n - narrow, narrow
 
@@ -68,7 +68,7 @@ def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
     are None). a_t / b_t: A's M stride / B's K stride is 1 (the kernel's A_T / B_T).
 
     * every TMA tile: A's tile and B's tile;
-    * a wide tile (BLOCK_N = 3 or 5 x 2^k): B in its two parts (b_desc, b2_desc, tile_parts), and C
+    * a wide tile (BLOCK_N = 3, 5 or 9 x 2^k): B in its two parts (b_desc, b2_desc, tile_parts), and C
       in pieces as wide as the narrow part;
     * the persistent grid: C in halves (its epilogue stores the tile in two).
     """

@@ -37,11 +37,11 @@ def _tma_rows_unaligned(c, s, t):
 
 
 def _wide_tile_off_tma(c, s, t):
-    # the wide tile (3 or 5 x 2^k) exists on the TMA path, one tile a program, no split and no swap
+    # the wide tile (3, 5 or 9 x 2^k) exists on the TMA path, one tile a program, no split and no swap
     if not wide_tile(c):
         return False
     _, narrow = tile_parts(c["BLOCK_N"])
-    return (c["BLOCK_N"] // narrow not in (3, 5) or not c.get("TMA") or bool(c.get("PERSISTENT"))
+    return (c["BLOCK_N"] // narrow not in (3, 5, 9) or not c.get("TMA") or bool(c.get("PERSISTENT"))
             or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
 
 
@@ -97,7 +97,7 @@ GPU_RULES = [
     Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
     Rule("stream_k_needs_persistent", "STREAM_K > 0 shares the persistent grid's last tiles: PERSISTENT = 0 repeats "
          "STREAM_K = 0", _stream_k_without_persistent),
-    Rule("wide_tile_needs_tma", "BLOCK_N not a power of two (two MMAs a tile) must be 3 or 5 x 2^k, needs TMA = 1 "
+    Rule("wide_tile_needs_tma", "BLOCK_N not a power of two (two MMAs a tile) must be 3, 5 or 9 x 2^k, needs TMA = 1 "
          "and has no persistent grid, split-K or SWAP_AB", _wide_tile_off_tma),
     *tile_rules(m_floor=16, n_floor=32, k_floor=32),
     *split_k_rules(hip_multiprocessors=132),

@@ -47,12 +47,12 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   than P); the piece that arrives last sums the tile's S slots in piece order, all S loads of a
   chunk in flight at once, stores C and resets the counter. Deterministic, no float atomics, no
   waiting, counters zero after every launch, as for split-K.
-* BLOCK_N = 3 x 2^k or 5 x 2^k (160, 192, 320; with TMA = 1, one tile a program, no split-K or
+* BLOCK_N = 3, 5 or 9 x 2^k (144, 160, 192, 320; with TMA = 1, one tile a program, no split-K or
   swap): Triton's tensors are powers of two, so the tile is two MMAs on the same A tile, WIDE =
   BLOCK_N - NARROW and NARROW = the lowest set bit of BLOCK_N wide (192 = 128 + 64, 160 = 128 +
-  32, 320 = 256 + 64), each with its own B descriptor and accumulator; C leaves in NARROW-wide
-  pieces. Such tiles fill the last wave where 128 and 256 cannot (cuBLAS runs 144- to 320-wide
-  tiles on such shapes).
+  32, 320 = 256 + 64, 144 = 128 + 16), each with its own B descriptor and accumulator; C leaves in
+  NARROW-wide pieces. Such tiles fill the last wave where 128 and 256 cannot (cuBLAS runs 144- to
+  320-wide tiles on such shapes).
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
@@ -253,7 +253,7 @@ def _tma_mainloop(a_desc, b_desc, pid_m, pid_n, first, steps, BLOCK_M: tl.conste
 @triton.jit
 def _wide_tile(a_desc, b_wide, b_narrow, c_desc, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
-    """One tile of BLOCK_N = 3 x 2^k or 5 x 2^k through tensor descriptors. Triton's tensors are
+    """One tile of BLOCK_N = 3, 5 or 9 x 2^k through tensor descriptors. Triton's tensors are
     powers of two, so the tile is two: a part WIDE and one NARROW wide (the lowest set bit of
     BLOCK_N), each with its own B descriptor (b_wide, b_narrow) and accumulator, both MMAs on the
     same A tile; C leaves in NARROW-wide pieces."""
@@ -270,11 +270,20 @@ def _wide_tile(a_desc, b_wide, b_narrow, c_desc, c_ptr, M, N, K, BLOCK_M: tl.con
         narrow = tl.dot(a, _load_b(b_narrow, off_n + WIDE, k * BLOCK_K, B_T), narrow)
     if WIDE == 2 * NARROW:
         _store_halves(c_desc, c_ptr, wide, off_m, off_n, BLOCK_M, WIDE)
-    else:  # four pieces
+    elif WIDE == 4 * NARROW:
+        _store_quarters(c_desc, c_ptr, wide, off_m, off_n, BLOCK_M, WIDE)
+    else:  # eight pieces
         left, right = _halves(wide, BLOCK_M, WIDE)
-        _store_halves(c_desc, c_ptr, left, off_m, off_n, BLOCK_M, WIDE // 2)
-        _store_halves(c_desc, c_ptr, right, off_m, off_n + WIDE // 2, BLOCK_M, WIDE // 2)
+        _store_quarters(c_desc, c_ptr, left, off_m, off_n, BLOCK_M, WIDE // 2)
+        _store_quarters(c_desc, c_ptr, right, off_m, off_n + WIDE // 2, BLOCK_M, WIDE // 2)
     c_desc.store([off_m, off_n + WIDE], narrow.to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _store_quarters(c_desc, c_ptr, acc, off_m, off_n, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr):
+    left, right = _halves(acc, BLOCK_M, WIDTH)
+    _store_halves(c_desc, c_ptr, left, off_m, off_n, BLOCK_M, WIDTH // 2)
+    _store_halves(c_desc, c_ptr, right, off_m, off_n + WIDTH // 2, BLOCK_M, WIDTH // 2)
 
 
 @triton.jit
