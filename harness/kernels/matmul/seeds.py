@@ -131,10 +131,10 @@ def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
 
 WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1)
 WIDER_CUDA = dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=5, TMA=1)
-# seeded where their waves hold less work a multiprocessor than those of every 128-row tile 128 to 256 wide
 # seeded where its tiles fit one wave and it holds less work a multiprocessor than every 128-row tile
 # 128 to 256 wide (it won only there: its 16-wide MMA makes it slower a step than the others)
 ONE_WAVE_CUDA = dict(BLOCK_M=128, BLOCK_N=144, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=5, TMA=1)
+# seeded where their waves hold less work a multiprocessor than those of every 128-row tile 128 to 256 wide
 FEW_WAVES_CUDA = [
     dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=DEEPEST, TMA=1),
     dict(BLOCK_M=64, BLOCK_N=320, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1),
