@@ -123,8 +123,8 @@ def _swizzled(seed: dict, shape) -> dict:
 def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
     out = []
     for base in STREAM_K_CUDA:
-        tiles = cdiv(shape.M, base["BLOCK_M"]) * cdiv(shape.N, base["BLOCK_N"])
-        if steps_saved(tiles, multiprocessors, cdiv(shape.K, base["BLOCK_K"])) >= STREAM_K_MIN_STEPS_SAVED:
+        saved = steps_saved(gemm_tiles.tiles(base, shape), multiprocessors, cdiv(shape.K, base["BLOCK_K"]))
+        if saved >= STREAM_K_MIN_STEPS_SAVED:
             out.append(_swizzled(dict(base, STREAM_K=1), shape))
     return out
 
@@ -182,7 +182,7 @@ def _split_wave_seeds(shape, multiprocessors: int) -> List[dict]:
     wave and SPLIT_MIN_K_STEPS K steps a split; none where the unsplit tiles fill half a wave or more."""
     out = []
     for base in SPLIT_WAVE_CUDA:
-        tiles = cdiv(shape.M, base["BLOCK_M"]) * cdiv(shape.N, base["BLOCK_N"])
+        tiles = gemm_tiles.tiles(base, shape)
         steps = cdiv(shape.K, base["BLOCK_K"])
         fits = [s for s in (2, 3, 4) if tiles * s <= multiprocessors and steps // s >= SPLIT_MIN_K_STEPS]
         if fits:
