@@ -238,6 +238,27 @@ def test_wide_tiles_compile_for_sm90_with_four_descriptors(tmp_path):
         assert tuple(job.grid) == (tiles, 1, 1)
 
 
+def test_tall_tiles_compile_for_sm90_with_two_a_descriptors(tmp_path):
+    # BLOCK_M = 192: A in a 128-row and a 64-row block (a_desc, a2_desc); with BLOCK_N = 192 B in two
+    # parts too (four MMAs a tile), with 256 in one (the blocks: test_matmul_tails)
+    target = targets()["gpu-node"]
+    t256 = dict(BLOCK_M=192, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1)
+    t192 = dict(t256, BLOCK_N=192)
+    shape = make_shape(1536, 4096, 1024, "bf16", "TN")
+    summary = build(get("matmul"), target, [shape], tmp_path, BuildOptions(jobs=2, only_configs=[t256, t192]))
+    m = summary.manifest
+    for config, names, tiles in ((t256, ["a2_desc", "a_desc", "b_desc", "c_desc"], 8 * 16),
+                                 (t192, ["a2_desc", "a_desc", "b2_desc", "b_desc", "c_desc"], 8 * 22)):
+        (variant,) = [v for v in m.variants if v.config == config]
+        assert variant.status == "ok", variant.message
+        descs = _descriptor_params(variant.launch)
+        assert sorted(descs) == names
+        assert descs["a2_desc"][1] == ["K", "M", "stride_ak", "stride_am"]  # A stored K x M (TN)
+        assert variant.launch["shared"] > config["num_stages"] * (192 + config["BLOCK_N"]) * 64 * 2
+        (job,) = [j for j in m.jobs if j.variant == variant.id]
+        assert tuple(job.grid) == (tiles, 1, 1)
+
+
 def test_tma_is_pruned_off_hopper():
     from harness.kernels.gemm_tiles import TMA_NEEDS_SM90
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from harness.kernels import get
+from harness.kernels.matmul import descriptors
 from harness.shapes import make_shape
 from harness.space import first_pruning_rule
 from harness.targets import load_targets
@@ -102,6 +103,8 @@ VARIANTS = {
     "wide": dict(BLOCK_M=16, BLOCK_N=48, BLOCK_K=32, GROUP_M=2, TMA=1),  # two MMAs, 32 + 16 wide
     "wide5": dict(BLOCK_M=16, BLOCK_N=40, BLOCK_K=32, GROUP_M=2, TMA=1),  # 32 + 8 wide, C in five pieces
     "wide9": dict(BLOCK_M=16, BLOCK_N=72, BLOCK_K=32, GROUP_M=2, TMA=1),  # 64 + 8 wide, C in nine pieces
+    "tall": dict(BLOCK_M=48, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, TMA=1),  # 32 + 16 rows: two A tiles
+    "tall_wide": dict(BLOCK_M=48, BLOCK_N=48, BLOCK_K=32, GROUP_M=2, TMA=1),  # four MMAs, C in 16 x 16 pieces
 }
 # odd shapes; descriptors need 16-byte rows, so the TMA variants get rows of multiples of 8
 POINTER_SHAPES = [(24, 40, 56), (7, 13, 1000), (1, 1, 1), (33, 1, 70)]
@@ -116,7 +119,7 @@ def test_triton_variants_mask_every_tail():
             if config.get("SPLIT_K", 1) > 1 and -(-K // config["BLOCK_K"]) < config["SPLIT_K"]:
                 continue  # split_k_too_deep prunes it
             cases.append(dict(M=M, N=N, K=K, layout=layout, config=config))
-    assert len(cases) == 63
+    assert len(cases) == 81
     for case, result in zip(cases, interp.run_cases(cases)):
         err = interp.rel_err(result)
         assert err < 1e-3, (case, err)  # fp16 inputs, fp32 sums; NaN where a tile was not written
@@ -321,7 +324,7 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     rows_of_c_unaligned = make_shape(512, 6148, 4096, "bf16", "NT")  # A and B rows of K: aligned
     assert rule(rows_of_c_unaligned) == "tma_unaligned"
     assert rule(rows_of_c_unaligned, BLOCK_N=256) is None  # a plain TMA tile stores C through pointers
-    assert rule(shape, num_warps=4) == "accumulator_spills"  # 128 x 192 fp32 on 4 warps: 192 a thread
+    assert rule(shape, num_warps=4) is None  # 128 x 192 fp32 on 4 warps: 192 a thread
     assert rule(shape, BLOCK_N=320, num_warps=4) == "accumulator_spills"  # 320 a thread
     assert rule(shape, BLOCK_M=64, BLOCK_N=320, num_warps=4) is None  # 160 a thread
     space = kernel.space_for(node)["BLOCK_N"]
@@ -356,6 +359,50 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     # 128 x 128 take two (cuBLAS's tile there)
     assert wide_seeds("1024x2304x9216") == [wide, wider, (128, 144, 8, 4, 5), (64, 320, 8, 4, 4)]
     assert (128, 144, 8, 4, 5) not in wide_seeds("768x6144x16384")  # 264 tiles: two waves
+
+
+def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_widest():
+    # BLOCK_M = 192 (128 + 64 rows: two A tiles, an MMA each) is on the TMA path only, in the NVIDIA
+    # space only; its 192 x 256 tile (192 accumulator registers a thread on 8 warps) is seeded where
+    # its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles
+    kernel = get("matmul")
+    targets = load_targets(REPO / "targets.yaml")
+    node = targets["gpu-node"]
+    tall = dict(BLOCK_M=192, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1,
+                PERSISTENT=0, SWAP_AB=0, STREAM_K=0)
+    shape = make_shape(1536, 4096, 14336, "bf16", "NN")
+
+    def rule(**change):
+        found = first_pruning_rule(kernel.gpu_rules, dict(tall, **change), shape, node)
+        return found.name if found else None
+
+    assert rule() is None and rule(BLOCK_N=192) is None and rule(BLOCK_N=144) is None
+    assert rule(BLOCK_N=144, num_warps=4) == "accumulator_spills"  # 216 a thread
+    for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(BLOCK_M=320), dict(BLOCK_M=320, BLOCK_N=64)):
+        assert rule(**change) == "wide_tile_needs_tma", change  # 320 rows: 5 x 64
+    assert rule(BLOCK_N=320) == "accumulator_spills"  # 240 a thread
+    assert rule(BLOCK_M=256) == "accumulator_spills"  # 256 a thread
+    blocks = {d.name: d.block for d in descriptors.tensor_descriptors(tall, a_t=False, b_t=True)}
+    assert blocks == {"a_desc": (128, 64), "a2_desc": (64, 64), "b_desc": (256, 64), "c_desc": (64, 256)}
+    blocks = {d.name: d.block for d in descriptors.tensor_descriptors(dict(tall, BLOCK_N=192), a_t=True, b_t=False)}
+    assert blocks == {"a_desc": (64, 128), "a2_desc": (64, 64), "b_desc": (64, 128), "b2_desc": (64, 64),
+                      "c_desc": (64, 64)}  # C in 64 x 64 pieces
+    assert 192 in kernel.space_for(node)["BLOCK_M"]
+    for name in ("mi300", "laptop"):
+        assert 192 not in kernel.space_for(targets[name])["BLOCK_M"]
+
+    def tall_seeds(text, layout="NT"):
+        s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout=layout)
+        return [(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"], c["num_stages"], c["TMA"])
+                for c in kernel.seed_configs(s, node) if c["BLOCK_M"] == 192]
+
+    seeded = [(192, 256, 64, 8, 3, 1)]
+    # 8 x 16 = 128 tiles, one wave, where 128 x 256 (192 tiles) and 128 x 320 (156) take two
+    assert tall_seeds("1536x4096x14336", "NN") == seeded
+    assert tall_seeds("4096x4096x8192") == []  # 352 tiles, three waves, against 512 in four of 2/3 the work
+    assert tall_seeds("512x10240x8192") == []  # one wave of 128 x 320 tiles holds less
+    assert tall_seeds("2304x2048x8192") == []  # 126 tiles of 128 x 320: one wave
+    assert tall_seeds("64x4096x14336") == []  # skinny
 
 
 def node_seeds(text):

@@ -116,19 +116,25 @@ def _tma_needs_hopper(c, s, t):
     return bool(c.get("TMA")) and (getattr(t, "backend", "") != "cuda" or not arch.isdigit() or int(arch) < 90)
 
 
+ACCUMULATOR_REGISTERS = 192  # of a thread, at most, for the fp32 accumulator
+
+
 def _accumulator_spills(c, s, t):
     # the fp32 accumulator alone takes BLOCK_M x BLOCK_N / threads registers of each thread: 128 for
     # the 128 x 256 tile on 8 warps, 160 for the 128 x 320 tile (186 registers in all on sm90, no
-    # spills); the next step, 192 or 256, is more than a thread can hold beside its operands
+    # spills), 192 for the 256 x 192 and 192 x 256 tiles (218 registers and no spills; 255 and 144
+    # bytes of stack, yet 1.04 of cuBLAS's speed on an H200); the next step, 256, is more than a
+    # thread can hold beside its operands
     warp = 64 if getattr(t, "backend", "") == "hip" else 32
-    return c["BLOCK_M"] * c["BLOCK_N"] > 160 * c["num_warps"] * warp
+    return c["BLOCK_M"] * c["BLOCK_N"] > ACCUMULATOR_REGISTERS * c["num_warps"] * warp
 
 
 GROUP_M_USELESS = Rule("group_m_useless", "GROUP_M > 1 with a single row of tiles repeats GROUP_M = 1",
                        _group_m_useless)
 TMA_NEEDS_SM90 = Rule("tma_needs_sm90", "TMA = 1 (tensor descriptors) on a target that is not NVIDIA sm90 or newer",
                       _tma_needs_hopper)
-ACCUMULATOR_SPILLS = Rule("accumulator_spills", "the fp32 accumulator needs more than 160 registers per thread",
+ACCUMULATOR_SPILLS = Rule("accumulator_spills", "the fp32 accumulator needs more than %d registers per thread"
+                          % ACCUMULATOR_REGISTERS,
                           _accumulator_spills)
 
 

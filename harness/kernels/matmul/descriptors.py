@@ -33,10 +33,10 @@ class Descriptor:
                 "strides": list(self.strides), "block": list(self.block)}
 
 
-def _a(bm: int, bk: int, a_t: bool) -> Descriptor:
+def _a(name: str, rows: int, bk: int, a_t: bool) -> Descriptor:
     if a_t:  # A stored K x M: the descriptor's last stride must be 1
-        return Descriptor("a_desc", "a", ("K", "M"), ("stride_ak", "stride_am"), (bk, bm))
-    return Descriptor("a_desc", "a", ("M", "K"), ("stride_am", "stride_ak"), (bm, bk))
+        return Descriptor(name, "a", ("K", "M"), ("stride_ak", "stride_am"), (bk, rows))
+    return Descriptor(name, "a", ("M", "K"), ("stride_am", "stride_ak"), (rows, bk))
 
 
 def _b(name: str, width: int, bk: int, b_t: bool) -> Descriptor:
@@ -50,17 +50,19 @@ def _c(width: int, bm: int) -> Descriptor:
 
 
 def wide_tile(config: dict) -> bool:
-    """BLOCK_N is not a power of two (144, 160, 192, 320): the kernel computes the tile as two MMAs."""
-    bn = config["BLOCK_N"]
-    return bn & (bn - 1) != 0
+    """BLOCK_N (144, 160, 192, 320) or BLOCK_M (192) is not a power of two: the kernel computes the
+    tile in parts, an MMA each."""
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    return bn & (bn - 1) != 0 or bm & (bm - 1) != 0
 
 
-def tile_parts(block_n: int) -> Tuple[int, int]:
-    """The widths of a wide tile's two MMAs: (WIDE, NARROW), NARROW the lowest set bit of BLOCK_N
-    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64, 144 = 128 + 16). The kernel has them for BLOCK_N
-    3, 5 or 9 times NARROW (rule wide_tile_needs_tma)."""
-    narrow = block_n & -block_n
-    return block_n - narrow, narrow
+def tile_parts(block: int) -> Tuple[int, int]:
+    """The sizes of a tile edge's two parts: (WIDE, NARROW), NARROW the lowest set bit of the edge
+    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64, 144 = 128 + 16); a power of two is one part,
+    (block, block). The kernel has them for BLOCK_N 3, 5 or 9 times NARROW and BLOCK_M 3 times
+    (rule wide_tile_needs_tma)."""
+    narrow = block & -block
+    return (block - narrow, narrow) if narrow != block else (block, block)
 
 
 def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
@@ -68,17 +70,24 @@ def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
     are None). a_t / b_t: A's M stride / B's K stride is 1 (the kernel's A_T / B_T).
 
     * every TMA tile: A's tile and B's tile;
-    * a wide tile (BLOCK_N = 3, 5 or 9 x 2^k): B in its two parts (b_desc, b2_desc, tile_parts), and C
-      in pieces as wide as the narrow part;
+    * a tile in parts (wide_tile): B in its two parts (b_desc, b2_desc) where BLOCK_N is not a power
+      of two, A in its two (a_desc, a2_desc) where BLOCK_M is not, and C in pieces as tall and as
+      wide as the narrow parts;
     * the persistent grid: C in halves (its epilogue stores the tile in two).
     """
     if not config.get("TMA"):
         return []
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     if wide_tile(config):
+        top, low = tile_parts(bm)
         wide, narrow = tile_parts(bn)
-        return [_a(bm, bk, a_t), _b("b_desc", wide, bk, b_t), _b("b2_desc", narrow, bk, b_t), _c(narrow, bm)]
-    out = [_a(bm, bk, a_t), _b("b_desc", bn, bk, b_t)]
+        out = [_a("a_desc", top, bk, a_t), _b("b_desc", wide, bk, b_t)]
+        if low != bm:
+            out.append(_a("a2_desc", low, bk, a_t))
+        if narrow != bn:
+            out.append(_b("b2_desc", narrow, bk, b_t))
+        return out + [_c(narrow, low)]
+    out = [_a("a_desc", bm, bk, a_t), _b("b_desc", bn, bk, b_t)]
     if config.get("PERSISTENT"):
         out.append(_c(bn // 2, bm))
     return out

@@ -37,12 +37,14 @@ def _tma_rows_unaligned(c, s, t):
 
 
 def _wide_tile_off_tma(c, s, t):
-    # the wide tile (3, 5 or 9 x 2^k) exists on the TMA path, one tile a program, no split and no swap
+    # the tile in parts (BLOCK_N 3, 5 or 9 x 2^k, BLOCK_M 3 x 2^k) exists on the TMA path, one tile a
+    # program, no split and no swap
     if not wide_tile(c):
         return False
-    _, narrow = tile_parts(c["BLOCK_N"])
-    return (c["BLOCK_N"] // narrow not in (3, 5, 9) or not c.get("TMA") or bool(c.get("PERSISTENT"))
-            or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
+    wide, narrow = tile_parts(c["BLOCK_N"])
+    top, low = tile_parts(c["BLOCK_M"])
+    return ((wide + narrow) // narrow not in (2, 3, 5, 9) or (top + low) // low not in (2, 3) or not c.get("TMA")
+            or bool(c.get("PERSISTENT")) or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
 
 
 def _persistent_without_tma(c, s, t):
@@ -97,8 +99,9 @@ GPU_RULES = [
     Rule("persistent_one_split", "PERSISTENT = 1 has neither split-K nor SWAP_AB", _persistent_with_split_or_swap),
     Rule("stream_k_needs_persistent", "STREAM_K > 0 shares the persistent grid's last tiles: PERSISTENT = 0 repeats "
          "STREAM_K = 0", _stream_k_without_persistent),
-    Rule("wide_tile_needs_tma", "BLOCK_N not a power of two (two MMAs a tile) must be 3, 5 or 9 x 2^k, needs TMA = 1 "
-         "and has no persistent grid, split-K or SWAP_AB", _wide_tile_off_tma),
+    Rule("wide_tile_needs_tma", "BLOCK_N not a power of two must be 3, 5 or 9 x 2^k and BLOCK_M 3 x 2^k (an MMA per "
+         "part of the tile); such a tile needs TMA = 1 and has no persistent grid, split-K or SWAP_AB",
+         _wide_tile_off_tma),
     *tile_rules(m_floor=16, n_floor=32, k_floor=32),
     *split_k_rules(hip_multiprocessors=132),
     GROUP_M_USELESS,

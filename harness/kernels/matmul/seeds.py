@@ -142,6 +142,12 @@ FEW_WAVES_CUDA = [
 ]
 
 
+# seeded where its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles,
+# which load about as much a K step per element of C (1536x4096x14336: 128 tiles in one wave against
+# two waves of either; it lost where the 128 x 320 tile fits one wave, 512x10240x8192)
+TALL_CUDA = dict(BLOCK_M=192, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1)
+
+
 def _waves(shape, bm: int, bn: int, multiprocessors: int) -> int:
     return cdiv(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
 
@@ -154,8 +160,9 @@ def _wave_work(shape, bm: int, bn: int, multiprocessors: int) -> int:
 def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     """The 128 x 192 and 128 x 320 tiles where the 128 x 192 tile needs no more waves than the 128 x 256
     tile; the 64 x 192, 64 x 320 and 128 x 320 tiles where their waves hold less work a multiprocessor
-    than those of the 128 x 128, 128 x 192 and 128 x 256 tiles, and the 128 x 144 tile where it does
-    so in one wave."""
+    than those of the 128 x 128, 128 x 192 and 128 x 256 tiles, the 128 x 144 tile where it does
+    so in one wave, and the 192 x 256 tile where its waves hold less than those of the 128 x 256 and
+    128 x 320 tiles."""
     no_more_waves = _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors)
     out = [WIDE_CUDA, WIDER_CUDA] if no_more_waves else []
     least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
@@ -164,6 +171,9 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
         out.append(ONE_WAVE_CUDA)
     out += [c for c in FEW_WAVES_CUDA
             if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
+    if _wave_work(shape, 192, 256, multiprocessors) < min(_wave_work(shape, 128, bn, multiprocessors)
+                                                          for bn in (256, 320)):
+        out.append(TALL_CUDA)
     return [_swizzled(c, shape) for c in out]
 
 

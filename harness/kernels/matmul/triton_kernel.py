@@ -64,7 +64,7 @@ import triton
 import triton.language as tl
 
 # The tensor descriptor arguments (TMA), made on the host: which ones a config takes, descriptors.py.
-MATMUL_DESCRIPTOR_ARGS = ("a_desc", "b_desc", "b2_desc", "c_desc")
+MATMUL_DESCRIPTOR_ARGS = ("a_desc", "a2_desc", "b_desc", "b2_desc", "c_desc")
 # The run-time arguments of matmul_kernel, in order (the compiler and the agent agree on them).
 MATMUL_ARGS = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
                "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn") + MATMUL_DESCRIPTOR_ARGS
@@ -77,13 +77,13 @@ MATMUL_OPTIONAL_CONSTEXPRS = {"TMA": 0, "SWAP_AB": 0, "PERSISTENT": 0, "STREAM_K
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
                   stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  a_desc, b_desc, b2_desc, c_desc,
+                  a_desc, a2_desc, b_desc, b2_desc, c_desc,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
                   IEEE: tl.constexpr, TMA: tl.constexpr, SWAP_AB: tl.constexpr, PERSISTENT: tl.constexpr,
                   A_T: tl.constexpr, B_T: tl.constexpr, STREAM_K: tl.constexpr = 0):
-    if BLOCK_N & (BLOCK_N - 1):  # not a power of two: two MMAs a tile
-        _wide_tile(a_desc, b_desc, b2_desc, c_desc, c_ptr, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
+    if (BLOCK_N & (BLOCK_N - 1)) or (BLOCK_M & (BLOCK_M - 1)):  # not powers of two: an MMA per part
+        _wide_tile(a_desc, a2_desc, b_desc, b2_desc, c_desc, c_ptr, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, A_T, B_T)
     elif PERSISTENT:
         _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, stride_cm,
                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STREAM_K, A_T, B_T)
@@ -217,11 +217,15 @@ def _dot(x, y, acc, IEEE: tl.constexpr):
 @triton.jit
 def _load_tiles(a_desc, b_desc, off_m, off_n, off_k, A_T: tl.constexpr, B_T: tl.constexpr):
     """The A tile (BLOCK_M x BLOCK_K) and the B tile (BLOCK_K x BLOCK_N) at (off_m, off_n, off_k)."""
+    return _load_a(a_desc, off_m, off_k, A_T), _load_b(b_desc, off_n, off_k, B_T)
+
+
+@triton.jit
+def _load_a(a_desc, off_m, off_k, A_T: tl.constexpr):
     if A_T:
-        a = tl.trans(a_desc.load([off_k, off_m]))
+        return tl.trans(a_desc.load([off_k, off_m]))
     else:
-        a = a_desc.load([off_m, off_k])
-    return a, _load_b(b_desc, off_n, off_k, B_T)
+        return a_desc.load([off_m, off_k])
 
 
 @triton.jit
@@ -251,32 +255,68 @@ def _tma_mainloop(a_desc, b_desc, pid_m, pid_n, first, steps, BLOCK_M: tl.conste
 
 
 @triton.jit
-def _wide_tile(a_desc, b_wide, b_narrow, c_desc, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr):
-    """One tile of BLOCK_N = 3, 5 or 9 x 2^k through tensor descriptors. Triton's tensors are
-    powers of two, so the tile is two: a part WIDE and one NARROW wide (the lowest set bit of
-    BLOCK_N), each with its own B descriptor (b_wide, b_narrow) and accumulator, both MMAs on the
-    same A tile; C leaves in NARROW-wide pieces."""
+def _wide_tile(a_desc, a2_desc, b_desc, b2_desc, c_desc, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, A_T: tl.constexpr,
+               B_T: tl.constexpr):
+    """One tile with BLOCK_N = 3, 5 or 9 x 2^k, or BLOCK_M = 3 x 2^k (a tall tile), through tensor
+    descriptors. Triton's tensors are powers of two, so the tile is made of parts: along N a part
+    WIDE and one NARROW wide (the lowest set bit of BLOCK_N), each with its own B descriptor
+    (b_desc, b2_desc) and accumulator, and along M a TOP part of 2 x LOW rows and a LOW one (a_desc,
+    a2_desc). Every part's MMA shares its A or B tile with the others. C leaves in pieces LOW rows
+    tall and NARROW wide."""
+    LOW: tl.constexpr = BLOCK_M & -BLOCK_M
     NARROW: tl.constexpr = BLOCK_N & -BLOCK_N
-    WIDE: tl.constexpr = BLOCK_N - NARROW
+    TALL: tl.constexpr = LOW != BLOCK_M
+    SPLIT_N: tl.constexpr = NARROW != BLOCK_N
+    TOP: tl.constexpr = BLOCK_M - LOW if TALL else BLOCK_M
+    WIDE: tl.constexpr = BLOCK_N - NARROW if SPLIT_N else BLOCK_N
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
-    wide = tl.zeros((BLOCK_M, WIDE), dtype=tl.float32)
-    narrow = tl.zeros((BLOCK_M, NARROW), dtype=tl.float32)
+    top_w = tl.zeros((TOP, WIDE), dtype=tl.float32)
+    top_n = tl.zeros((TOP, NARROW), dtype=tl.float32)
+    low_w = tl.zeros((LOW, WIDE), dtype=tl.float32)
+    low_n = tl.zeros((LOW, NARROW), dtype=tl.float32)
     for k in range(tl.cdiv(K, BLOCK_K)):  # the descriptors fill K (and M, N) past the edge with zeros
-        a, b = _load_tiles(a_desc, b_wide, off_m, off_n, k * BLOCK_K, A_T, B_T)
-        wide = tl.dot(a, b, wide)
-        narrow = tl.dot(a, _load_b(b_narrow, off_n + WIDE, k * BLOCK_K, B_T), narrow)
-    if WIDE == 2 * NARROW:
-        _store_halves(c_desc, c_ptr, wide, off_m, off_n, BLOCK_M, WIDE)
-    elif WIDE == 4 * NARROW:
-        _store_quarters(c_desc, c_ptr, wide, off_m, off_n, BLOCK_M, WIDE)
+        a, b = _load_tiles(a_desc, b_desc, off_m, off_n, k * BLOCK_K, A_T, B_T)
+        top_w = tl.dot(a, b, top_w)
+        if TALL:
+            a2 = _load_a(a2_desc, off_m + TOP, k * BLOCK_K, A_T)
+            low_w = tl.dot(a2, b, low_w)
+        if SPLIT_N:
+            b2 = _load_b(b2_desc, off_n + WIDE, k * BLOCK_K, B_T)
+            top_n = tl.dot(a, b2, top_n)
+            if TALL:
+                low_n = tl.dot(a2, b2, low_n)
+    if TALL:
+        upper, lower = _row_halves(top_w, TOP, WIDE)
+        _store_part(c_desc, c_ptr, upper, off_m, off_n, LOW, WIDE, NARROW)
+        _store_part(c_desc, c_ptr, lower, off_m + LOW, off_n, LOW, WIDE, NARROW)
+        _store_part(c_desc, c_ptr, low_w, off_m + TOP, off_n, LOW, WIDE, NARROW)
+        if SPLIT_N:
+            upper, lower = _row_halves(top_n, TOP, NARROW)
+            c_desc.store([off_m, off_n + WIDE], upper.to(c_ptr.dtype.element_ty))
+            c_desc.store([off_m + LOW, off_n + WIDE], lower.to(c_ptr.dtype.element_ty))
+            c_desc.store([off_m + TOP, off_n + WIDE], low_n.to(c_ptr.dtype.element_ty))
+    else:
+        _store_part(c_desc, c_ptr, top_w, off_m, off_n, BLOCK_M, WIDE, NARROW)
+        c_desc.store([off_m, off_n + WIDE], top_n.to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _store_part(c_desc, c_ptr, acc, off_m, off_n, ROWS: tl.constexpr, WIDTH: tl.constexpr, PIECE: tl.constexpr):
+    """A ROWS x WIDTH part of C in PIECE-wide pieces (WIDTH = PIECE x 1, 2, 4 or 8; a power-of-two
+    tile's part in halves)."""
+    if WIDTH == PIECE:
+        c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+    elif WIDTH == 2 * PIECE:
+        _store_halves(c_desc, c_ptr, acc, off_m, off_n, ROWS, WIDTH)
+    elif WIDTH == 4 * PIECE:
+        _store_quarters(c_desc, c_ptr, acc, off_m, off_n, ROWS, WIDTH)
     else:  # eight pieces
-        left, right = _halves(wide, BLOCK_M, WIDE)
-        _store_quarters(c_desc, c_ptr, left, off_m, off_n, BLOCK_M, WIDE // 2)
-        _store_quarters(c_desc, c_ptr, right, off_m, off_n + WIDE // 2, BLOCK_M, WIDE // 2)
-    c_desc.store([off_m, off_n + WIDE], narrow.to(c_ptr.dtype.element_ty))
+        left, right = _halves(acc, ROWS, WIDTH)
+        _store_quarters(c_desc, c_ptr, left, off_m, off_n, ROWS, WIDTH // 2)
+        _store_quarters(c_desc, c_ptr, right, off_m, off_n + WIDTH // 2, ROWS, WIDTH // 2)
 
 
 @triton.jit
@@ -315,6 +355,11 @@ def _persistent_tma(a_desc, b_desc, c_desc, c_ptr, ws_ptr, lock_ptr, M, N, K, st
 @triton.jit
 def _halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     return tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def _row_halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    return tl.split(tl.permute(tl.reshape(acc, (2, BLOCK_M // 2, BLOCK_N)), (1, 2, 0)))
 
 
 @triton.jit
