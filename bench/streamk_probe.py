@@ -145,26 +145,27 @@ class Probe(object):
 
     def launch_args(self, cfg, s, a, b, c):
         """grid, arguments, keyword arguments of matmul_kernel for (cfg, shape), with the agent's
-        workspace and counters; and the counters. TMA tiles, persistent unless cfg says
-        PERSISTENT=0."""
+        workspace and counters; and the counters. TMA tiles, persistent, GROUP_M 8, no split and no
+        swap unless cfg says otherwise (TMA, PERSISTENT, GROUP_M, SPLIT_K, SWAP_AB)."""
         torch = self.torch
         M, N, K, lay = s["M"], s["N"], s["K"], s["layout"]
         a_t, b_t = lay[0] == "T", lay[1] == "T"
         strides = (1 if a_t else K, M if a_t else 1, 1 if b_t else N, K if b_t else 1, N, 1)
         tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
         persistent = cfg.get("PERSISTENT", 1)
-        grid = (self.programs if cfg["STREAM_K"] else min(tiles, self.programs) if persistent else tiles, 1, 1)
+        split, tma, swap = cfg.get("SPLIT_K", 1), cfg.get("TMA", 1), cfg.get("SWAP_AB", 0)
+        grid = (self.programs if cfg["STREAM_K"] else min(tiles, self.programs) if persistent else tiles, split, 1)
         need = workspace_need(cfg, grid, M * N) or (1, 1)
         ws = torch.zeros(need[0], dtype=torch.float32, device=self.device)
         locks = torch.zeros(need[1], dtype=torch.int32, device=self.device)
-        kwargs = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, SPLIT_K=1,
-                      EVEN_K=K % cfg["BLOCK_K"] == 0, IEEE=False, TMA=1, SWAP_AB=0, PERSISTENT=persistent, A_T=a_t, B_T=b_t,
-                      STREAM_K=cfg["STREAM_K"])
+        kwargs = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
+                      SPLIT_K=split, EVEN_K=K % cfg["BLOCK_K"] == 0, IEEE=False, TMA=tma, SWAP_AB=swap,
+                      PERSISTENT=persistent, A_T=a_t, B_T=b_t, STREAM_K=cfg["STREAM_K"])
         if not self.interpret:
             kwargs.update(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         values = dict(zip(("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm",
                            "stride_cn"), (M, N, K) + strides))
-        descs = self.descriptors(dict(cfg, TMA=1, PERSISTENT=persistent), a_t, b_t, {"a": a, "b": b, "c": c},
+        descs = self.descriptors(dict(cfg, TMA=tma, PERSISTENT=persistent), a_t, b_t, {"a": a, "b": b, "c": c},
                                  values)
         return grid, (a, b, c, ws, locks, M, N, K) + strides + descs, kwargs, locks
 

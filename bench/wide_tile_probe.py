@@ -13,6 +13,9 @@ checked against torch (rel. error under 1e-2); do_bench medians, the library and
 shape timed in four windows in palindromic order (A B C, C B A, ...), each time the median of its
 four windows.
 
+For prefill shapes: the launches go through Triton's JIT, whose launch costs more than a decode
+kernel runs (56x2304x9216's winner: 49.8 us here, 22.3 in the agent; docs/gpu.md, stop 35).
+
 Prints per shape: the waves of 128-row tiles 128 to 320 wide on the GPU's
 multiprocessors, cuBLAS, every config, then cuBLAS/Triton for the best power-of-two config and for
 the best of all, and the geomeans.
@@ -61,22 +64,25 @@ ROUNDS = 2
 
 def parse_config(text):
     """A --config JSON object: the block sizes, warps and stages it must name; STREAM_K defaults to 0,
-    PERSISTENT to 1 (persistent) for a power-of-two tile and to 0 for a wide one, which has no
-    persistent grid (the kernel runs it one tile a program)."""
+    PERSISTENT to 1 (persistent) for a power-of-two tile and to 0 for a wide or 192-row one, a split
+    or a swapped one, which have no persistent grid (the kernel runs them one tile a program);
+    TMA to 1, GROUP_M to 8, SPLIT_K to 1 and SWAP_AB to 0 (bench/streamk_probe.py's launcher)."""
     cfg = json.loads(text)  # a JSONDecodeError is a ValueError
     if not isinstance(cfg, dict):
         raise ValueError("%r is not a JSON object" % text)
     missing = [k for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages") if k not in cfg]
     if missing:
         raise ValueError("%s lacks %s" % (text, ", ".join(missing)))
-    wide = DESCRIPTORS.wide_tile(cfg)
-    if wide and cfg.get("PERSISTENT"):
-        raise ValueError("%s: a %d-wide tile has no persistent grid (PERSISTENT 0)" % (text, cfg["BLOCK_N"]))
-    return dict({"STREAM_K": 0, "PERSISTENT": 0 if wide else 1}, **cfg)
+    one_tile = DESCRIPTORS.wide_tile(cfg) or cfg.get("SPLIT_K", 1) > 1 or cfg.get("SWAP_AB")
+    if one_tile and cfg.get("PERSISTENT"):
+        raise ValueError("%s: a tile in parts, split-K or SWAP_AB has no persistent grid (PERSISTENT 0)" % text)
+    return dict({"STREAM_K": 0, "PERSISTENT": 0 if one_tile else 1}, **cfg)
 
 
 def label(cfg):
-    return name(cfg) + (" SK" if cfg["STREAM_K"] else "") + ("" if cfg.get("PERSISTENT", 1) else " tile")
+    return (name(cfg) + (" SK" if cfg["STREAM_K"] else "") + ("" if cfg.get("PERSISTENT", 1) else " tile")
+            + (" split%d" % cfg["SPLIT_K"] if cfg.get("SPLIT_K", 1) > 1 else "") + (" swap" if cfg.get("SWAP_AB") else "")
+            + ("" if cfg.get("TMA", 1) else " pointers"))
 
 
 def probe_shape(probe, s, configs):

@@ -50,6 +50,13 @@ tile is also seeded wherever the 128 x 192 one is: its 256-wide MMA does more pe
 of cuBLAS against 0.87). With BLOCK_K 32 and 5 stages it beat BLOCK_K 64 with 3 stages on each of
 seven prefill shapes (by 1 to 10 %).
 
+Likewise the **192-row** tile, 192 x 256 x 64 (128 + 64 rows: two MMAs) on 8 warps and 3 stages,
+where its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles,
+which load about as much a K step per element of C. Measured on an H200 (bench/wide_tile_probe.py,
+20 prefill shapes), it won 1536x4096x14336 NN (128 tiles, one wave; 1.04 and 1.08 of cuBLAS against
+0.92 and 0.995 for the best power-of-two tile) and lost wherever one of those two tiles needs no
+more waves (512x10240x8192: 0.74 against 0.97 for 128 x 320).
+
 Also across the classes (M over 64, NVIDIA): where few rows and columns of tiles leave most of
 the GPU idle and K is long (M of 65 to about 200 on long-K weights: memory-bound or nearly), the
 64 x 128 and 64 x 256 TMA tiles as deep as shared memory holds, with the most splits of K (2 to 4)

@@ -53,6 +53,10 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   32, 320 = 256 + 64, 144 = 128 + 16), each with its own B descriptor and accumulator; C leaves in
   NARROW-wide pieces. Such tiles fill the last wave where 128 and 256 cannot (cuBLAS runs 144- to
   320-wide tiles on such shapes).
+* BLOCK_M = 3 x 2^k (192; the same path): the tile's rows are two parts too, TOP = 2 x LOW and
+  LOW rows (128 + 64), each with its own A descriptor (a_desc, a2_desc) and accumulators, both
+  MMAs on the same B tile (four MMAs where BLOCK_N is split as well); C leaves in pieces LOW rows
+  tall. 192 x 256 tiles fill one wave where 128 x 256 and 128 x 320 take two (1536x4096).
 * On AMD, waves_per_eu, matrix_instr_nonkdim and kpack are compile options, not arguments.
 
 The support kernels (``fill_kernel``, ``error_kernel``) generate test data on the device from
