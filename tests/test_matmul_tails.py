@@ -299,6 +299,13 @@ def test_stream_k_through_the_gpu_agent(tmp_path, monkeypatch):
             assert float(r["rel_err"]) < 1e-2 and float(r["err_ratio"]) == 0.0
 
 
+def node_rule(config, shape):
+    """The first of matmul's GPU rules that prunes ``config`` for ``shape`` on targets.yaml's gpu-node, or None."""
+    node = load_targets(REPO / "targets.yaml")["gpu-node"]
+    found = first_pruning_rule(get("matmul").gpu_rules, config, shape, node)
+    return found.name if found else None
+
+
 def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     # the 3, 5 or 9 x 2^k-wide tiles are on the TMA path only (one tile a program), store C through a
     # descriptor (16-byte rows of C too), are in the NVIDIA space only; 128 x 192 is seeded where it
@@ -313,8 +320,7 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     shape = make_shape(512, 6144, 4096, "bf16", "NT")
 
     def rule(shape, **change):
-        found = first_pruning_rule(kernel.gpu_rules, dict(wide, **change), shape, node)
-        return found.name if found else None
+        return node_rule(dict(wide, **change), shape)
 
     assert rule(shape) is None and rule(shape, BLOCK_N=320, num_stages=3) is None
     assert rule(shape, BLOCK_N=144) is None  # 128 + 16
@@ -367,14 +373,11 @@ def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_wi
     # its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles
     kernel = get("matmul")
     targets = load_targets(REPO / "targets.yaml")
-    node = targets["gpu-node"]
     tall = dict(BLOCK_M=192, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1,
                 PERSISTENT=0, SWAP_AB=0, STREAM_K=0)
-    shape = make_shape(1536, 4096, 14336, "bf16", "NN")
 
     def rule(**change):
-        found = first_pruning_rule(kernel.gpu_rules, dict(tall, **change), shape, node)
-        return found.name if found else None
+        return node_rule(dict(tall, **change), make_shape(1536, 4096, 14336, "bf16", "NN"))
 
     assert rule() is None and rule(BLOCK_N=192) is None and rule(BLOCK_N=144) is None
     assert rule(BLOCK_N=144, num_warps=4) == "accumulator_spills"  # 216 a thread
@@ -387,14 +390,14 @@ def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_wi
     blocks = {d.name: d.block for d in descriptors.tensor_descriptors(dict(tall, BLOCK_N=192), a_t=True, b_t=False)}
     assert blocks == {"a_desc": (64, 128), "a2_desc": (64, 64), "b_desc": (64, 128), "b2_desc": (64, 64),
                       "c_desc": (64, 64)}  # C in 64 x 64 pieces
-    assert 192 in kernel.space_for(node)["BLOCK_M"]
+    assert 192 in kernel.space_for(targets["gpu-node"])["BLOCK_M"]
     for name in ("mi300", "laptop"):
         assert 192 not in kernel.space_for(targets[name])["BLOCK_M"]
 
     def tall_seeds(text, layout="NT"):
         s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout=layout)
         return [(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"], c["num_stages"], c["TMA"])
-                for c in kernel.seed_configs(s, node) if c["BLOCK_M"] == 192]
+                for c in kernel.seed_configs(s, targets["gpu-node"]) if c["BLOCK_M"] == 192]
 
     seeded = [(192, 256, 64, 8, 3, 1)]
     # 8 x 16 = 128 tiles, one wave, where 128 x 256 (192 tiles) and 128 x 320 (156) take two
