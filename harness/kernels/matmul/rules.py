@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, split_k_rules,
                           tile_rules, tiles)
-from .descriptors import tensor_descriptors, tile_parts, wide_tile
+from .descriptors import tensor_descriptors, wide_tile
 from .stream_k import pieces_per_tile
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
@@ -41,9 +41,8 @@ def _wide_tile_off_tma(c, s, t):
     # program, no split and no swap
     if not wide_tile(c):
         return False
-    wide, narrow = tile_parts(c["BLOCK_N"])
-    top, low = tile_parts(c["BLOCK_M"])
-    return ((wide + narrow) // narrow not in (2, 3, 5, 9) or (top + low) // low not in (2, 3) or not c.get("TMA")
+    bm, bn = c["BLOCK_M"], c["BLOCK_N"]  # an edge over its lowest set bit: 1 for a power of two
+    return (bn // (bn & -bn) not in (1, 3, 5, 9) or bm // (bm & -bm) not in (1, 3) or not c.get("TMA")
             or bool(c.get("PERSISTENT")) or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
 
 

@@ -278,9 +278,12 @@ def _wide_tile(a_desc, a2_desc, b_desc, b2_desc, c_desc, c_ptr, M, N, K, BLOCK_M
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     top_w = tl.zeros((TOP, WIDE), dtype=tl.float32)
-    top_n = tl.zeros((TOP, NARROW), dtype=tl.float32)
-    low_w = tl.zeros((LOW, WIDE), dtype=tl.float32)
-    low_n = tl.zeros((LOW, NARROW), dtype=tl.float32)
+    if SPLIT_N:
+        top_n = tl.zeros((TOP, NARROW), dtype=tl.float32)
+    if TALL:
+        low_w = tl.zeros((LOW, WIDE), dtype=tl.float32)
+        if SPLIT_N:
+            low_n = tl.zeros((LOW, NARROW), dtype=tl.float32)
     for k in range(tl.cdiv(K, BLOCK_K)):  # the descriptors fill K (and M, N) past the edge with zeros
         a, b = _load_tiles(a_desc, b_desc, off_m, off_n, k * BLOCK_K, A_T, B_T)
         top_w = tl.dot(a, b, top_w)
