@@ -214,18 +214,18 @@ def test_tma_configs_take_host_made_descriptors_in_the_layouts_orientation(tmp_p
 
 
 def test_wide_tiles_compile_for_sm90_with_four_descriptors(tmp_path):
-    # BLOCK_N = 192, 320 and 144: two MMAs a tile (128 + 64, 256 + 64, 128 + 16 wide), one B descriptor each, and
+    # BLOCK_N = 192, 320 and 288: two MMAs a tile (128 + 64, 256 + 64, 256 + 32 wide), one B descriptor each, and
     # C through a descriptor in pieces as wide as the narrow part: A, two B and C descriptors; one
     # program per tile
     target = targets()["gpu-node"]
     w192 = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1)
     w320 = dict(w192, BLOCK_M=64, BLOCK_N=320, num_warps=4)
-    w144 = dict(w192, BLOCK_N=144, num_warps=4, num_stages=5)
+    w288 = dict(w320, BLOCK_N=288, num_stages=5)
     shape = make_shape(512, 6144, 4096, "bf16", "NT")
-    summary = build(get("matmul"), target, [shape], tmp_path, BuildOptions(jobs=2, only_configs=[w192, w320, w144]))
+    summary = build(get("matmul"), target, [shape], tmp_path, BuildOptions(jobs=2, only_configs=[w192, w320, w288]))
     m = summary.manifest
     for config, b_widths, c_block, tiles in ((w192, (128, 64), [128, 64], 4 * 32), (w320, (256, 64), [64, 64], 8 * 20),
-                                             (w144, (128, 16), [128, 16], 4 * 43)):
+                                             (w288, (256, 32), [64, 32], 8 * 22)):
         (variant,) = [v for v in m.variants if v.config == config]
         assert variant.status == "ok", variant.message
         descs = _descriptor_params(variant.launch)

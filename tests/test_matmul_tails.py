@@ -310,8 +310,8 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     # the 3, 5 or 9 x 2^k-wide tiles are on the TMA path only (one tile a program), store C through a
     # descriptor (16-byte rows of C too), are in the NVIDIA space only; 128 x 192 is seeded where it
     # needs no more waves of tiles than the 128 x 256 tile, 64 x 192, 64 x 320 and 128 x 320 where
-    # their waves hold less work than those of the 128-row tiles 128 to 256 wide, 128 x 144 where it
-    # does in one wave
+    # their waves hold less work than those of the 128-row tiles 128 to 256 wide, 64 x 288 where it
+    # does in one wave and B is stored N x K
     kernel = get("matmul")
     targets = load_targets(REPO / "targets.yaml")
     node = targets["gpu-node"]
@@ -324,6 +324,7 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
 
     assert rule(shape) is None and rule(shape, BLOCK_N=320, num_stages=3) is None
     assert rule(shape, BLOCK_N=144) is None  # 128 + 16
+    assert rule(shape, BLOCK_M=64, BLOCK_N=288, num_warps=4) is None  # 256 + 32, 144 a thread
     for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(SWAP_AB=1, BLOCK_M=16),
                    dict(BLOCK_N=224), dict(BLOCK_N=144, TMA=0), dict(BLOCK_N=320, TMA=0)):  # 224 = 7 x 32
         assert rule(shape, **change) == "wide_tile_needs_tma", change
@@ -334,14 +335,14 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     assert rule(shape, BLOCK_N=320, num_warps=4) == "accumulator_spills"  # 320 a thread
     assert rule(shape, BLOCK_M=64, BLOCK_N=320, num_warps=4) is None  # 160 a thread
     space = kernel.space_for(node)["BLOCK_N"]
-    assert {144, 192, 320} <= set(space)
+    assert {144, 192, 288, 320} <= set(space)
     for name in ("mi300", "laptop"):
-        assert not {144, 192, 320} & set(kernel.space_for(targets[name])["BLOCK_N"])
+        assert not {144, 192, 288, 320} & set(kernel.space_for(targets[name])["BLOCK_N"])
 
-    def wide_seeds(text):
-        s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout="NT")
+    def wide_seeds(text, layout="NT"):
+        s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout=layout)
         return [(c["BLOCK_M"], c["BLOCK_N"], c["GROUP_M"], c["num_warps"], c["num_stages"])
-                for c in kernel.seed_configs(s, node) if c["BLOCK_N"] in (144, 192, 320)]
+                for c in kernel.seed_configs(s, node) if c["BLOCK_N"] in (144, 192, 288, 320)]
 
     wide, wider = (128, 192, 8, 8, 4), (128, 320, 8, 8, 5)  # 128 x 320 with BLOCK_K 32
     # 128 x 192 and 128 x 320 where the 192-wide tile needs no more waves than the 256-wide one
@@ -361,10 +362,13 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     # 128 x 320 by its own waves alone: 640 tiles (5 waves) hold less than 1600 of 128 x 128 (13 waves),
     # 1072 of 128 x 192 (9) and 800 of 128 x 256 (7), where the 192-wide tile needs two waves more
     assert wide_seeds("2048x12800x4096") == [(64, 192, 8, 4, 7), (64, 320, 8, 4, 4), wider]
-    # 128 x 144: 128 tiles in one wave, where 96 of 128 x 192 leave a quarter of it idle and 144 of
-    # 128 x 128 take two (cuBLAS's tile there)
-    assert wide_seeds("1024x2304x9216") == [wide, wider, (128, 144, 8, 4, 5), (64, 320, 8, 4, 4)]
-    assert (128, 144, 8, 4, 5) not in wide_seeds("768x6144x16384")  # 264 tiles: two waves
+    # 64 x 288: 128 tiles in one wave, where 96 of 128 x 192 leave a quarter of it idle and 144 of
+    # 128 x 128 take two; with B stored N x K only (the 64 x 320 tile won where B is stored K x N)
+    assert wide_seeds("1024x2304x9216") == [wide, wider, (64, 288, 8, 4, 5), (64, 320, 8, 4, 4)]
+    assert wide_seeds("2048x1152x6912") == [wide, wider, (64, 288, 8, 4, 5), (64, 320, 8, 4, 4)]
+    for layout in ("NN", "TN"):
+        assert wide_seeds("1024x2304x9216", layout) == [wide, wider, (64, 320, 8, 4, 4)]
+    assert (64, 288, 8, 4, 5) not in wide_seeds("768x6144x16384")  # 352 tiles: three waves
 
 
 def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_widest():

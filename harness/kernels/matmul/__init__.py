@@ -31,10 +31,10 @@ GPU_SPACE = {
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4, 5, 6],
 }
-GPU_SPACE_CUDA = {  # NVIDIA: 144-, 192- and 320-wide tiles, 192-row tiles, the tile transposed for skinny
+GPU_SPACE_CUDA = {  # NVIDIA: 144-, 192-, 288- and 320-wide tiles, 192-row tiles, the tile transposed for skinny
     # products, tensor descriptors, a persistent grid
     "BLOCK_M": [16, 32, 64, 128, 192, 256],  # 192 = 128 + 64: two MMAs a tile on the TMA path (wide_tile_needs_tma)
-    "BLOCK_N": [32, 64, 128, 144, 192, 256, 320],  # 144, 192, 320: two MMAs a tile on the TMA path (rule
+    "BLOCK_N": [32, 64, 128, 144, 192, 256, 288, 320],  # 144, 192, 288, 320: two MMAs a tile on the TMA path (rule
     # wide_tile_needs_tma)
     "SWAP_AB": [0, 1],
     "TMA": [0, 1],

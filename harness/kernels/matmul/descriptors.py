@@ -50,7 +50,7 @@ def _c(width: int, bm: int) -> Descriptor:
 
 
 def wide_tile(config: dict) -> bool:
-    """BLOCK_N (144, 160, 192, 320) or BLOCK_M (192) is not a power of two: the kernel computes the
+    """BLOCK_N (144, 160, 192, 288, 320) or BLOCK_M (192) is not a power of two: the kernel computes the
     tile in parts, an MMA each."""
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     return bn & (bn - 1) != 0 or bm & (bm - 1) != 0
@@ -58,9 +58,9 @@ def wide_tile(config: dict) -> bool:
 
 def tile_parts(block: int) -> Tuple[int, int]:
     """The sizes of a tile edge's two parts: (WIDE, NARROW), NARROW the lowest set bit of the edge
-    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64, 144 = 128 + 16); a power of two is one part,
-    (block, block). The kernel has them for BLOCK_N 3, 5 or 9 times NARROW and BLOCK_M 3 times
-    (rule wide_tile_needs_tma)."""
+    (192 = 128 + 64, 160 = 128 + 32, 320 = 256 + 64, 288 = 256 + 32, 144 = 128 + 16); a power of two
+    is one part, (block, block). The kernel has them for BLOCK_N 3, 5 or 9 times NARROW and BLOCK_M 3
+    times (rule wide_tile_needs_tma)."""
     narrow = block & -block
     return (block - narrow, narrow) if narrow != block else (block, block)
 

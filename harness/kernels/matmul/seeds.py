@@ -35,11 +35,15 @@ say, and more in NN: one more wave than the 256-wide tile loses. And 64 x 192 x 
 work per multiprocessor (waves x tile area) than those of the 128-row tiles 128, 192 and 256
 wide: few rows of tiles, where the 128-row tiles leave half the GPU idle (512x3072x8192: 128
 tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
-Likewise the **144-wide** tile, 128 x 144 x 64 (128 + 16: two MMAs) on 4 warps and 5 stages, the
-tile cuBLAS runs on 1024x2304x9216 (128 tiles, one wave, where 128 x 192 leaves a quarter of the
-GPU idle), seeded only where its tiles fit one wave. Measured on an H200 (bench/wide_tile_probe.py)
-it took 72.3 us there against 80.6 for the best other tile (cuBLAS 59.2); on 8 warps it took
-81.7. It won none of five other shapes, where it needs two waves or more.
+Likewise the **288-wide** tile (256 + 32: two MMAs), 64 x 288 x 64 on 4 warps and 5 stages, where B
+is stored N x K (NT, TT) and its tiles fit one wave holding less work a multiprocessor than the
+waves of the 128-row tiles 128 to 256 wide (1024x2304x9216: 128 tiles, where 96 of 128 x 192 leave
+a quarter of the GPU idle and 144 of 128 x 128 take two; cuBLAS runs a 128 x 144 tile there).
+Measured on an H200 (bench/wide_tile_probe.py, docs/gpu.md "288-wide tiles"), on five NT shapes
+that fit one wave of it, it took 0.87 to 0.97 of the time of the 128 x 144 tile seeded there before
+(1024x2304x9216: 64.9 against 72.8 us, cuBLAS 60.2). With B stored K x N (NN, TN) the 64 x 320 tile
+won those shapes (0.94 to 1.02 of cuBLAS, against 0.85 to 0.95 for 64 x 288), and it is seeded
+there already (FEW_WAVES_CUDA).
 Likewise the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 32 on 8
 warps and 5 stages (cuBLAS runs 128 x 320 tiles on 512x10240x8192: 128 tiles, one wave).
 512x5120x14336: 128 tiles of 64 x 320 fill one wave; 1024x4608x3584: 120 of 128 x 320 fill one,
@@ -138,9 +142,9 @@ def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
 
 WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1)
 WIDER_CUDA = dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=5, TMA=1)
-# seeded where its tiles fit one wave and it holds less work a multiprocessor than every 128-row tile
-# 128 to 256 wide (it won only there: its 16-wide MMA makes it slower a step than the others)
-ONE_WAVE_CUDA = dict(BLOCK_M=128, BLOCK_N=144, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=5, TMA=1)
+# seeded where B is stored N x K and its tiles fit one wave holding less work a multiprocessor than every
+# 128-row tile 128 to 256 wide; with B stored K x N the 64 x 320 tile (FEW_WAVES_CUDA) won those shapes
+ONE_WAVE_CUDA = dict(BLOCK_M=64, BLOCK_N=288, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=5, TMA=1)
 # seeded where their waves hold less work a multiprocessor than those of every 128-row tile 128 to 256 wide
 FEW_WAVES_CUDA = [
     dict(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=DEEPEST, TMA=1),
@@ -167,14 +171,14 @@ def _wave_work(shape, bm: int, bn: int, multiprocessors: int) -> int:
 def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     """The 128 x 192 and 128 x 320 tiles where the 128 x 192 tile needs no more waves than the 128 x 256
     tile; the 64 x 192, 64 x 320 and 128 x 320 tiles where their waves hold less work a multiprocessor
-    than those of the 128 x 128, 128 x 192 and 128 x 256 tiles, the 128 x 144 tile where it does
-    so in one wave, and the 192 x 256 tile where its waves hold less than those of the 128 x 256 and
-    128 x 320 tiles."""
+    than those of the 128 x 128, 128 x 192 and 128 x 256 tiles, the 64 x 288 tile where it does so in
+    one wave and B is stored N x K, and the 192 x 256 tile where its waves hold less than those of the
+    128 x 256 and 128 x 320 tiles."""
     no_more_waves = _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors)
     out = [WIDE_CUDA, WIDER_CUDA] if no_more_waves else []
     least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
-    if (_waves(shape, 128, 144, multiprocessors) == 1
-            and _wave_work(shape, 128, 144, multiprocessors) < least):
+    if (shape.layout[1] == "T" and _waves(shape, 64, 288, multiprocessors) == 1
+            and _wave_work(shape, 64, 288, multiprocessors) < least):
         out.append(ONE_WAVE_CUDA)
     out += [c for c in FEW_WAVES_CUDA
             if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]

@@ -47,12 +47,12 @@ compiler gets it as a constant (as the JIT does) and loads along that axis vecto
   than P); the piece that arrives last sums the tile's S slots in piece order, all S loads of a
   chunk in flight at once, stores C and resets the counter. Deterministic, no float atomics, no
   waiting, counters zero after every launch, as for split-K.
-* BLOCK_N = 3, 5 or 9 x 2^k (144, 160, 192, 320; with TMA = 1, one tile a program, no split-K or
-  swap): Triton's tensors are powers of two, so the tile is two MMAs on the same A tile, WIDE =
+* BLOCK_N = 3, 5 or 9 x 2^k (144, 160, 192, 288, 320; with TMA = 1, one tile a program, no split-K
+  or swap): Triton's tensors are powers of two, so the tile is two MMAs on the same A tile, WIDE =
   BLOCK_N - NARROW and NARROW = the lowest set bit of BLOCK_N wide (192 = 128 + 64, 160 = 128 +
-  32, 320 = 256 + 64, 144 = 128 + 16), each with its own B descriptor and accumulator; C leaves in
-  NARROW-wide pieces. Such tiles fill the last wave where 128 and 256 cannot (cuBLAS runs 144- to
-  320-wide tiles on such shapes).
+  32, 320 = 256 + 64, 288 = 256 + 32, 144 = 128 + 16), each with its own B descriptor and
+  accumulator; C leaves in NARROW-wide pieces. Such tiles fill the last wave where 128 and 256
+  cannot (cuBLAS runs 144- to 320-wide tiles on such shapes).
 * BLOCK_M = 3 x 2^k (192; the same path): the tile's rows are two parts too, TOP = 2 x LOW and
   LOW rows (128 + 64), each with its own A descriptor (a_desc, a2_desc) and accumulators, both
   MMAs on the same B tile (four MMAs where BLOCK_N is split as well); C leaves in pieces LOW rows
