@@ -701,6 +701,33 @@ def test_the_remeasure_also_takes_the_fastest_seed_that_the_search_ranked_below_
     assert alone["config"] == {"BLOCK_M": 16}
 
 
+def test_the_remeasure_also_takes_the_config_of_the_fewest_sm_cycles_from_rows_with_clocks():
+    # H200 run h32, 768x6144x16384: a round at the power cap read the 320-wide tile at 244 us and
+    # 1635 MHz, the fastest two at 226 and 231 us near 1950 MHz; in cycles the 320-wide tile led
+    from harness.strategies.driver import normalize_results
+    from harness.strategies.base import Batch
+    from harness.strategies.winner import top_candidates
+
+    def row(bn, us, before, after):
+        return {"shape_id": "s", "status": "ok", "time_ns": str(us * 1e3), "clock_mhz_before": before,
+                "clock_mhz_after": after, "cfg_BLOCK_N": str(bn)}
+
+    rows = [row(256, 226.2, "1965", "1965"), row(128, 231.2, "1950", "1950"), row(320, 244.4, "1635", "1635"),
+            row(64, 400.0, "1500", "")]  # a row without both clocks counts by time alone
+    space = {"BLOCK_N": [64, 128, 256, 320]}
+    history = normalize_results(rows, Batch([{"BLOCK_N": n} for n in (64, 128, 256, 320)]), space)
+    assert [t.clock_mhz for t in history] == [1965.0, 1950.0, 1635.0, None]
+    assert top_candidates(history, 2) == [{"BLOCK_N": 256}, {"BLOCK_N": 128}, {"BLOCK_N": 320}]
+    assert top_candidates(history, 3) == [{"BLOCK_N": 256}, {"BLOCK_N": 128}, {"BLOCK_N": 320}]
+    # with the seed too, each once; without clocks, the top by time alone
+    assert top_candidates(history, 2, seeds=[{"BLOCK_N": 320}, {"BLOCK_N": 64}]) == [
+        {"BLOCK_N": 256}, {"BLOCK_N": 128}, {"BLOCK_N": 320}]
+    assert top_candidates(history, 2, seeds=[{"BLOCK_N": 64}]) == [
+        {"BLOCK_N": 256}, {"BLOCK_N": 128}, {"BLOCK_N": 320}, {"BLOCK_N": 64}]
+    no_clocks = [Trial(t.config, t.status, t.time_ns) for t in history]
+    assert top_candidates(no_clocks, 2) == [{"BLOCK_N": 256}, {"BLOCK_N": 128}]
+
+
 def test_a_remeasure_round_moves_the_library_one_place_a_round_among_the_rotated_candidates():
     # on a GPU the first job of a round meets it cool from the pause before the round and the last
     # at its power cap (H200 run 13: 1755 MHz at the first job, 1260 at the fourth); the library

@@ -65,8 +65,9 @@ def tune(
     Without --strategy, GPU targets run genetic with --budget 96 per shape, warm-started: the
     first round of each shape holds the kernel's configs for its shape class (e.g. the persistent
     TMA tile for large products) and the winners of the nearest shapes already tuned.
-    Then the fastest --top configs per shape are re-measured interleaved (with the fastest seed,
-    which the first round timed, perhaps at another clock than the later rounds), and a winner
+    Then the fastest --top configs per shape are re-measured interleaved (with the config of the
+    fewest SM cycles where the rows carry the clock, and the fastest seed, which the first round
+    timed, perhaps at another clock than the later rounds), and a winner
     must beat the next by more than the measured spread (else the tie rule decides)."""
     clock = Stopwatch()
     from .. import kernels
@@ -198,8 +199,9 @@ def _remeasure(session, space, histories, top, repeats, seeds=None) -> None:
     n = sum(min(top, len({tuple(sorted(t.config.items())) for t in h if t.ok})) for h in histories.values())
     if not n:
         return
-    ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds%s" % (
-        top, len(histories), repeats, " (and each shape's fastest seed)" if seeds and any(seeds.values()) else ""))
+    ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among them, "
+                 "each shape's config of the fewest SM cycles%s)" % (
+        top, len(histories), repeats, " and fastest seed" if seeds and any(seeds.values()) else ""))
     from ..strategies.winner import entry_words
 
     winners = remeasure_winners(session, space, histories, top, repeats, seeds)

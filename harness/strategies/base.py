@@ -32,6 +32,7 @@ class Trial:
     fidelity: int = 1  # how long it was measured, in units of the briefest measurement
     noise: Optional[float] = None  # the noise of its deciding estimator (results column noise), where known
     estimator: Optional[str] = None  # min or median (results column estimator); None: median
+    clock_mhz: Optional[float] = None  # the SM clock around the measurement (mean of clock_mhz_before/after), where known
 
     @property
     def ok(self) -> bool:
@@ -141,14 +142,19 @@ class Summary:
     def measured(self) -> set:
         return set(self.by_key)
 
-    def value(self, k) -> Optional[float]:
-        """A config's time: its latest successful measurement at its highest fidelity; None when
-        its latest evaluation failed."""
+    def latest(self, k) -> Optional[Trial]:
+        """A config's latest successful measurement at its highest fidelity; None when its latest
+        evaluation failed."""
         trials = self.by_key.get(k) or []
         if not trials or not trials[-1].ok:
             return None
         top = max(t.fidelity for t in trials if t.ok)
-        return [t.time_ns for t in trials if t.ok and t.fidelity == top][-1]
+        return [t for t in trials if t.ok and t.fidelity == top][-1]
+
+    def value(self, k) -> Optional[float]:
+        """A config's time: that of ``latest``; None when its latest evaluation failed."""
+        trial = self.latest(k)
+        return trial.time_ns if trial else None
 
     def ranked(self, problem: Optional[Problem] = None) -> list:
         """(time, config_id, config) of every config measured ok, fastest first."""

@@ -61,7 +61,7 @@ def normalize_results(results, batch: Batch, space: dict) -> List[Trial]:
                      r.get("fidelity", batch.fidelity))
                for r in results if isinstance(r, dict) and "config" in r]
     if rows:
-        trials += [Trial(t.config, t.status, t.time_ns, t.spread_ns, batch.fidelity)
+        trials += [Trial(t.config, t.status, t.time_ns, t.spread_ns, batch.fidelity, clock_mhz=t.clock_mhz)
                    for t in trials_from_rows(rows, space or None)]
     # a config asked for and pruned by the build (a resource only the compile could count) is a
     # failed trial: the strategy learns it, and the search goes on

@@ -57,7 +57,13 @@ def row_trial(row: dict, space: Optional[dict] = None) -> Trial:
     ok = status == OK and t is not None
     return Trial(row_config(row, space), status if (ok or status != OK) else "crash",
                  t if ok else None, spread if ok else None, 1, finite_float(row.get("noise")) if ok else None,
-                 deciding_estimator(row) if ok else None)
+                 deciding_estimator(row) if ok else None, row_clock_mhz(row) if ok else None)
+
+
+def row_clock_mhz(row: dict) -> Optional[float]:
+    """The mean of a row's clock_mhz_before and clock_mhz_after; None unless both are there."""
+    before, after = finite_float(row.get("clock_mhz_before")), finite_float(row.get("clock_mhz_after"))
+    return (before + after) / 2 if before and after else None
 
 
 def trials_from_rows(rows: Iterable[dict], space: Optional[dict] = None, shape_id: Optional[str] = None,

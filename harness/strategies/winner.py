@@ -296,19 +296,34 @@ def entry_words(entry: Mapping, short=None) -> str:
 
 
 def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Sequence[dict] = ()) -> List[dict]:
-    """The ``n`` fastest configs of a search's history, to re-measure interleaved, then the fastest
-    of ``seeds`` (the warm start's configs) that ran ok, where it is not among them. A search
-    measures its seeds in its first round, and a GPU need not run that round at the clock of the
-    later ones: on an H200 (docs/gpu.md, run h16) the seeds of 2048x16384x3072 read 300 us in the
-    first round at 1605 to 1965 MHz, three later configs 276 to 295 us, and those three, re-measured
-    alone, 316 to 328 us; in four earlier runs those seeds had won, at 295 to 307 us by do_bench."""
+    """The ``n`` fastest configs of a search's history, to re-measure interleaved; then, where it is
+    not among them, the config that took the fewest SM cycles (time x clock, of the measurements
+    that carry the SM clock); then the fastest of ``seeds`` (the warm start's configs) that ran ok.
+
+    A GPU at its power cap changes its clock between the search's rounds, and a config measured at
+    a low clock reads slow. On an H200 (docs/gpu.md, run h32) the 128 x 320 x 32 tile of
+    768x6144x16384 read 244 us at 1635 MHz, the winner 226 us at 1965 MHz: 10 % fewer cycles, yet
+    not among the three fastest. Under the cap the kernels run at one clock (docs/gpu.md, the
+    energy probe), so cycles rank them as a steady run would. Likewise for the seeds, measured in the first round: on an H200 (run h16) the seeds of
+    2048x16384x3072 read 300 us in the first round at 1605 to 1965 MHz, three later configs 276 to
+    295 us, and those three, re-measured alone, 316 to 328 us; in four earlier runs those seeds had
+    won, at 295 to 307 us by do_bench."""
     from .base import Summary, key
 
-    ranked = Summary(history).ranked(problem)
+    summary = Summary(history)
+    ranked = summary.ranked(problem)
     chosen = [dict(cfg) for _, _, cfg in ranked[:n]]
+    if not n:
+        return chosen
+    keys = {key(c) for c in chosen}
+    in_cycles = sorted((t.time_ns * t.clock_mhz, cid, cfg) for _, cid, cfg in ranked
+                       for t in [summary.latest(key(cfg))] if t.clock_mhz)
+    if in_cycles and key(in_cycles[0][2]) not in keys:
+        chosen.append(dict(in_cycles[0][2]))
+        keys.add(key(in_cycles[0][2]))
     seed_keys = {key(s) for s in seeds}
     fastest_seed = next((cfg for _, _, cfg in ranked if key(cfg) in seed_keys), None)
-    if n and fastest_seed is not None and key(fastest_seed) not in {key(c) for c in chosen}:
+    if fastest_seed is not None and key(fastest_seed) not in keys:
         chosen.append(dict(fastest_seed))
     return chosen
 
