@@ -67,8 +67,8 @@ def tune(
     TMA tile for large products) and the winners of the nearest shapes already tuned.
     Then the fastest --top configs per shape are re-measured interleaved (with the config of the
     fewest SM cycles where the rows carry the clock, and the fastest seed, which the first round
-    timed, perhaps at another clock than the later rounds), and a winner
-    must beat the next by more than the measured spread (else the tie rule decides)."""
+    timed, perhaps at another clock than the later rounds), and a winner must beat the next by
+    more than the measured spread (else the tie rule decides)."""
     clock = Stopwatch()
     from .. import kernels
     from ..build import BuildOptions

@@ -304,10 +304,10 @@ def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Se
     a low clock reads slow. On an H200 (docs/gpu.md, run h32) the 128 x 320 x 32 tile of
     768x6144x16384 read 244 us at 1635 MHz, the winner 226 us at 1965 MHz: 10 % fewer cycles, yet
     not among the three fastest. Under the cap the kernels run at one clock (docs/gpu.md, the
-    energy probe), so cycles rank them as a steady run would. Likewise for the seeds, measured in the first round: on an H200 (run h16) the seeds of
-    2048x16384x3072 read 300 us in the first round at 1605 to 1965 MHz, three later configs 276 to
-    295 us, and those three, re-measured alone, 316 to 328 us; in four earlier runs those seeds had
-    won, at 295 to 307 us by do_bench."""
+    energy probe), so cycles rank them as a steady run would. Likewise for the seeds, measured in
+    the first round: on an H200 (run h16) the seeds of 2048x16384x3072 read 300 us in the first
+    round at 1605 to 1965 MHz, three later configs 276 to 295 us, and those three, re-measured
+    alone, 316 to 328 us; in four earlier runs those seeds had won, at 295 to 307 us by do_bench."""
     from .base import Summary, key
 
     summary = Summary(history)
@@ -316,11 +316,11 @@ def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Se
     if not n:
         return chosen
     keys = {key(c) for c in chosen}
-    in_cycles = sorted((t.time_ns * t.clock_mhz, cid, cfg) for _, cid, cfg in ranked
-                       for t in [summary.latest(key(cfg))] if t.clock_mhz)
-    if in_cycles and key(in_cycles[0][2]) not in keys:
-        chosen.append(dict(in_cycles[0][2]))
-        keys.add(key(in_cycles[0][2]))
+    fewest_cycles = min(((t.time_ns * t.clock_mhz, cid, cfg) for _, cid, cfg in ranked
+                         for t in [summary.latest(key(cfg))] if t.clock_mhz), default=None)
+    if fewest_cycles and key(fewest_cycles[2]) not in keys:
+        chosen.append(dict(fewest_cycles[2]))
+        keys.add(key(fewest_cycles[2]))
     seed_keys = {key(s) for s in seeds}
     fastest_seed = next((cfg for _, _, cfg in ranked if key(cfg) in seed_keys), None)
     if fastest_seed is not None and key(fastest_seed) not in keys:
