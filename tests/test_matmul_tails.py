@@ -374,7 +374,8 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
 def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_widest():
     # BLOCK_M = 192 (128 + 64 rows: two A tiles, an MMA each) is on the TMA path only, in the NVIDIA
     # space only; its 192 x 256 tile (192 accumulator registers a thread on 8 warps) is seeded where
-    # its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles
+    # its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles, its
+    # 192 x 128 tile on 4 warps (192 a thread too) where its tiles fit one wave holding no more
     kernel = get("matmul")
     targets = load_targets(REPO / "targets.yaml")
     tall = dict(BLOCK_M=192, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1,
@@ -385,6 +386,7 @@ def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_wi
 
     assert rule() is None and rule(BLOCK_N=192) is None and rule(BLOCK_N=144) is None
     assert rule(BLOCK_N=144, num_warps=4) == "accumulator_spills"  # 216 a thread
+    assert rule(BLOCK_N=128, num_warps=4) is None  # 192 a thread
     for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(BLOCK_M=320), dict(BLOCK_M=320, BLOCK_N=64)):
         assert rule(**change) == "wide_tile_needs_tma", change  # 320 rows: 5 x 64
     assert rule(BLOCK_N=320) == "accumulator_spills"  # 240 a thread
@@ -410,6 +412,11 @@ def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_wi
     assert tall_seeds("512x10240x8192") == []  # one wave of 128 x 320 tiles holds less
     assert tall_seeds("2304x2048x8192") == []  # 126 tiles of 128 x 320: one wave
     assert tall_seeds("64x4096x14336") == []  # skinny
+    # 192 x 128 on 4 warps where its tiles fit one wave holding no more than the 128-row tiles' waves
+    one_wave = [(192, 128, 64, 4, 4, 1)]
+    assert tall_seeds("768x4096x11008", "NN") == one_wave  # 128 tiles, where 128 x 192 takes 132
+    assert tall_seeds("1536x2048x8192") == one_wave and tall_seeds("384x8192x8192", "TN") == one_wave
+    assert tall_seeds("768x6144x16384", "NN") == []  # 192 tiles: two waves
 
 
 def node_seeds(text):

@@ -59,7 +59,13 @@ where its waves hold less work a multiprocessor than those of the 128 x 256 and 
 which load about as much a K step per element of C. Measured on an H200 (bench/wide_tile_probe.py,
 20 prefill shapes), it won 1536x4096x14336 NN (128 tiles, one wave; 1.04 and 1.08 of cuBLAS against
 0.92 and 0.995 for the best power-of-two tile) and lost wherever one of those two tiles needs no
-more waves (512x10240x8192: 0.74 against 0.97 for 128 x 320).
+more waves (512x10240x8192: 0.74 against 0.97 for 128 x 320). And 192 x 128 x 64 on 4 warps and 4
+stages (one warpgroup, three 128-wide MMAs on one B tile) where its tiles fit one wave holding no
+more work a multiprocessor than the waves of the 128-row tiles 128 to 256 wide. Measured on an H200
+(docs/gpu.md, "192 x 128 on 4 warps"), on six shapes where its 128 tiles fill one wave (768x4096,
+1536x2048, 384x8192; NN, NT and TN) it reached 0.98 to 1.03 of cuBLAS, where the best other tile
+reached 0.83 to 1.00 (it was the fastest on five); on 1024x2304x9216 (108 tiles) 0.80, where 64 x 288
+reached 0.94.
 
 Also across the classes (M over 64, NVIDIA): where few rows and columns of tiles leave most of
 the GPU idle and K is long (M of 65 to about 200 on long-K weights: memory-bound or nearly), the
@@ -153,6 +159,9 @@ FEW_WAVES_CUDA = [
 ]
 
 
+# seeded where its tiles fit one wave holding no more work a multiprocessor than the waves of every
+# 128-row tile 128 to 256 wide: three MMAs 128 wide on one warpgroup (768x4096: 128 tiles)
+ONE_WAVE_TALL_CUDA = dict(BLOCK_M=192, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1)
 # seeded where its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles,
 # which load about as much a K step per element of C (1536x4096x14336: 128 tiles in one wave against
 # two waves of either; it lost where the 128 x 320 tile fits one wave, 512x10240x8192)
@@ -172,8 +181,9 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     """The 128 x 192 and 128 x 320 tiles where the 128 x 192 tile needs no more waves than the 128 x 256
     tile; the 64 x 192, 64 x 320 and 128 x 320 tiles where their waves hold less work a multiprocessor
     than those of the 128 x 128, 128 x 192 and 128 x 256 tiles, the 64 x 288 tile where it does so in
-    one wave and B is stored N x K, and the 192 x 256 tile where its waves hold less than those of the
-    128 x 256 and 128 x 320 tiles."""
+    one wave and B is stored N x K, the 192 x 128 tile where its tiles fit one wave holding no more
+    than those, and the 192 x 256 tile where its waves hold less than those of the 128 x 256 and 128 x
+    320 tiles."""
     no_more_waves = _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors)
     out = [WIDE_CUDA, WIDER_CUDA] if no_more_waves else []
     least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
@@ -182,6 +192,8 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
         out.append(ONE_WAVE_CUDA)
     out += [c for c in FEW_WAVES_CUDA
             if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
+    if _waves(shape, 192, 128, multiprocessors) == 1 and _wave_work(shape, 192, 128, multiprocessors) <= least:
+        out.append(ONE_WAVE_TALL_CUDA)
     if _wave_work(shape, 192, 256, multiprocessors) < min(_wave_work(shape, 128, bn, multiprocessors)
                                                           for bn in (256, 320)):
         out.append(TALL_CUDA)
