@@ -344,7 +344,7 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
         return [(c["BLOCK_M"], c["BLOCK_N"], c["GROUP_M"], c["num_warps"], c["num_stages"])
                 for c in kernel.seed_configs(s, node) if c["BLOCK_N"] in (144, 192, 288, 320)]
 
-    wide, wider = (128, 192, 8, 8, 4), (128, 320, 8, 8, 5)  # 128 x 320 with BLOCK_K 32
+    wide, wider = (128, 192, 8, 4, 4), (128, 320, 8, 8, 5)  # 128 x 320 with BLOCK_K 32
     # 128 x 192 and 128 x 320 where the 192-wide tile needs no more waves than the 256-wide one
     assert wide_seeds("512x6144x4096") == [wide, wider]  # 128 tiles against 96: one wave each
     assert wide_seeds("3072x3072x4096") == [wide, wider]  # 384 tiles against 288: three waves each
@@ -353,7 +353,7 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     assert wide_seeds("64x6144x4096") == []  # skinny: the SWAP_AB tiles
     # 64 x 192 where its waves hold less work: 128 tiles, one full wave, against 64 (and 48) in half a wave
     assert wide_seeds("512x3072x8192") == [wide, wider, (64, 192, 8, 4, 7)]
-    assert wide_seeds("128x6144x4096") == [(128, 192, 1, 8, 4), (128, 320, 1, 8, 5), (64, 192, 8, 4, 7)]  # one row of 128: no swizzle
+    assert wide_seeds("128x6144x4096") == [(128, 192, 1, 4, 4), (128, 320, 1, 8, 5), (64, 192, 8, 4, 7)]  # one row of 128: no swizzle
     # two waves of 64 x 192 hold as much as one of 128 x 192 (512x6144x4096 above): not seeded
     # 320 wide: 128 tiles of 64 x 320 in one wave, where 160 of 128 x 128 take two, 108 of 128 x 192 one
     assert wide_seeds("512x5120x14336") == [wide, wider, (64, 320, 8, 4, 4)]

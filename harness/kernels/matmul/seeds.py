@@ -26,11 +26,13 @@ cut into 2-4 K pieces) and K long enough that the steps spared pay for the parti
 reduction (512x10240x8192: 160 tiles of 128 x 256 on 132, the 28 of the last wave in 4 pieces of
 32 of their 128 steps: 96 spared; 1024x4608x3584: 56 steps a tile, 42 spared: not seeded).
 
-Also across the classes (M over 64, NVIDIA): the **192-wide** TMA tile, 128 x 192 x 64 on 8 warps
+Also across the classes (M over 64, NVIDIA): the **192-wide** TMA tile, 128 x 192 x 64 on 4 warps
 and 4 stages, where it needs no more waves of tiles than the 128 x 256 tile (512x6144x4096: 128
 tiles against 96, one wave each; cuBLAS runs 192-wide tiles there). Measured on an H200, a wave of
 the 192-wide tile took 0.8 to 0.97 of a 256-wide wave's time (NT), not the 3/4 its work would
-say, and more in NN: one more wave than the 256-wide tile loses. And 64 x 192 x 64 on 4 warps and
+say, and more in NN: one more wave than the 256-wide tile loses. On 4 warps (one warpgroup, 192
+registers a thread) it beat 8 warps on 14 of 15 shapes, by 0.4 to 11 % (docs/gpu.md, "192 x 128 on
+4 warps"). And 64 x 192 x 64 on 4 warps and
 7 stages (as many as fit; 2 to 5 % faster than 6 on six long-K shapes) where its waves hold less
 work per multiprocessor (waves x tile area) than those of the 128-row tiles 128, 192 and 256
 wide: few rows of tiles, where the 128-row tiles leave half the GPU idle (512x3072x8192: 128
@@ -146,7 +148,7 @@ def _stream_k_seeds(shape, multiprocessors: int) -> List[dict]:
     return out
 
 
-WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4, TMA=1)
+WIDE_CUDA = dict(BLOCK_M=128, BLOCK_N=192, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4, TMA=1)
 WIDER_CUDA = dict(BLOCK_M=128, BLOCK_N=320, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=5, TMA=1)
 # seeded where B is stored N x K and its tiles fit one wave holding less work a multiprocessor than every
 # 128-row tile 128 to 256 wide; with B stored K x N the 64 x 320 tile (FEW_WAVES_CUDA) won those shapes
