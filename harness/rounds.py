@@ -459,13 +459,14 @@ def listed_order(jobs: list, library_ids: list, library_at: dict) -> dict:
 
 def remeasure_winners(session: Session, space: dict, histories: Dict[str, list], top: int = 3,
                       repeats: int = 5, seeds: Optional[Dict[str, list]] = None) -> dict:
-    """Re-measure the ``top`` candidates of every shape interleaved, with the fastest of its
-    ``seeds`` (the warm start's configs: ``strategies.winner.top_candidates``) where it is not
-    among them (``repeats`` rounds, the order rotating each round: A B C, B C A, C A B, ...),
-    pick each shape's winner (``strategies.winner.pick_winner``: it must beat the next by more
-    than the spread, else the tie rule decides), and save them to winners.json. A shape whose winner's noise is over
-    ``winner.NOISY_WINNER``, or whose tie went to a candidate ``winner.TIE_WON_BEHIND`` or more
-    behind the fastest, gets ``repeats`` more rounds, once. Returns {shape_id: entry}."""
+    """Re-measure the ``top`` candidates of every shape interleaved, with its config of the fewest
+    SM cycles and the fastest of its ``seeds`` (the warm start's configs) where they are not among
+    them (``strategies.winner.top_candidates``; ``repeats`` rounds, the order rotating each round:
+    A B C, B C A, C A B, ...), pick each shape's winner (``strategies.winner.pick_winner``: it must
+    beat the next by more than the spread, else the tie rule decides), and save them to
+    winners.json. A shape whose winner's noise is over ``winner.NOISY_WINNER``, or whose tie went
+    to a candidate ``winner.TIE_WON_BEHIND`` or more behind the fastest, gets ``repeats`` more
+    rounds, once. Returns {shape_id: entry}."""
     from .strategies.winner import NOISY_WINNER, TIE_WON_BEHIND, interleaved_rounds, pick_winner, top_candidates
     from .strategies import config_id
 

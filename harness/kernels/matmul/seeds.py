@@ -186,18 +186,21 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     one wave and B is stored N x K, the 192 x 128 tile where its tiles fit one wave holding no more
     than those, and the 192 x 256 tile where its waves hold less than those of the 128 x 256 and 128 x
     320 tiles."""
+    def work(c):
+        return _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors)
+
+    def one_wave(c):
+        return _waves(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) == 1
+
     no_more_waves = _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors)
     out = [WIDE_CUDA, WIDER_CUDA] if no_more_waves else []
     least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
-    if (shape.layout[1] == "T" and _waves(shape, 64, 288, multiprocessors) == 1
-            and _wave_work(shape, 64, 288, multiprocessors) < least):
+    if shape.layout[1] == "T" and one_wave(ONE_WAVE_CUDA) and work(ONE_WAVE_CUDA) < least:
         out.append(ONE_WAVE_CUDA)
-    out += [c for c in FEW_WAVES_CUDA
-            if c not in out and _wave_work(shape, c["BLOCK_M"], c["BLOCK_N"], multiprocessors) < least]
-    if _waves(shape, 192, 128, multiprocessors) == 1 and _wave_work(shape, 192, 128, multiprocessors) <= least:
+    out += [c for c in FEW_WAVES_CUDA if c not in out and work(c) < least]
+    if one_wave(ONE_WAVE_TALL_CUDA) and work(ONE_WAVE_TALL_CUDA) <= least:
         out.append(ONE_WAVE_TALL_CUDA)
-    if _wave_work(shape, 192, 256, multiprocessors) < min(_wave_work(shape, 128, bn, multiprocessors)
-                                                          for bn in (256, 320)):
+    if work(TALL_CUDA) < min(_wave_work(shape, 128, 256, multiprocessors), work(WIDER_CUDA)):
         out.append(TALL_CUDA)
     return [_swizzled(c, shape) for c in out]
 
