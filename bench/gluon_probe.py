@@ -1,0 +1,437 @@
+"""Probe: warp-specialized Gluon matmuls for Hopper against cuBLAS (docs/gpu.md, "Gluon", stop 37).
+
+Triton's pipeliner schedules one program's loads and MMAs itself; Gluon (Triton's lower-level
+language, in Triton 3.6 on the node and 3.9 here) lets a kernel give each warp its own job. Two
+kernels, both persistent (one program a multiprocessor), one loader warp issuing every TMA load of
+the program's tiles into a ring of STAGES slots:
+
+- ``gluon_matmul`` (KERNEL "pingpong", the default): one or two consumer partitions (CONSUMERS) of
+  WARPS warps run the wgmma K loops and the epilogues of BM x BN tiles. With two, the program's
+  tiles alternate between them, so one consumer's epilogue runs while the other's MMAs do; their
+  main loops take turns (a barrier each), since a consumer may wait on a ring slot's barrier only one
+  phase ahead of the last wait on it.
+- ``gluon_rows_matmul`` (KERNEL "rows"): a (64 W) x (BN1 + BN2) tile, W warpgroups of 64 rows each,
+  every one running a BN1-wide and a BN2-wide MMA on the same B tile. 192 x 192 = 3 x 64 rows,
+  128 + 64 columns: the tile cuBLAS runs on the slow few-wave shapes, which Triton's own layouts
+  split into 32- and 64-wide MMAs (docs/gpu.md, "192-row tiles").
+
+    python3 bench/gluon_probe.py --compile-only --layout TN --config '{"KERNEL": "rows"}'   # here, sm90
+    python3 bench/gluon_probe.py --shape 3072x3072x4096:fp16:TN --config '{"KERNEL": "rows", "BK": 32,
+        "STAGES": 6}' [--json OUT]                                                    # on the GPU node
+
+Each launch's C (filled with NaN first) is checked against torch.matmul; times are do_bench medians
+(its L2 flush included), cuBLAS timed once a shape. Launches go through Gluon's JIT, whose Python
+launch costs tens of microseconds: only prefill shapes read true here.
+"""
+import argparse
+import json
+import sys
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+# Triton 3.9 renamed the TMA copies (async_load / async_store); 3.6, the node's, has the old names only
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
+@gluon.jit
+def _tile_of(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    group = GROUP_M * num_pid_n
+    first_m = (t // group) * GROUP_M
+    size_m = gl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (t % group) % size_m
+    pid_n = (t % group) // size_m
+    return pid_m, pid_n
+
+
+@gluon.jit
+def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+            BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+            STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr):
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    nk = gl.cdiv(K, BK)
+    step = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        for kk in range(nk):
+            s = step % STAGES
+            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            k = kk * BK
+            if A_ROWS:
+                tma_load(a_desc, [off_m, k], bar, a_bufs.index(s))
+            else:
+                tma_load(a_desc, [k, off_m], bar, a_bufs.index(s))
+            if B_ROWS:
+                tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
+            else:
+                tma_load(b_desc, [k, off_n], bar, b_bufs.index(s))
+            step += 1
+
+
+@gluon.jit
+def _consumer(a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, turn, c_smem, M, N, K,
+              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+              STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr,
+              WHO: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                         instr_shape=[16, BN, 16])
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    nk = gl.cdiv(K, BK)
+    j = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        if j % CONSUMERS == WHO:
+            pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+            acc = gl.zeros((BM, BN), gl.float32, acc_layout)
+            step0 = j * nk
+            if CONSUMERS == 2:
+                # Main loops take turns: a consumer waits on a ready barrier only one phase ahead.
+                mbarrier.wait(turn.index(WHO), ((j // 2) & 1) ^ (1 - WHO))
+            for kk in range(nk):
+                step = step0 + kk
+                s = step % STAGES
+                mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+                a = a_bufs.index(s)
+                if not A_ROWS:
+                    a = a.permute((1, 0))
+                b = b_bufs.index(s)
+                if B_ROWS:
+                    b = b.permute((1, 0))
+                acc = warpgroup_mma(a, b, acc, is_async=True)
+                acc = warpgroup_mma_wait(1, deps=[acc])
+                if kk > 0:
+                    mbarrier.arrive(empty.index((step - 1) % STAGES))
+            if CONSUMERS == 2:
+                mbarrier.arrive(turn.index(1 - WHO))
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(empty.index((step0 + nk - 1) % STAGES))
+            tma.store_wait(0)
+            c_smem.store(acc.to(c_desc.dtype))
+            fence_async_shared()
+            tma_store(c_desc, [pid_m * BM, pid_n * BN], c_smem)
+        j += 1
+    tma.store_wait(0)
+
+
+@gluon.jit
+def gluon_matmul(a_desc, b_desc, c_desc, M, N, K,
+                 BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+                 STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr,
+                 CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
+                 CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    dtype: gl.constexpr = a_desc.dtype
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    c_bufs = gl.allocate_shared_memory(dtype, [CONSUMERS] + c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+    if CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, turn, c_bufs.index(0), M, N, K, BM, BN, BK,
+                         GROUP_M, STAGES, A_ROWS, B_ROWS, 0, 2, WARPS)),
+            (_consumer, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, turn, c_bufs.index(1), M, N, K, BM, BN, BK,
+                         GROUP_M, STAGES, A_ROWS, B_ROWS, 1, 2, WARPS)),
+            (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BM, BN, BK, GROUP_M, STAGES, A_ROWS,
+                       B_ROWS)),
+        ], [WARPS, 1], [CONSUMER_REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, turn, c_bufs.index(0), M, N, K, BM, BN, BK,
+                         GROUP_M, STAGES, A_ROWS, B_ROWS, 0, 1, WARPS)),
+            (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BM, BN, BK, GROUP_M, STAGES, A_ROWS,
+                       B_ROWS)),
+        ], [1], [LOADER_REGS])
+
+
+@gluon.jit
+def _rows_loader(a_desc, b1_desc, b2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, M, N, K,
+                 W: gl.constexpr, BN1: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+                 STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr):
+    BM: gl.constexpr = 64 * W
+    BN: gl.constexpr = BN1 + BN2
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    nk = gl.cdiv(K, BK)
+    nbytes: gl.constexpr = W * a_desc.block_type.nbytes + b1_desc.block_type.nbytes + b2_desc.block_type.nbytes
+    step = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        for kk in range(nk):
+            s = step % STAGES
+            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            k = kk * BK
+            for w in gl.static_range(W):
+                if A_ROWS:
+                    tma_load(a_desc, [off_m + 64 * w, k], bar, a_bufs.index(s * W + w))
+                else:
+                    tma_load(a_desc, [k, off_m + 64 * w], bar, a_bufs.index(s * W + w))
+            if B_ROWS:
+                tma_load(b1_desc, [off_n, k], bar, b1_bufs.index(s))
+                tma_load(b2_desc, [off_n + BN1, k], bar, b2_bufs.index(s))
+            else:
+                tma_load(b1_desc, [k, off_n], bar, b1_bufs.index(s))
+                tma_load(b2_desc, [k, off_n + BN1], bar, b2_bufs.index(s))
+            step += 1
+
+
+@gluon.jit
+def _rows_consumer(c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_smem, c2_smem, M, N, K,
+                   W: gl.constexpr, BN1: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+                   STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr, WHO: gl.constexpr):
+    """One warpgroup: rows WHO*64 to WHO*64+64 of each tile, as a BN1-wide and a BN2-wide MMA."""
+    BM: gl.constexpr = 64 * W
+    BN: gl.constexpr = BN1 + BN2
+    l1: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN1, 16])
+    l2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN2, 16])
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    nk = gl.cdiv(K, BK)
+    step = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        acc1 = gl.zeros((64, BN1), gl.float32, l1)
+        acc2 = gl.zeros((64, BN2), gl.float32, l2)
+        for kk in range(nk):
+            s = step % STAGES
+            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+            a = a_bufs.index(s * W + WHO)
+            if not A_ROWS:
+                a = a.permute((1, 0))
+            b1 = b1_bufs.index(s)
+            b2 = b2_bufs.index(s)
+            if B_ROWS:
+                b1 = b1.permute((1, 0))
+                b2 = b2.permute((1, 0))
+            acc1 = warpgroup_mma(a, b1, acc1, is_async=True)
+            acc2 = warpgroup_mma(a, b2, acc2, is_async=True)
+            acc1, acc2 = warpgroup_mma_wait(2, deps=[acc1, acc2])
+            if kk > 0:
+                mbarrier.arrive(empty.index((step - 1) % STAGES))
+            step += 1
+        acc1, acc2 = warpgroup_mma_wait(0, deps=[acc1, acc2])
+        mbarrier.arrive(empty.index((step - 1) % STAGES))
+        tma.store_wait(0)
+        c1_smem.store(acc1.to(c1_desc.dtype))
+        c2_smem.store(acc2.to(c2_desc.dtype))
+        fence_async_shared()
+        off_m = pid_m * BM + 64 * WHO
+        tma_store(c1_desc, [off_m, pid_n * BN], c1_smem)
+        tma_store(c2_desc, [off_m, pid_n * BN + BN1], c2_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def gluon_rows_matmul(a_desc, b1_desc, b2_desc, c1_desc, c2_desc, M, N, K,
+                      W: gl.constexpr, BN1: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr,
+                      GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr,
+                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    """A (64 W) x (BN1 + BN2) tile: W warpgroups of 64 rows each (the kernel's 4 warps are the first),
+    two MMAs each on one B tile in two parts (192 x 192 = 3 x 64 rows, 128 + 64 columns)."""
+    dtype: gl.constexpr = a_desc.dtype
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES * W] + a_desc.block_type.shape, a_desc.layout)
+    b1_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b1_desc.block_type.shape, b1_desc.layout)
+    b2_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b2_desc.block_type.shape, b2_desc.layout)
+    c1_bufs = gl.allocate_shared_memory(dtype, [W] + c1_desc.block_type.shape, c1_desc.layout)
+    c2_bufs = gl.allocate_shared_memory(dtype, [W] + c2_desc.block_type.shape, c2_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=W)
+    fence_async_shared()
+    if W == 3:
+        gl.warp_specialize([
+            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(0),
+                              c2_bufs.index(0), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 0)),
+            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(1),
+                              c2_bufs.index(1), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 1)),
+            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(2),
+                              c2_bufs.index(2), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 2)),
+            (_rows_loader, (a_desc, b1_desc, b2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, M, N, K, W, BN1, BN2,
+                            BK, GROUP_M, STAGES, A_ROWS, B_ROWS)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([
+            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(0),
+                              c2_bufs.index(0), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 0)),
+            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(1),
+                              c2_bufs.index(1), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 1)),
+            (_rows_loader, (a_desc, b1_desc, b2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, M, N, K, W, BN1, BN2,
+                            BK, GROUP_M, STAGES, A_ROWS, B_ROWS)),
+        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+ROWS_DEFAULTS = dict(KERNEL="rows", W=3, BN1=128, BN2=64, BK=64, STAGES=3, GROUP_M=8, CONSUMER_REGS=152,
+                     LOADER_REGS=40)
+
+
+def rows_blocks(cfg, layout):
+    """The stored blocks of the rows kernel's descriptors: A (one row group), B's two parts, C's two."""
+    a = [64, cfg["BK"]] if layout[0] == "N" else [cfg["BK"], 64]
+    b1, b2 = ([[cfg["BN1"], cfg["BK"]], [cfg["BN2"], cfg["BK"]]] if layout[1] == "T"
+              else [[cfg["BK"], cfg["BN1"]], [cfg["BK"], cfg["BN2"]]])
+    return [a, b1, b2, [64, cfg["BN1"]], [64, cfg["BN2"]]]
+
+
+def rows_constexprs(cfg, layout):
+    return dict(W=cfg["W"], BN1=cfg["BN1"], BN2=cfg["BN2"], BK=cfg["BK"], GROUP_M=cfg["GROUP_M"],
+                STAGES=cfg["STAGES"], A_ROWS=layout[0] == "N", B_ROWS=layout[1] == "T",
+                CONSUMER_REGS=cfg["CONSUMER_REGS"], LOADER_REGS=cfg["LOADER_REGS"])
+
+
+DEFAULTS = dict(KERNEL="pingpong", BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=2, WARPS=4, GROUP_M=8,
+                CONSUMER_REGS=216, LOADER_REGS=40, PERSISTENT=1)
+
+
+def full_config(cfg):
+    out = dict(ROWS_DEFAULTS if cfg.get("KERNEL") == "rows" else DEFAULTS)
+    out.update(cfg)
+    return out
+
+
+def operand_blocks(cfg, layout):
+    """(A block, B block) as stored: A is M x K unless the layout's first letter is T."""
+    a = [cfg["BM"], cfg["BK"]] if layout[0] == "N" else [cfg["BK"], cfg["BM"]]
+    b = [cfg["BN"], cfg["BK"]] if layout[1] == "T" else [cfg["BK"], cfg["BN"]]
+    return a, b
+
+
+def constexprs(cfg, layout):
+    return dict(BM=cfg["BM"], BN=cfg["BN"], BK=cfg["BK"], GROUP_M=cfg["GROUP_M"], STAGES=cfg["STAGES"],
+                A_ROWS=layout[0] == "N", B_ROWS=layout[1] == "T", CONSUMERS=cfg["CONSUMERS"],
+                WARPS=cfg["WARPS"], CONSUMER_REGS=cfg["CONSUMER_REGS"], LOADER_REGS=cfg["LOADER_REGS"])
+
+
+def kernel_parts(cfg, layout):
+    """(kernel, descriptor names and stored blocks, constexprs, num_warps, tile M, tile N) of a config."""
+    if cfg.get("KERNEL") == "rows":
+        names = ("a_desc", "b1_desc", "b2_desc", "c1_desc", "c2_desc")
+        return (gluon_rows_matmul, list(zip(names, rows_blocks(cfg, layout))), rows_constexprs(cfg, layout), 4,
+                64 * cfg["W"], cfg["BN1"] + cfg["BN2"])
+    a_blk, b_blk = operand_blocks(cfg, layout)
+    descs = [("a_desc", a_blk), ("b_desc", b_blk), ("c_desc", [cfg["BM"], cfg["BN"]])]
+    return gluon_matmul, descs, constexprs(cfg, layout), cfg["WARPS"], cfg["BM"], cfg["BN"]
+
+
+def compile_for_sm90(cfg, layout, dtype="fp16"):
+    """Build the kernel for sm90 here (no GPU): the compiled kernel, or raise."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    gdt = gl.float16 if dtype == "fp16" else gl.bfloat16
+    fn, descs, ce, warps, _, _ = kernel_parts(cfg, layout)
+    sig = {}
+    for name, blk in descs:
+        lay = gl.NVMMASharedLayout.get_default_for(blk, gdt)
+        sig[name] = "tensordesc<%s%s,%r>" % (dtype, blk, lay)
+    sig.update(M="i32", N="i32", K="i32")
+    for k in ce:
+        sig[k] = "constexpr"
+    consts = {(list(sig).index(k),): v for k, v in ce.items()}
+    src = GluonASTSource(fn, sig, consts)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))
+
+
+def resource_usage(cubin):
+    """cuobjdump's registers / stack / shared memory line for a cubin (Triton ships cuobjdump)."""
+    import os
+    import subprocess
+    import tempfile
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    found = [line.strip() for line in out.splitlines() if "REG:" in line]
+    return found[0] if found else "(no resource usage)"
+
+
+def run_on_gpu(args, configs):
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for spec in args.shape:
+        dims, dtype, layout = spec.split(":")
+        M, N, K = (int(x) for x in dims.split("x"))
+        tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
+        gdt = gl.float16 if dtype == "fp16" else gl.bfloat16
+        torch.manual_seed(0)
+        a_store = torch.randn((M, K) if layout[0] == "N" else (K, M), device="cuda", dtype=tdt)
+        b_store = torch.randn((N, K) if layout[1] == "T" else (K, N), device="cuda", dtype=tdt)
+        a = a_store if layout[0] == "N" else a_store.t()
+        b = b_store.t() if layout[1] == "T" else b_store
+        ref = torch.matmul(a, b)
+        t_cublas = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=50, rep=400)
+        for cfg in configs:
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+            fn, blocks, ce, warps, bm, bn = kernel_parts(cfg, layout)
+            tensors = [a_store, b_store, c] if len(blocks) == 3 else [a_store, b_store, b_store, c, c]
+            descs = [TensorDescriptor.from_tensor(t, blk, gl.NVMMASharedLayout.get_default_for(blk, gdt))
+                     for t, (_, blk) in zip(tensors, blocks)]
+            tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+            grid = (min(sms, tiles) if cfg.get("PERSISTENT", 1) else tiles,)
+
+            def launch():
+                fn[grid](*descs, M, N, K, **ce, num_warps=warps)
+            try:
+                launch()
+                torch.cuda.synchronize()
+                err = ((c.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+                ms = triton.testing.do_bench(launch, warmup=50, rep=400)
+                rows.append(dict(shape=spec, config=cfg, cublas_ms=t_cublas, ms=ms, ratio=t_cublas / ms,
+                                 rel_err=err))
+                print("%-26s %-70s cuBLAS %.4f ms  gluon %.4f ms  ratio %.3f  err %.1e" % (
+                    spec, json.dumps({k: v for k, v in cfg.items() if DEFAULTS.get(k) != v}), t_cublas, ms,
+                    t_cublas / ms, err), flush=True)
+            except Exception as exc:  # a probe: report and go on
+                print("%-26s %s failed: %s" % (spec, cfg, str(exc).splitlines()[0][:200]), flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", action="append", default=[], help="MxNxK:dtype:layout (repeatable)")
+    ap.add_argument("--config", action="append", default=[], help="JSON overrides of the defaults (repeatable)")
+    ap.add_argument("--compile-only", action="store_true", help="build each config for sm90 here and stop")
+    ap.add_argument("--layout", default="NT")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args()
+    configs = [full_config(json.loads(c)) for c in args.config] or [full_config({})]
+    if args.compile_only:
+        for cfg in configs:
+            try:
+                kernel = compile_for_sm90(cfg, args.layout)
+            except Exception as exc:  # a probe: report and go on
+                print(cfg, "FAILED:", str(exc).strip().splitlines()[-1][:300])
+                continue
+            print(cfg, "shared memory %d bytes;" % kernel.metadata.shared, resource_usage(kernel.asm["cubin"]))
+        return 0
+    rows = run_on_gpu(args, configs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
