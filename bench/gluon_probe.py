@@ -309,6 +309,12 @@ def full_config(cfg):
     return out
 
 
+def overrides(cfg):
+    """The config's kernel and what it sets apart from that kernel's defaults."""
+    base = ROWS_DEFAULTS if cfg["KERNEL"] == "rows" else DEFAULTS
+    return dict(KERNEL=cfg["KERNEL"], **{k: v for k, v in cfg.items() if k != "KERNEL" and base.get(k) != v})
+
+
 def operand_blocks(cfg, layout):
     """(A block, B block) as stored: A is M x K unless the layout's first letter is T."""
     a = [cfg["BM"], cfg["BK"]] if layout[0] == "N" else [cfg["BK"], cfg["BM"]]
@@ -401,7 +407,7 @@ def run_on_gpu(args, configs):
                 rows.append(dict(shape=spec, config=cfg, cublas_ms=t_cublas, ms=ms, ratio=t_cublas / ms,
                                  rel_err=err))
                 print("%-26s %-70s cuBLAS %.4f ms  gluon %.4f ms  ratio %.3f  err %.1e" % (
-                    spec, json.dumps({k: v for k, v in cfg.items() if DEFAULTS.get(k) != v}), t_cublas, ms,
+                    spec, json.dumps(overrides(cfg)), t_cublas, ms,
                     t_cublas / ms, err), flush=True)
             except Exception as exc:  # a probe: report and go on
                 print("%-26s %s failed: %s" % (spec, cfg, str(exc).splitlines()[0][:200]), flush=True)
@@ -413,9 +419,11 @@ def main():
     ap.add_argument("--shape", action="append", default=[], help="MxNxK:dtype:layout (repeatable)")
     ap.add_argument("--config", action="append", default=[], help="JSON overrides of the defaults (repeatable)")
     ap.add_argument("--compile-only", action="store_true", help="build each config for sm90 here and stop")
-    ap.add_argument("--layout", default="NT")
+    ap.add_argument("--layout", default="NT", choices=("NN", "NT", "TN"), help="what --compile-only builds for")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
+    if not args.shape and not args.compile_only:
+        ap.error("give --shape (on the GPU node) or --compile-only")
     configs = [full_config(json.loads(c)) for c in args.config] or [full_config({})]
     if args.compile_only:
         for cfg in configs:
