@@ -2,7 +2,8 @@
 
 ``StandinApi`` implements the interface of remote_agent.runners.cuda.CudaApi with host memory and
 interprets each launch by the kernel's launch facts (the entry name and parameter list that the
-host compile recorded): fill_kernel, error_kernel and matmul_kernel are computed with numpy. A
+host compile recorded): fill_kernel, error_kernel and matmul_kernel (and matmul_ws_kernel) are
+computed with numpy. A
 launch of a variant whose config carries ``fault: crash`` really crashes the process (SIGSEGV)
 and ``fault: hang`` really hangs it (a busy loop), as a bad kernel would take a GPU worker down.
 
@@ -252,6 +253,10 @@ class StandinApi(GpuApi):
         out = self._array(v["c_ptr"], t["c_ptr"], M * N)
         out[:] = (_f32_to_bf16(C.ravel()) if t["c_ptr"] == "*bf16" else C.ravel().astype(out.dtype))
 
+
+    # the warp-specialized Gluon kernel (harness/kernels/matmul/gluon_kernel.py) takes the same arguments
+    # and descriptors of its own: computed alike, its descriptors checked alike
+    _matmul_ws_kernel = _matmul_kernel
 
     # the matmul's operands: logical dimensions and their strides (harness/kernels/matmul)
     OPERAND_AXES = {"a": (("M", "stride_am"), ("K", "stride_ak")), "b": (("K", "stride_bk"), ("N", "stride_bn")),

@@ -325,9 +325,10 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     assert rule(shape) is None and rule(shape, BLOCK_N=320, num_stages=3) is None
     assert rule(shape, BLOCK_N=144) is None  # 128 + 16
     assert rule(shape, BLOCK_M=64, BLOCK_N=288, num_warps=4) is None  # 256 + 32, 144 a thread
-    for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(SWAP_AB=1, BLOCK_M=16),
+    for change in (dict(TMA=0), dict(SPLIT_K=2), dict(SWAP_AB=1, BLOCK_M=16),
                    dict(BLOCK_N=224), dict(BLOCK_N=144, TMA=0), dict(BLOCK_N=320, TMA=0)):  # 224 = 7 x 32
         assert rule(shape, **change) == "wide_tile_needs_tma", change
+    assert rule(shape, PERSISTENT=1) == "warp_specialized_tile"  # the Gluon kernel's tile is 192 x 192
     rows_of_c_unaligned = make_shape(512, 6148, 4096, "bf16", "NT")  # A and B rows of K: aligned
     assert rule(rows_of_c_unaligned) == "tma_unaligned"
     assert rule(rows_of_c_unaligned, BLOCK_N=256) is None  # a plain TMA tile stores C through pointers
@@ -342,7 +343,8 @@ def test_wide_tiles_are_tma_tiles_seeded_where_their_waves_are_shorter():
     def wide_seeds(text, layout="NT"):
         s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout=layout)
         return [(c["BLOCK_M"], c["BLOCK_N"], c["GROUP_M"], c["num_warps"], c["num_stages"])
-                for c in kernel.seed_configs(s, node) if c["BLOCK_N"] in (144, 192, 288, 320)]
+                for c in kernel.seed_configs(s, node) if c["BLOCK_N"] in (144, 192, 288, 320)
+                and not descriptors.warp_specialized(c)]  # (the Gluon kernel's seeds: test_warp_specialized.py)
 
     wide, wider = (128, 192, 8, 4, 4), (128, 320, 8, 8, 5)  # 128 x 320 with BLOCK_K 32
     # 128 x 192 and 128 x 320 where the 192-wide tile needs no more waves than the 256-wide one
@@ -387,8 +389,9 @@ def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_wi
     assert rule() is None and rule(BLOCK_N=192) is None and rule(BLOCK_N=144) is None
     assert rule(BLOCK_N=144, num_warps=4) == "accumulator_spills"  # 216 a thread
     assert rule(BLOCK_N=128, num_warps=4) is None  # 192 a thread
-    for change in (dict(TMA=0), dict(PERSISTENT=1), dict(SPLIT_K=2), dict(BLOCK_M=320), dict(BLOCK_M=320, BLOCK_N=64)):
+    for change in (dict(TMA=0), dict(SPLIT_K=2), dict(BLOCK_M=320), dict(BLOCK_M=320, BLOCK_N=64)):
         assert rule(**change) == "wide_tile_needs_tma", change  # 320 rows: 5 x 64
+    assert rule(PERSISTENT=1) == "warp_specialized_tile"  # the Gluon kernel's tile is 192 x 192
     assert rule(BLOCK_N=320) == "accumulator_spills"  # 240 a thread
     assert rule(BLOCK_M=256) == "accumulator_spills"  # 256 a thread
     blocks = {d.name: d.block for d in descriptors.tensor_descriptors(tall, a_t=False, b_t=True)}
@@ -403,7 +406,8 @@ def test_tall_tiles_are_tma_tiles_seeded_where_their_waves_hold_less_than_the_wi
     def tall_seeds(text, layout="NT"):
         s = make_shape(*(int(x) for x in text.split("x")), dtype="bf16", layout=layout)
         return [(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"], c["num_stages"], c["TMA"])
-                for c in kernel.seed_configs(s, targets["gpu-node"]) if c["BLOCK_M"] == 192]
+                for c in kernel.seed_configs(s, targets["gpu-node"]) if c["BLOCK_M"] == 192
+                and not descriptors.warp_specialized(c)]  # (the Gluon kernel's seeds: test_warp_specialized.py)
 
     seeded = [(192, 256, 64, 8, 3, 1)]
     # 8 x 16 = 128 tiles, one wave, where 128 x 256 (192 tiles) and 128 x 320 (156) take two

@@ -88,22 +88,20 @@ class TritonGpuCompiler:
                                % (target.name, self.arch))
         self.warp_size = warp_size_for(self.backend, self.arch)
         self.ext = "cubin" if self.backend == "cuda" else "hsaco"
-        module_name, self.fn_name = kernel.triton_module.split(":")
-        self.module_name = module_name
-        self.module = importlib.import_module(module_name)
-        self.source_text = Path(inspect.getsourcefile(self.module)).read_text()
-        self._source_hash = hashlib.sha256(self.source_text.encode() + b"\0")  # every digest starts so
-        # the module names its run-time arguments, constexprs and optional constexprs (ARGS,
-        # CONSTEXPRS, OPTIONAL_CONSTEXPRS; the matmul's spell them MATMUL_...)
-        self.args = list(_module_attr(self.module, "ARGS"))
-        self.constexpr_names = tuple(_module_attr(self.module, "CONSTEXPRS"))
-        self.optional_constexprs = dict(_module_attr(self.module, "OPTIONAL_CONSTEXPRS", {}))
-        self.descriptor_args = tuple(_module_attr(self.module, "DESCRIPTOR_ARGS", ()))  # tensordesc or None
-        self.takes = set(getattr(self.module, self.fn_name).arg_names)  # EVEN_K, IEEE, A_T ... where it has them
+        self.main = KernelSource(kernel.triton_module)  # its module also has the support kernels
+        self._sources = {kernel.triton_module: self.main}
         self.version = triton_version()
         self._dtypes_seen = set()
         self._lock = threading.Lock()
         self._support = None
+
+    def source(self, config: dict) -> "KernelSource":
+        """The kernel function ``config`` compiles to (the kernel's triton_source)."""
+        spec = self.kernel.triton_source(config) if hasattr(self.kernel, "triton_source") else self.kernel.triton_module
+        with self._lock:
+            if spec not in self._sources:
+                self._sources[spec] = KernelSource(spec)
+            return self._sources[spec]
 
     # ---- what a variant is specialized for -------------------------------------------------
     def _int_args(self, shape) -> dict:
@@ -134,13 +132,14 @@ class TritonGpuCompiler:
     def specialization(self, config: dict, shape) -> tuple:
         """The JIT's cache key for this shape: dtype, the class of every integer argument
         (``1``: a constant, ``16``: divisible by 16, ``x``: neither) and EVEN_K."""
+        source = self.source(config)
         ints = self._int_args(shape)
         classes = []
-        for name in self.args:
+        for name in source.args:
             if name in ints:
                 v = ints[name]
                 classes.append("%s=%s" % (name, "1" if v == 1 else "16" if v % 16 == 0 else "x"))
-        if "EVEN_K" not in self.takes:
+        if "EVEN_K" not in source.takes:
             return (shape.dtype,) + tuple(classes)
         even_k = shape.K % config["BLOCK_K"] == 0  # split-K splits whole BLOCK_K steps
         return (shape.dtype,) + tuple(classes) + ("EVEN_K=%d" % even_k,)
@@ -183,30 +182,34 @@ class TritonGpuCompiler:
         return None
 
     # ---- compile -------------------------------------------------------------------------
-    def _options(self, config: dict) -> dict:
+    def _options(self, config: dict, source: "KernelSource") -> dict:
         allowed = CUDA_OPTIONS if self.backend == "cuda" else HIP_OPTIONS
-        constexprs = set(self.constexpr_names) | set(self.optional_constexprs)
+        constexprs = set(source.constexpr_names) | set(source.optional_constexprs)
         options = {}
         for key, value in config.items():
-            if key in constexprs:
+            if key in source.fixed and value != source.fixed[key]:
+                raise HarnessError("config parameter %s=%r: %s takes only %s=%r" % (
+                    key, value, source.fn_name, key, source.fixed[key]))
+            if key in constexprs or (key in source.fixed and key not in allowed):
                 continue
             if key not in allowed:
                 raise HarnessError("config parameter %r is neither a constexpr of %s nor a %s compile option "
-                                   "(%s)" % (key, self.fn_name, self.backend, ", ".join(allowed)))
+                                   "(%s)" % (key, source.fn_name, self.backend, ", ".join(allowed)))
             options[key] = value
         return options
 
     def _job(self, config: dict, spec, c_dtype=None, generic=False) -> dict:
         """What the compile process gets: signature, constants, divisibility attributes, options."""
         dtype = spec[0]
+        source = self.source(config)
         types = self.pointer_types(dtype, c_dtype)
         classes = {} if generic else self._spec_dict(spec)
         # A_T / B_T: the specialization made the M stride of A / the K stride of B 1
         a_t, b_t = classes.get("stride_am") == "1", classes.get("stride_bk") == "1"
-        descriptors = self._descriptors(config, a_t, b_t)
+        descriptors = self._descriptors(config, a_t, b_t, source)
         signature, constexprs, divisible = {}, {}, []
-        for index, name in enumerate(self.args):
-            if name in self.descriptor_args:
+        for index, name in enumerate(source.args):
+            if name in source.descriptor_args:
                 if name in descriptors:
                     d = descriptors[name]
                     signature[name] = "tensordesc<%s%s>" % (types[d["operand"] + "_ptr"].lstrip("*"), d["block"])
@@ -226,38 +229,43 @@ class TritonGpuCompiler:
                 signature[name] = "i32"
                 if cls == "16":
                     divisible.append(index)
-        for name in self.constexpr_names:
+        for name in source.constexpr_names:
             signature[name] = "constexpr"
             constexprs[name] = config.get(name, 1)
-        if "EVEN_K" in self.takes:
+        for name, option in source.option_constexprs.items():  # the Gluon kernel's STAGES: num_stages
+            signature[name] = "constexpr"
+            constexprs[name] = config[option]
+        if "EVEN_K" in source.takes:
             signature["EVEN_K"] = "constexpr"
             constexprs["EVEN_K"] = False if generic else classes.get("EVEN_K") == "1"
-        if "IEEE" in self.takes:
+        if "IEEE" in source.takes:
             signature["IEEE"] = "constexpr"
             constexprs["IEEE"] = dtype == "fp32" or generic
-        for name, default in self.optional_constexprs.items():  # TMA, SWAP_AB, ...
+        for name, default in source.optional_constexprs.items():  # TMA, SWAP_AB, ...
             signature[name] = "constexpr"
             constexprs[name] = config.get(name, default)
-        if "A_T" in self.takes:
+        if "A_T" in source.takes:
             signature["A_T"], signature["B_T"] = "constexpr", "constexpr"
             constexprs["A_T"], constexprs["B_T"] = a_t, b_t
-        job = {"module": self.module_name, "fn": self.fn_name, "signature": signature,
-               "constexprs": constexprs, "divisible": divisible, "options": self._options(config),
+        job = {"module": source.module_name, "fn": source.fn_name, "signature": signature,
+               "constexprs": constexprs, "divisible": divisible, "options": self._options(config, source),
                "backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}
+        if source.language != "triton":
+            job["language"] = source.language
         if descriptors:
             job["descriptors"] = descriptors
         return job
 
-    def _descriptors(self, config: dict, a_t: bool, b_t: bool) -> dict:
+    def _descriptors(self, config: dict, a_t: bool, b_t: bool, source: "KernelSource") -> dict:
         """name -> the tensor descriptor argument (descriptors.Descriptor.as_dict) that ``config`` takes."""
         plan = getattr(self.kernel, "tensor_descriptors", None)
-        if plan is None or not self.descriptor_args:
+        if plan is None or not source.descriptor_args:
             return {}
         return {d.name: d.as_dict() for d in plan(config, a_t, b_t)}
 
     def _digest(self, config: dict, spec, job=None) -> str:
         job = job or self._job(config, spec)
-        h = self._source_hash.copy()
+        h = next(s for s in list(self._sources.values()) if s.module_name == job["module"]).source_hash.copy()
         lineinfo = os.environ.get("HARNESS_TRITON_LINEINFO", "0")
         for part in (json.dumps(job, sort_keys=True), self.version, self.ext, lineinfo):
             h.update(part.encode())
@@ -324,12 +332,12 @@ class TritonGpuCompiler:
         return out
 
     def _fill_job(self, dtype: str) -> dict:
-        return {"module": self.module_name, "fn": "fill_kernel",
+        return {"module": self.main.module_name, "fn": "fill_kernel",
                 "signature": {"out_ptr": TRITON_TYPES[dtype], "n": "i64", "seed": "i32", "BLOCK": "constexpr"},
                 "constexprs": {"BLOCK": SUPPORT_BLOCK}, "divisible": [0], "options": {"num_warps": 4}}
 
     def _error_job(self, dtype: str) -> dict:
-        return {"module": self.module_name, "fn": "error_kernel",
+        return {"module": self.main.module_name, "fn": "error_kernel",
                 "signature": {"c_ptr": TRITON_TYPES[dtype], "ref_ptr": "*fp32", "out_ptr": "*fp32", "n": "i64",
                               "rtol": "fp32", "atol": "fp32", "BLOCK": "constexpr"},
                 "constexprs": {"BLOCK": SUPPORT_BLOCK}, "divisible": [0, 1, 2], "options": {"num_warps": 4}}
@@ -339,12 +347,12 @@ class TritonGpuCompiler:
         a plain kernel taking the same pointers, the output fp32, and the same integers, none of
         them specialized), else the kernel itself at the conservative REFERENCE_CONFIG, unspecialized,
         with an fp32 output."""
-        own = getattr(self.module, "REFERENCE", None)
+        own = getattr(self.main.module, "REFERENCE", None)
         if own is None:
             job = self._job(REFERENCE_CONFIG, (dtype,), c_dtype="fp32", generic=True)
             job["options"]["num_stages"] = 2
             return job, REFERENCE_CONFIG
-        fn = getattr(self.module, own["fn"])
+        fn = getattr(self.main.module, own["fn"])
         types = self.pointer_types(dtype, "fp32")
         config = dict(own["config"])
         signature, constexprs, divisible = {}, {}, []
@@ -357,7 +365,7 @@ class TritonGpuCompiler:
             else:
                 signature[param.name] = "i32"
         options = {k: v for k, v in config.items() if k not in constexprs}
-        return {"module": self.module_name, "fn": own["fn"], "signature": signature, "constexprs": constexprs,
+        return {"module": self.main.module_name, "fn": own["fn"], "signature": signature, "constexprs": constexprs,
                 "divisible": divisible, "options": options}, config
 
     def describe(self) -> dict:
@@ -367,6 +375,29 @@ class TritonGpuCompiler:
                 "arch": self.arch, "warp_size": self.warp_size, "format": self.ext,
                 "python": sys.version.split()[0], "support_block": SUPPORT_BLOCK,
                 "support": self._support}
+
+
+class KernelSource:
+    """One kernel function that configs compile to ("package.module:function"), with what its
+    module declares: the run-time arguments in order (ARGS), the constexprs a config gives
+    (CONSTEXPRS, OPTIONAL_CONSTEXPRS with defaults, OPTION_CONSTEXPRS: constexprs named after a
+    compile option), the tensor descriptor arguments (DESCRIPTOR_ARGS), the config values it
+    takes only one of (FIXED: checked, not passed) and its LANGUAGE (``triton``, or ``gluon``:
+    built through GluonASTSource). The matmul's module spells the first four MATMUL_... ."""
+
+    def __init__(self, spec: str):
+        self.module_name, self.fn_name = spec.split(":")
+        self.module = importlib.import_module(self.module_name)
+        text = Path(inspect.getsourcefile(self.module)).read_text()
+        self.source_hash = hashlib.sha256(text.encode() + b"\0")  # every digest of its artifacts starts so
+        self.args = list(_module_attr(self.module, "ARGS"))
+        self.constexpr_names = tuple(_module_attr(self.module, "CONSTEXPRS"))
+        self.optional_constexprs = dict(_module_attr(self.module, "OPTIONAL_CONSTEXPRS", {}))
+        self.option_constexprs = dict(getattr(self.module, "OPTION_CONSTEXPRS", {}))
+        self.descriptor_args = tuple(_module_attr(self.module, "DESCRIPTOR_ARGS", ()))  # tensordesc or None
+        self.fixed = dict(getattr(self.module, "FIXED", {}))
+        self.language = getattr(self.module, "LANGUAGE", "triton")
+        self.takes = set(getattr(self.module, self.fn_name).arg_names)  # EVEN_K, IEEE, A_T ... where it has them
 
 
 _locks_lock = threading.Lock()
@@ -466,7 +497,12 @@ def _compile_in_process(job: dict) -> dict:
     module = importlib.import_module(job["module"])
     fn = getattr(module, job["fn"])
     attrs = {(i,): [["tt.divisibility", 16]] for i in job["divisible"]}
-    src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
+    if job.get("language") == "gluon":
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        src = GluonASTSource(fn, _gluon_signature(job), job["constexprs"], attrs)
+    else:
+        src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
     arch = int(job["arch"]) if job["backend"] == "cuda" else job["arch"]
     target = GPUTarget(job["backend"], arch, job["warp_size"])
     compiled = triton.compile(src, target=target, options=job["options"])
@@ -511,6 +547,21 @@ def _compile_in_process(job: dict) -> dict:
         "triton_version": triton.__version__,
     }
     return {"status": "ok", "launch": launch}
+
+
+def _gluon_signature(job: dict) -> dict:
+    """The job's signature with each tensor descriptor's shared memory layout, as Gluon needs it:
+    the default NVMMA layout of its block (the swizzle TMA and wgmma agree on)."""
+    from triton.experimental.gluon import language as gl
+
+    signature = dict(job["signature"])
+    for name, ty in signature.items():
+        if ty.startswith("tensordesc<"):
+            dtype = ty[len("tensordesc<"):].split("[")[0]
+            block = job["descriptors"][name]["block"]
+            layout = gl.NVMMASharedLayout.get_default_for(block, {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype])
+            signature[name] = "tensordesc<%s%s,%r>" % (dtype, block, layout)
+    return signature
 
 
 def _descriptor_params(desc: dict, meta: dict) -> list:

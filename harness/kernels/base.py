@@ -119,6 +119,9 @@ class Kernel:
     gpu_space_hip: dict = field(default_factory=dict)  # extra parameters on AMD
     gpu_rules: list = field(default_factory=list)
     triton_module: Optional[str] = None  # "package.module:function" of the Triton kernel
+    # config -> "package.module:function" of another kernel that runs it (the matmul's warp-specialized
+    # Gluon kernel), or None where triton_module does; None: triton_module runs every config
+    other_source: Optional[Callable] = None
     # (config, a_t, b_t) -> [Descriptor]: the Triton kernel's tensor descriptor arguments that the
     # agent makes on the host (harness/kernels/matmul/descriptors.py); None: it takes none
     tensor_descriptors: Optional[Callable] = None
@@ -150,6 +153,10 @@ class Kernel:
             space.update(self.gpu_space_hip if target.backend == "hip" else self.gpu_space_cuda)
             return space
         return dict(self.cpu_space)
+
+    def triton_source(self, config: dict) -> str:
+        """The "package.module:function" that ``config`` compiles to on a GPU."""
+        return (self.other_source and self.other_source(config)) or self.triton_module
 
     def rules_for(self, target) -> list:
         return self.gpu_rules if target.is_gpu else self.cpu_rules

@@ -62,6 +62,9 @@ DEFAULT_SHAPES = {"cpu": "64x64x64,128x128x128,256x256x128",
                   "gpu": "4096x4096x4096:fp16,64x4096x4096:fp16,1024x1024x1024:fp16"}
 
 
+GLUON_SOURCE = "harness.kernels.matmul.gluon_kernel:matmul_ws_kernel"  # the 192 x 192 tile, warp-specialized
+
+
 def strides(shape) -> dict:
     """Element strides of A (MxK), B (KxN) and C (MxN) for the shape's layout."""
     a_t, b_t = shape.layout[0] == "T", shape.layout[1] == "T"
@@ -140,6 +143,7 @@ KERNEL = Kernel(
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
     triton_module="harness.kernels.matmul.triton_kernel:matmul_kernel",
+    other_source=lambda config: GLUON_SOURCE if descriptors.warp_specialized(config) else None,
     tensor_descriptors=descriptors.tensor_descriptors,
     seed_configs=seeds.seed_configs,
 )

@@ -45,8 +45,8 @@ def _b(name: str, width: int, bk: int, b_t: bool) -> Descriptor:
     return Descriptor(name, "b", ("K", "N"), ("stride_bk", "stride_bn"), (bk, width))
 
 
-def _c(width: int, bm: int) -> Descriptor:
-    return Descriptor("c_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (bm, width))
+def _c(width: int, bm: int, name: str = "c_desc") -> Descriptor:
+    return Descriptor(name, "c", ("M", "N"), ("stride_cm", "stride_cn"), (bm, width))
 
 
 def wide_tile(config: dict) -> bool:
@@ -54,6 +54,15 @@ def wide_tile(config: dict) -> bool:
     tile in parts, an MMA each."""
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     return bn & (bn - 1) != 0 or bm & (bm - 1) != 0
+
+
+WARP_SPECIALIZED_ROWS = 64  # the rows of a tile each consumer warpgroup of the Gluon kernel computes
+
+
+def warp_specialized(config: dict) -> bool:
+    """A tile in parts on the persistent grid: the warp-specialized Gluon kernel runs it
+    (gluon_kernel.py; rule warp_specialized_tile keeps it to 192 x 192)."""
+    return bool(config.get("PERSISTENT")) and wide_tile(config)
 
 
 def tile_parts(block: int) -> Tuple[int, int]:
@@ -73,11 +82,18 @@ def tensor_descriptors(config: dict, a_t: bool, b_t: bool) -> List[Descriptor]:
     * a tile in parts (wide_tile): B in its two parts (b_desc, b2_desc) where BLOCK_N is not a power
       of two, A in its two (a_desc, a2_desc) where BLOCK_M is not, and C in pieces as tall and as
       wide as the narrow parts;
-    * the persistent grid: C in halves (its epilogue stores the tile in two).
+    * the persistent grid: C in halves (its epilogue stores the tile in two);
+    * the warp-specialized kernel (a tile in parts on the persistent grid): A in blocks of 64 rows
+      (a consumer warpgroup's), B and C (64 rows) in the two parts of BLOCK_N.
     """
     if not config.get("TMA"):
         return []
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    if warp_specialized(config):
+        wide, narrow = tile_parts(bn)
+        rows = WARP_SPECIALIZED_ROWS
+        return [_a("a_desc", rows, bk, a_t), _b("b_desc", wide, bk, b_t), _b("b2_desc", narrow, bk, b_t),
+                _c(wide, rows), _c(narrow, rows, "c2_desc")]
     if wide_tile(config):
         top, low = tile_parts(bm)
         wide, narrow = tile_parts(bn)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from remote_agent.contract import DTYPE_BYTES
+
 from ...space import Rule
-from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, split_k_rules,
-                          tile_rules, tiles)
-from .descriptors import tensor_descriptors, wide_tile
+from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, shared_memory,
+                          split_k_rules, tile_rules, tiles)
+from .descriptors import tensor_descriptors, warp_specialized, wide_tile
 from .stream_k import pieces_per_tile
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
@@ -37,13 +39,41 @@ def _tma_rows_unaligned(c, s, t):
 
 
 def _wide_tile_off_tma(c, s, t):
-    # the tile in parts (BLOCK_N 3, 5 or 9 x 2^k, BLOCK_M 3 x 2^k) exists on the TMA path, one tile a
-    # program, no split and no swap
+    # the tile in parts (BLOCK_N 3, 5 or 9 x 2^k, BLOCK_M 3 x 2^k) exists on the TMA path, no split and
+    # no swap; on the persistent grid it is the warp-specialized kernel (rule warp_specialized_tile)
     if not wide_tile(c):
         return False
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]  # an edge over its lowest set bit: 1 for a power of two
     return (bn // (bn & -bn) not in (1, 3, 5, 9) or bm // (bm & -bm) not in (1, 3) or not c.get("TMA")
-            or bool(c.get("PERSISTENT")) or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
+            or c["SPLIT_K"] > 1 or bool(c.get("SWAP_AB")))
+
+
+WARP_SPECIALIZED_TILE = (192, 192)  # (BLOCK_M, BLOCK_N): three warpgroups of 64 rows, 128 + 64 columns
+
+
+def _warp_specialized_off_tile(c, s, t):
+    # the Gluon kernel (gluon_kernel.py) runs 192 x 192 tiles of 16-bit inputs on num_warps 4 (the first
+    # of its three consumer warpgroups), with Hopper's wgmma: sm90 only, no stream-K
+    if not warp_specialized(c):
+        return False
+    arch = str(getattr(t, "gpu_arch", "") or "")
+    return ((c["BLOCK_M"], c["BLOCK_N"]) != WARP_SPECIALIZED_TILE or c["num_warps"] != 4 or bool(c.get("STREAM_K"))
+            or s.dtype not in ("fp16", "bf16") or getattr(t, "backend", "") != "cuda" or arch != "90")
+
+
+def _warp_specialized_over_shared(c, s, t):
+    # its shared memory is known: every ring slot (A's three 64-row blocks, B's two parts) and C's tile
+    limit = shared_memory(t)
+    if not warp_specialized(c) or not limit:
+        return False
+    e = DTYPE_BYTES[s.dtype]
+    ring = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * e
+    return ring + c["BLOCK_M"] * c["BLOCK_N"] * e > limit
+
+
+def _accumulator_spills_one_warpgroup(c, s, t):
+    # the warp-specialized kernel's accumulator is spread over three warpgroups besides num_warps
+    return not warp_specialized(c) and ACCUMULATOR_SPILLS.prunes(c, s, t)
 
 
 def _persistent_without_tma(c, s, t):
@@ -99,13 +129,17 @@ GPU_RULES = [
     Rule("stream_k_needs_persistent", "STREAM_K > 0 shares the persistent grid's last tiles: PERSISTENT = 0 repeats "
          "STREAM_K = 0", _stream_k_without_persistent),
     Rule("wide_tile_needs_tma", "BLOCK_N not a power of two must be 3, 5 or 9 x 2^k and BLOCK_M 3 x 2^k (an MMA per "
-         "part of the tile); such a tile needs TMA = 1 and has no persistent grid, split-K or SWAP_AB",
+         "part of the tile); such a tile needs TMA = 1 and has no split-K or SWAP_AB",
          _wide_tile_off_tma),
+    Rule("warp_specialized_tile", "PERSISTENT = 1 on a tile in parts is the warp-specialized kernel: %d x %d, "
+         "num_warps 4, fp16 or bf16, sm90, no stream-K" % WARP_SPECIALIZED_TILE, _warp_specialized_off_tile),
     *tile_rules(m_floor=16, n_floor=32, k_floor=32),
     *split_k_rules(hip_multiprocessors=132),
     GROUP_M_USELESS,
     TMA_NEEDS_SM90,
     Rule("tma_unaligned", "TMA = 1 where a row of A, B or C is not a multiple of 16 bytes", _tma_rows_unaligned),
+    Rule("warp_specialized_over_shared", "the warp-specialized kernel's ring of num_stages A and B tiles and its C "
+         "tile exceed the target's shared memory", _warp_specialized_over_shared),
     Rule("persistent_needs_multiprocessors", "PERSISTENT = 1 on a target without `multiprocessors`",
          _persistent_without_multiprocessors),
     Rule("stream_k_little_idle", "STREAM_K > 0 where whole waves of tiles leave the multiprocessors idle under %d %% "
@@ -115,5 +149,5 @@ GPU_RULES = [
          "full, or K one BLOCK_K step): it repeats STREAM_K = 0", _stream_k_unsplit),
     Rule("swap_ab_off_skinny", "SWAP_AB = 1 with BLOCK_M over 64 or M over 128 (the swap is for skinny products)",
          _swap_ab_off_skinny),
-    ACCUMULATOR_SPILLS,
+    Rule(ACCUMULATOR_SPILLS.name, ACCUMULATOR_SPILLS.why, _accumulator_spills_one_warpgroup),
 ]

@@ -69,6 +69,15 @@ more work a multiprocessor than the waves of the 128-row tiles 128 to 256 wide. 
 reached 0.83 to 1.00 (it was the fastest on five); on 1024x2304x9216 (108 tiles) 0.80, where 64 x 288
 reached 0.94.
 
+Also across the classes (M over 64, NVIDIA Hopper): the **warp-specialized** 192 x 192 tile (the
+Gluon kernel, gluon_kernel.py: a loader warp, three consumer warpgroups of 64 rows), BLOCK_K 32 and
+6 stages, where its tiles fill one or two waves leaving under a tenth of the multiprocessors'
+places idle. Measured on an H200 (bench/gluon_probe.py, docs/gpu.md "Gluon"), on such shapes it
+reached 0.97 to 0.99 of cuBLAS (768x6144x16384 NN and NT: 128 tiles, 3072x3072x4096 TN and NN: 256,
+1536x3072x8192 NN: 128), 2.5 to 14 % faster than the best Triton tile there; where its last wave
+was far from full it lost (768x2048x5632: 44 tiles, 0.46; 1024x5120x13824 NT: 162 tiles, 0.61 to
+0.64), and on shapes of many waves it reached 0.8 to 0.9.
+
 Also across the classes (M over 64, NVIDIA): where few rows and columns of tiles leave most of
 the GPU idle and K is long (M of 65 to about 200 on long-K weights: memory-bound or nearly), the
 64 x 128 and 64 x 256 TMA tiles as deep as shared memory holds, with the most splits of K (2 to 4)
@@ -91,6 +100,7 @@ from remote_agent.contract import DTYPE_BYTES
 
 from .. import gemm_tiles
 from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+from .rules import idle_share
 from .stream_k import steps_saved
 
 DEEPEST = "deepest"  # num_stages of a seed: as many stages as the target's shared memory holds (deepest())
@@ -205,6 +215,20 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     return [_swizzled(c, shape) for c in out]
 
 
+WARP_SPECIALIZED_CUDA = dict(BLOCK_M=192, BLOCK_N=192, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=6, TMA=1,
+                             PERSISTENT=1)
+WARP_SPECIALIZED_MAX_IDLE = 0.10  # of the places of its one or two waves
+
+
+def _warp_specialized_seeds(shape, multiprocessors: int) -> List[dict]:
+    """The warp-specialized 192 x 192 tile where its tiles fill one or two waves, under
+    WARP_SPECIALIZED_MAX_IDLE of their places idle (its rules keep it to sm90 and 16-bit inputs)."""
+    n = gemm_tiles.tiles(WARP_SPECIALIZED_CUDA, shape)
+    if n <= 2 * multiprocessors and idle_share(n, multiprocessors) < WARP_SPECIALIZED_MAX_IDLE:
+        return [_swizzled(WARP_SPECIALIZED_CUDA, shape)]
+    return []
+
+
 # 64-row TMA tiles as deep as shared memory holds, K split so that one wave holds their tiles
 # several times: M over 64 with few rows and columns of tiles and a long K, memory-bound or nearly
 # (96x2560x10240: 40 tiles of 64 x 128 in 3 splits; 192x3584x18944: 42 of 64 x 256 in 3)
@@ -299,6 +323,6 @@ def seed_configs(shape, target) -> List[dict]:
     seeds = _rule_seeds(shape, target, multiprocessors)
     if target.backend == "cuda" and shape.M > 64:
         seeds = (seeds + _stream_k_seeds(shape, multiprocessors) + _wide_seeds(shape, multiprocessors)
-                 + _split_wave_seeds(shape, multiprocessors))
+                 + _split_wave_seeds(shape, multiprocessors) + _warp_specialized_seeds(shape, multiprocessors))
     most = max(KERNEL.space_for(target)["num_stages"])
     return complete_seeds([deepest(s, shape, target, most) for s in seeds], KERNEL, shape, target)
