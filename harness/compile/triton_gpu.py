@@ -97,7 +97,7 @@ class TritonGpuCompiler:
 
     def source(self, config: dict) -> "KernelSource":
         """The kernel function ``config`` compiles to (the kernel's triton_source)."""
-        spec = self.kernel.triton_source(config) if hasattr(self.kernel, "triton_source") else self.kernel.triton_module
+        spec = self.kernel.triton_source(config)
         with self._lock:
             if spec not in self._sources:
                 self._sources[spec] = KernelSource(spec)
