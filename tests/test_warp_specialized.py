@@ -72,7 +72,8 @@ def test_seeded_where_its_waves_hold_no_more_than_the_128_row_tiles():
     # M = 1024: six rows of 192-row tiles, the last a third full; 256 tiles of 128 x 256 fill the same
     # two waves with less work (the tile lost there in runs h38 and h38b)
     assert not seeded(1024, 8192, 3584, layout="NT") and not seeded(1024, 4096, 16384, layout="TN")
-    assert not seeded(4096, 4096, 4096)  # 484 tiles: four waves
+    assert not seeded(4096, 4096, 4096)  # 484 tiles in four waves, as 512 of 128 x 256
+    assert seeded(1536, 8960, 4096, layout="TN")  # 376 tiles in three waves, where 128 x 256 takes four
     assert not seeded(768, 6144, 16384, "fp32")  # its rules: 16-bit inputs only
     assert not seeded(768, 6144, 16384, on=dataclasses.replace(target, gpu_arch="100"))
 
