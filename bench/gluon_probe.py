@@ -10,14 +10,15 @@ the program's tiles into a ring of STAGES slots:
   tiles alternate between them, so one consumer's epilogue runs while the other's MMAs do; their
   main loops take turns (a barrier each), since a consumer may wait on a ring slot's barrier only one
   phase ahead of the last wait on it.
-- ``gluon_rows_matmul`` (KERNEL "rows"): a (64 W) x (BN1 + BN2) tile, W warpgroups of 64 rows each,
-  every one running a BN1-wide and a BN2-wide MMA on the same B tile. 192 x 192 = 3 x 64 rows,
-  128 + 64 columns: the tile cuBLAS runs on the slow few-wave shapes, which Triton's own layouts
-  split into 32- and 64-wide MMAs (docs/gpu.md, "192-row tiles").
+- KERNEL "rows": the harness's own warp-specialized kernel (harness/kernels/matmul/gluon_kernel.py),
+  a 192 x 192 tile on three warpgroups of 64 rows, each running a 128-wide and a 64-wide MMA on the
+  same B tile: the tile cuBLAS runs on the slow few-wave shapes, which Triton's own layouts split
+  into 32- and 64-wide MMAs (docs/gpu.md, "192-row tiles"). Its knobs: BK, STAGES, GROUP_M. (In stop
+  37 the probe had its own copy, with the warpgroups, the two widths and the registers as knobs.)
 
     python3 bench/gluon_probe.py --compile-only --layout TN --config '{"KERNEL": "rows"}'   # here, sm90
-    python3 bench/gluon_probe.py --shape 3072x3072x4096:fp16:TN --config '{"KERNEL": "rows", "BK": 32,
-        "STAGES": 6}' [--json OUT]                                                    # on the GPU node
+    python3 bench/gluon_probe.py --shape 3072x3072x4096:fp16:TN --config '{"KERNEL": "rows", "BK": 64,
+        "STAGES": 3}' [--json OUT]                                                    # on the GPU node
 
 Each launch's C (filled with NaN first) is checked against torch.matmul; times are do_bench medians
 (its L2 flush included), cuBLAS timed once a shape. Launches go through Gluon's JIT, whose Python
@@ -25,12 +26,15 @@ launch costs tens of microseconds: only prefill shapes read true here.
 """
 import argparse
 import json
+import os
 import sys
 
-import triton
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the harness's kernel
+
+import triton  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 # Triton 3.9 renamed the TMA copies (async_load / async_store); 3.6, the node's, has the old names only
@@ -159,144 +163,27 @@ def gluon_matmul(a_desc, b_desc, c_desc, M, N, K,
         ], [1], [LOADER_REGS])
 
 
-@gluon.jit
-def _rows_loader(a_desc, b1_desc, b2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, M, N, K,
-                 W: gl.constexpr, BN1: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
-                 STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr):
-    BM: gl.constexpr = 64 * W
-    BN: gl.constexpr = BN1 + BN2
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    nk = gl.cdiv(K, BK)
-    nbytes: gl.constexpr = W * a_desc.block_type.nbytes + b1_desc.block_type.nbytes + b2_desc.block_type.nbytes
-    step = 0
-    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BM
-        off_n = pid_n * BN
-        for kk in range(nk):
-            s = step % STAGES
-            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, nbytes)
-            k = kk * BK
-            for w in gl.static_range(W):
-                if A_ROWS:
-                    tma_load(a_desc, [off_m + 64 * w, k], bar, a_bufs.index(s * W + w))
-                else:
-                    tma_load(a_desc, [k, off_m + 64 * w], bar, a_bufs.index(s * W + w))
-            if B_ROWS:
-                tma_load(b1_desc, [off_n, k], bar, b1_bufs.index(s))
-                tma_load(b2_desc, [off_n + BN1, k], bar, b2_bufs.index(s))
-            else:
-                tma_load(b1_desc, [k, off_n], bar, b1_bufs.index(s))
-                tma_load(b2_desc, [k, off_n + BN1], bar, b2_bufs.index(s))
-            step += 1
+ROWS_DEFAULTS = dict(KERNEL="rows", BK=32, STAGES=6, GROUP_M=8)  # the harness's seed (seeds.py)
 
 
-@gluon.jit
-def _rows_consumer(c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_smem, c2_smem, M, N, K,
-                   W: gl.constexpr, BN1: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
-                   STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr, WHO: gl.constexpr):
-    """One warpgroup: rows WHO*64 to WHO*64+64 of each tile, as a BN1-wide and a BN2-wide MMA."""
-    BM: gl.constexpr = 64 * W
-    BN: gl.constexpr = BN1 + BN2
-    l1: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN1, 16])
-    l2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN2, 16])
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    nk = gl.cdiv(K, BK)
-    step = 0
-    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
-        acc1 = gl.zeros((64, BN1), gl.float32, l1)
-        acc2 = gl.zeros((64, BN2), gl.float32, l2)
-        for kk in range(nk):
-            s = step % STAGES
-            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
-            a = a_bufs.index(s * W + WHO)
-            if not A_ROWS:
-                a = a.permute((1, 0))
-            b1 = b1_bufs.index(s)
-            b2 = b2_bufs.index(s)
-            if B_ROWS:
-                b1 = b1.permute((1, 0))
-                b2 = b2.permute((1, 0))
-            acc1 = warpgroup_mma(a, b1, acc1, is_async=True)
-            acc2 = warpgroup_mma(a, b2, acc2, is_async=True)
-            acc1, acc2 = warpgroup_mma_wait(2, deps=[acc1, acc2])
-            if kk > 0:
-                mbarrier.arrive(empty.index((step - 1) % STAGES))
-            step += 1
-        acc1, acc2 = warpgroup_mma_wait(0, deps=[acc1, acc2])
-        mbarrier.arrive(empty.index((step - 1) % STAGES))
-        tma.store_wait(0)
-        c1_smem.store(acc1.to(c1_desc.dtype))
-        c2_smem.store(acc2.to(c2_desc.dtype))
-        fence_async_shared()
-        off_m = pid_m * BM + 64 * WHO
-        tma_store(c1_desc, [off_m, pid_n * BN], c1_smem)
-        tma_store(c2_desc, [off_m, pid_n * BN + BN1], c2_smem)
-    tma.store_wait(0)
-
-
-@gluon.jit
-def gluon_rows_matmul(a_desc, b1_desc, b2_desc, c1_desc, c2_desc, M, N, K,
-                      W: gl.constexpr, BN1: gl.constexpr, BN2: gl.constexpr, BK: gl.constexpr,
-                      GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_ROWS: gl.constexpr, B_ROWS: gl.constexpr,
-                      CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
-    """A (64 W) x (BN1 + BN2) tile: W warpgroups of 64 rows each (the kernel's 4 warps are the first),
-    two MMAs each on one B tile in two parts (192 x 192 = 3 x 64 rows, 128 + 64 columns)."""
-    dtype: gl.constexpr = a_desc.dtype
-    a_bufs = gl.allocate_shared_memory(dtype, [STAGES * W] + a_desc.block_type.shape, a_desc.layout)
-    b1_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b1_desc.block_type.shape, b1_desc.layout)
-    b2_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b2_desc.block_type.shape, b2_desc.layout)
-    c1_bufs = gl.allocate_shared_memory(dtype, [W] + c1_desc.block_type.shape, c1_desc.layout)
-    c2_bufs = gl.allocate_shared_memory(dtype, [W] + c2_desc.block_type.shape, c2_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=W)
-    fence_async_shared()
-    if W == 3:
-        gl.warp_specialize([
-            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(0),
-                              c2_bufs.index(0), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 0)),
-            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(1),
-                              c2_bufs.index(1), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 1)),
-            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(2),
-                              c2_bufs.index(2), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 2)),
-            (_rows_loader, (a_desc, b1_desc, b2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, M, N, K, W, BN1, BN2,
-                            BK, GROUP_M, STAGES, A_ROWS, B_ROWS)),
-        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
-    else:
-        gl.warp_specialize([
-            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(0),
-                              c2_bufs.index(0), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 0)),
-            (_rows_consumer, (c1_desc, c2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, c1_bufs.index(1),
-                              c2_bufs.index(1), M, N, K, W, BN1, BN2, BK, GROUP_M, STAGES, A_ROWS, B_ROWS, 1)),
-            (_rows_loader, (a_desc, b1_desc, b2_desc, a_bufs, b1_bufs, b2_bufs, ready, empty, M, N, K, W, BN1, BN2,
-                            BK, GROUP_M, STAGES, A_ROWS, B_ROWS)),
-        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
-
-
-ROWS_DEFAULTS = dict(KERNEL="rows", W=3, BN1=128, BN2=64, BK=64, STAGES=3, GROUP_M=8, CONSUMER_REGS=152,
-                     LOADER_REGS=40)
+def rows_config(cfg):
+    """The harness's config of the warp-specialized tile for a probe config of KERNEL "rows"."""
+    return dict(BLOCK_M=192, BLOCK_N=192, BLOCK_K=cfg["BK"], GROUP_M=cfg["GROUP_M"], SPLIT_K=1, num_warps=4,
+                num_stages=cfg["STAGES"], TMA=1, PERSISTENT=1, SWAP_AB=0, STREAM_K=0)
 
 
 def rows_blocks(cfg, layout):
-    """The stored blocks of the rows kernel's descriptors: A (one row group), B's two parts, C's two."""
-    a = [64, cfg["BK"]] if layout[0] == "N" else [cfg["BK"], 64]
-    b1, b2 = ([[cfg["BN1"], cfg["BK"]], [cfg["BN2"], cfg["BK"]]] if layout[1] == "T"
-              else [[cfg["BK"], cfg["BN1"]], [cfg["BK"], cfg["BN2"]]])
-    return [a, b1, b2, [64, cfg["BN1"]], [64, cfg["BN2"]]]
+    """(name, stored block) of the warp-specialized kernel's descriptors, from the harness's plan."""
+    from harness.kernels.matmul import descriptors
+    return [(d.name, list(d.block)) for d in descriptors.tensor_descriptors(rows_config(cfg), layout[0] == "T",
+                                                                            layout[1] == "T")]
 
 
-def rows_constexprs(cfg, layout):
-    return dict(W=cfg["W"], BN1=cfg["BN1"], BN2=cfg["BN2"], BK=cfg["BK"], GROUP_M=cfg["GROUP_M"],
-                STAGES=cfg["STAGES"], A_ROWS=layout[0] == "N", B_ROWS=layout[1] == "T",
-                CONSUMER_REGS=cfg["CONSUMER_REGS"], LOADER_REGS=cfg["LOADER_REGS"])
+def rows_strides(M, N, K, layout):
+    """stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn as the harness passes them."""
+    a = (1, M) if layout[0] == "T" else (K, 1)
+    b = (1, K) if layout[1] == "T" else (N, 1)
+    return a + b + (N, 1)
 
 
 DEFAULTS = dict(KERNEL="pingpong", BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=2, WARPS=4, GROUP_M=8,
@@ -331,9 +218,10 @@ def constexprs(cfg, layout):
 def kernel_parts(cfg, layout):
     """(kernel, descriptor names and stored blocks, constexprs, num_warps, tile M, tile N) of a config."""
     if cfg.get("KERNEL") == "rows":
-        names = ("a_desc", "b1_desc", "b2_desc", "c1_desc", "c2_desc")
-        return (gluon_rows_matmul, list(zip(names, rows_blocks(cfg, layout))), rows_constexprs(cfg, layout), 4,
-                64 * cfg["W"], cfg["BN1"] + cfg["BN2"])
+        from harness.kernels.matmul.gluon_kernel import matmul_ws_kernel
+        ce = dict(BLOCK_M=192, BLOCK_N=192, BLOCK_K=cfg["BK"], GROUP_M=cfg["GROUP_M"], STAGES=cfg["STAGES"],
+                  A_T=layout[0] == "T", B_T=layout[1] == "T")
+        return matmul_ws_kernel, rows_blocks(cfg, layout), ce, 4, 192, 192
     a_blk, b_blk = operand_blocks(cfg, layout)
     descs = [("a_desc", a_blk), ("b_desc", b_blk), ("c_desc", [cfg["BM"], cfg["BN"]])]
     return gluon_matmul, descs, constexprs(cfg, layout), cfg["WARPS"], cfg["BM"], cfg["BN"]
@@ -345,13 +233,14 @@ def compile_for_sm90(cfg, layout, dtype="fp16"):
     from triton.experimental.gluon._runtime import GluonASTSource
     gdt = gl.float16 if dtype == "fp16" else gl.bfloat16
     fn, descs, ce, warps, _, _ = kernel_parts(cfg, layout)
+    blocks = dict(descs)
     sig = {}
-    for name, blk in descs:
-        lay = gl.NVMMASharedLayout.get_default_for(blk, gdt)
-        sig[name] = "tensordesc<%s%s,%r>" % (dtype, blk, lay)
-    sig.update(M="i32", N="i32", K="i32")
-    for k in ce:
-        sig[k] = "constexpr"
+    for name in fn.arg_names:  # in the kernel's order: descriptors, pointers, sizes and strides, constexprs
+        if name in blocks:
+            sig[name] = "tensordesc<%s%s,%r>" % (dtype, blocks[name],
+                                                 gl.NVMMASharedLayout.get_default_for(blocks[name], gdt))
+        else:
+            sig[name] = "constexpr" if name in ce else "*" + dtype if name.endswith("_ptr") else "i32"
     consts = {(list(sig).index(k),): v for k, v in ce.items()}
     src = GluonASTSource(fn, sig, consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=1))
@@ -391,14 +280,18 @@ def run_on_gpu(args, configs):
         for cfg in configs:
             c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
             fn, blocks, ce, warps, bm, bn = kernel_parts(cfg, layout)
-            tensors = [a_store, b_store, c] if len(blocks) == 3 else [a_store, b_store, b_store, c, c]
-            descs = [TensorDescriptor.from_tensor(t, blk, gl.NVMMASharedLayout.get_default_for(blk, gdt))
-                     for t, (_, blk) in zip(tensors, blocks)]
+            stored = {"a": a_store, "b": b_store, "c": c}  # a descriptor views the operand its name starts with
+            values = dict(zip(("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"),
+                              rows_strides(M, N, K, layout)), M=M, N=N, K=K, a_ptr=a_store, b_ptr=b_store, c_ptr=c)
+            for name, blk in blocks:
+                values[name] = TensorDescriptor.from_tensor(stored[name[0]], blk,
+                                                            gl.NVMMASharedLayout.get_default_for(blk, gdt))
+            run_args = {n: values[n] for n in fn.arg_names if n not in ce}
             tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
             grid = (min(sms, tiles) if cfg.get("PERSISTENT", 1) else tiles,)
 
             def launch():
-                fn[grid](*descs, M, N, K, **ce, num_warps=warps)
+                fn[grid](**run_args, **ce, num_warps=warps)
             try:
                 launch()
                 torch.cuda.synchronize()
