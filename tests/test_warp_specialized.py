@@ -110,6 +110,24 @@ def test_it_builds_for_sm90_with_its_warps_and_five_host_made_descriptors(ws_bui
         # persistent: one program a multiprocessor, never more than the tiles
 
 
+def test_the_compiler_refuses_a_config_the_kernel_does_not_take(tmp_path):
+    # FIXED in gluon_kernel.py: values its configs all have (the rules keep them so); a config that
+    # reaches the compiler with another one is an error, not a kernel built with the value ignored
+    pytest.importorskip("triton")
+    from harness.compile.triton_gpu import TritonGpuCompiler
+    from harness.errors import HarnessError
+
+    compiler = TritonGpuCompiler(get("matmul"), node(), tmp_path)
+    spec = compiler.specialization(WS, FEW_WAVES)
+    job = compiler._job(WS, spec)
+    assert (job["fn"], job["language"], job["constexprs"]["STAGES"]) == ("matmul_ws_kernel", "gluon", 6)
+    assert "TMA" not in job["constexprs"] and job["options"] == {"num_warps": 4, "num_stages": 6}
+    with pytest.raises(HarnessError, match="takes only num_warps=4"):
+        compiler._job(dict(WS, num_warps=8), spec)
+    with pytest.raises(HarnessError, match="takes only STREAM_K=0"):
+        compiler._job(dict(WS, STREAM_K=1), spec)
+
+
 def test_its_artifacts_run_through_the_gpu_agent(ws_build, monkeypatch):
     from tests.test_gpu_supervisor import options, run_agent
 
