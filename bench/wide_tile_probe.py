@@ -65,7 +65,8 @@ ROUNDS = 2
 def parse_config(text):
     """A --config JSON object: the block sizes, warps and stages it must name; STREAM_K defaults to 0,
     PERSISTENT to 1 (persistent) for a power-of-two tile and to 0 for a wide or 192-row one, a split
-    or a swapped one, which have no persistent grid (the kernel runs them one tile a program);
+    or a swapped one, which Triton's kernel runs one tile a program (a tile in parts on the persistent
+    grid is the warp-specialized Gluon kernel: bench/gluon_probe.py, KERNEL "rows");
     TMA to 1, GROUP_M to 8, SPLIT_K to 1 and SWAP_AB to 0 (bench/streamk_probe.py's launcher)."""
     cfg = json.loads(text)  # a JSONDecodeError is a ValueError
     if not isinstance(cfg, dict):
@@ -75,7 +76,9 @@ def parse_config(text):
         raise ValueError("%s lacks %s" % (text, ", ".join(missing)))
     one_tile = DESCRIPTORS.wide_tile(cfg) or cfg.get("SPLIT_K", 1) > 1 or cfg.get("SWAP_AB")
     if one_tile and cfg.get("PERSISTENT"):
-        raise ValueError("%s: a tile in parts, split-K or SWAP_AB has no persistent grid (PERSISTENT 0)" % text)
+        raise ValueError("%s: Triton's kernel runs a tile in parts, split-K or SWAP_AB one tile a program "
+                         "(PERSISTENT 0); a persistent 192 x 192 tile is the Gluon kernel: bench/gluon_probe.py"
+                         % text)
     return dict({"STREAM_K": 0, "PERSISTENT": 0 if one_tile else 1}, **cfg)
 
 
