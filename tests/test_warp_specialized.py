@@ -128,6 +128,18 @@ def test_the_compiler_refuses_a_config_the_kernel_does_not_take(tmp_path):
         compiler._job(dict(WS, STREAM_K=1), spec)
 
 
+def test_a_kernel_source_that_cannot_be_imported_is_a_clear_error(tmp_path):
+    # as the Gluon kernel is on a Triton without Gluon: one line that names the config and the source
+    pytest.importorskip("triton")
+    from harness.compile.triton_gpu import TritonGpuCompiler
+    from harness.errors import HarnessError
+
+    kernel = dataclasses.replace(get("matmul"), other_source=lambda c: "harness.kernels.matmul.no_such_kernel:k")
+    compiler = TritonGpuCompiler(kernel, node(), tmp_path)
+    with pytest.raises(HarnessError, match="no_such_kernel:k, which this Triton .* cannot import"):
+        compiler.specialization(WS, FEW_WAVES)
+
+
 def test_its_artifacts_run_through_the_gpu_agent(ws_build, monkeypatch):
     from tests.test_gpu_supervisor import options, run_agent
 

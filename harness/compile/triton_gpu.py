@@ -100,7 +100,12 @@ class TritonGpuCompiler:
         spec = self.kernel.triton_source(config)
         with self._lock:
             if spec not in self._sources:
-                self._sources[spec] = KernelSource(spec)
+                try:
+                    self._sources[spec] = KernelSource(spec)
+                except ImportError as exc:  # a Triton without Gluon (before 3.5), for the Gluon kernel
+                    raise HarnessError("kernel %s: config %s compiles to %s, which this Triton (%s) cannot import: "
+                                       "%s" % (self.kernel.name, json.dumps(config, sort_keys=True), spec,
+                                               self.version, exc))
             return self._sources[spec]
 
     # ---- what a variant is specialized for -------------------------------------------------
