@@ -37,19 +37,10 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-# Triton 3.9 renamed the TMA copies (async_load / async_store); 3.6, the node's, has the old names only
-tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-
-
-@gluon.jit
-def _tile_of(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
-    group = GROUP_M * num_pid_n
-    first_m = (t // group) * GROUP_M
-    size_m = gl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (t % group) % size_m
-    pid_n = (t % group) // size_m
-    return pid_m, pid_n
+# the harness kernel's TMA copies (named by the Triton version) and its GROUP_M tile order
+from harness.kernels.matmul import descriptors, strides  # noqa: E402
+from harness.kernels.matmul.gluon_kernel import matmul_ws_kernel, tile_of, tma_load, tma_store  # noqa: E402
+from harness.shapes import make_shape  # noqa: E402
 
 
 @gluon.jit
@@ -61,7 +52,7 @@ def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
     nk = gl.cdiv(K, BK)
     step = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BM
         off_n = pid_n * BN
         for kk in range(nk):
@@ -94,7 +85,7 @@ def _consumer(a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, turn, c_smem
     j = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         if j % CONSUMERS == WHO:
-            pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+            pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
             acc = gl.zeros((BM, BN), gl.float32, acc_layout)
             step0 = j * nk
             if CONSUMERS == 2:
@@ -174,16 +165,8 @@ def rows_config(cfg):
 
 def rows_blocks(cfg, layout):
     """(name, stored block) of the warp-specialized kernel's descriptors, from the harness's plan."""
-    from harness.kernels.matmul import descriptors
     return [(d.name, list(d.block)) for d in descriptors.tensor_descriptors(rows_config(cfg), layout[0] == "T",
                                                                             layout[1] == "T")]
-
-
-def rows_strides(M, N, K, layout):
-    """stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn as the harness passes them."""
-    a = (1, M) if layout[0] == "T" else (K, 1)
-    b = (1, K) if layout[1] == "T" else (N, 1)
-    return a + b + (N, 1)
 
 
 DEFAULTS = dict(KERNEL="pingpong", BM=128, BN=128, BK=64, STAGES=4, CONSUMERS=2, WARPS=4, GROUP_M=8,
@@ -218,7 +201,6 @@ def constexprs(cfg, layout):
 def kernel_parts(cfg, layout):
     """(kernel, descriptor names and stored blocks, constexprs, num_warps, tile M, tile N) of a config."""
     if cfg.get("KERNEL") == "rows":
-        from harness.kernels.matmul.gluon_kernel import matmul_ws_kernel
         ce = dict(BLOCK_M=192, BLOCK_N=192, BLOCK_K=cfg["BK"], GROUP_M=cfg["GROUP_M"], STAGES=cfg["STAGES"],
                   A_T=layout[0] == "T", B_T=layout[1] == "T")
         return matmul_ws_kernel, rows_blocks(cfg, layout), ce, 4, 192, 192
@@ -248,7 +230,6 @@ def compile_for_sm90(cfg, layout, dtype="fp16"):
 
 def resource_usage(cubin):
     """cuobjdump's registers / stack / shared memory line for a cubin (Triton ships cuobjdump)."""
-    import os
     import subprocess
     import tempfile
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -281,8 +262,8 @@ def run_on_gpu(args, configs):
             c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
             fn, blocks, ce, warps, bm, bn = kernel_parts(cfg, layout)
             stored = {"a": a_store, "b": b_store, "c": c}  # a descriptor views the operand its name starts with
-            values = dict(zip(("stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"),
-                              rows_strides(M, N, K, layout)), M=M, N=N, K=K, a_ptr=a_store, b_ptr=b_store, c_ptr=c)
+            values = dict(strides(make_shape(M, N, K, dtype, layout)), M=M, N=N, K=K, a_ptr=a_store, b_ptr=b_store,
+                          c_ptr=c)
             for name, blk in blocks:
                 values[name] = TensorDescriptor.from_tensor(stored[name[0]], blk,
                                                             gl.NVMMASharedLayout.get_default_for(blk, gdt))

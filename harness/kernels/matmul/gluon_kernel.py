@@ -31,6 +31,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
+from .descriptors import WARP_SPECIALIZED_ROWS
+
 # Triton 3.9 (the host's) names the TMA copies async_load / async_store; 3.6 (the node's) has the old names only
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
@@ -47,7 +49,7 @@ OPTION_CONSTEXPRS = {"STAGES": "num_stages"}  # constexprs the config gives as c
 # what every config of this kernel has (rules.warp_specialized_tile); the compiler checks them
 FIXED = {"TMA": 1, "PERSISTENT": 1, "SPLIT_K": 1, "SWAP_AB": 0, "STREAM_K": 0, "num_warps": 4}
 
-ROWS = gl.constexpr(64)  # the rows of a tile each consumer warpgroup computes
+ROWS = gl.constexpr(WARP_SPECIALIZED_ROWS)  # the rows of a tile each consumer warpgroup computes
 # setmaxnreg of the consumers and the loader: 3 x 128 x 152 + 32 x 40 fit the 64 K registers of a
 # multiprocessor, 152 the most that leaves the consumers (each holds a 64 x 192 fp32 accumulator: 96)
 CONSUMER_REGS = gl.constexpr(152)
@@ -55,7 +57,7 @@ LOADER_REGS = gl.constexpr(40)
 
 
 @gluon.jit
-def _tile_of(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+def tile_of(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
     group = GROUP_M * num_pid_n
     first_m = (t // group) * GROUP_M
     size_m = gl.minimum(num_pid_m - first_m, GROUP_M)
@@ -74,7 +76,7 @@ def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N
     steps = gl.cdiv(K, BLOCK_K)
     step = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         for kk in range(steps):
@@ -114,7 +116,7 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2
     steps = gl.cdiv(K, BLOCK_K)
     step = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
         acc = gl.zeros((ROWS, WIDE), gl.float32, wide_layout)
         acc2 = gl.zeros((ROWS, NARROW), gl.float32, narrow_layout)
         for kk in range(steps):

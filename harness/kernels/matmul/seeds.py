@@ -75,12 +75,13 @@ Gluon kernel, gluon_kernel.py: a loader warp, three consumer warpgroups of 64 ro
 128 to 256 wide. Measured on H200s, it won where that holds: as a probe (bench/gluon_probe.py,
 docs/gpu.md "Gluon") 0.97 to 0.99 of cuBLAS on 768x6144x16384 NN and NT, 3072x3072x4096 TN and NN
 and 1536x3072x8192 NN, 2.5 to 14 % faster than the best Triton tile; in the default search (runs h38
-to h43, docs/gpu.md "The warp-specialized kernel in the harness") it won nine of the ten held-out
+to h44, docs/gpu.md "The warp-specialized kernel in the harness") it won nine of the ten held-out
 shapes of that kind it ran on, among them 1536x8960x4096 TN (376 tiles, three waves, 12 % faster than
-the best Triton tile there; 768x12288x4096 NT went to 128 x 192 and 128 x 288 tiles). It lost wherever a 128-row tile's waves hold less: 44 tiles on 768x2048x5632
-(0.46), 162 on 1024x5120x13824 NT (0.61 to 0.64); M = 1024, where the sixth row of 192-row tiles is a
-third full (1024x8192x3584 NT: 258 tiles in two waves, where 256 of 128 x 256 fill the same two with
-less; 1024x4096x16384 TN); and the shapes of many waves measured (4096x2560x2560, 2048x16384x3072,
+the best Triton tile there; 768x12288x4096 NT went to 128 x 192 and 128 x 288 tiles). It lost
+wherever a 128-row tile's waves hold less: 44 tiles on 768x2048x5632 (0.46), 162 on
+1024x5120x13824 NT (0.61 to 0.64); M = 1024, where the sixth row of 192-row tiles is a third full
+(1024x8192x3584 NT: 258 tiles in two waves, where 256 of 128 x 256 fill the same two with less;
+1024x4096x16384 TN); and the shapes of many waves measured (4096x2560x2560, 2048x16384x3072,
 4096x3584x3584: 0.74 to 0.88 of the best Triton tile).
 
 Also across the classes (M over 64, NVIDIA): where few rows and columns of tiles leave most of
@@ -193,6 +194,11 @@ def _wave_work(shape, bm: int, bn: int, multiprocessors: int) -> int:
     return _waves(shape, bm, bn, multiprocessors) * bm * bn
 
 
+def _least_128_row_work(shape, multiprocessors: int) -> int:
+    """The least work a multiprocessor is given by the 128-row tiles 128, 192 and 256 wide."""
+    return min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
+
+
 def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
     """The 128 x 192 and 128 x 320 tiles where the 128 x 192 tile needs no more waves than the 128 x 256
     tile; the 64 x 192, 64 x 320 and 128 x 320 tiles where their waves hold less work a multiprocessor
@@ -208,7 +214,7 @@ def _wide_seeds(shape, multiprocessors: int) -> List[dict]:
 
     no_more_waves = _waves(shape, 128, 192, multiprocessors) <= _waves(shape, 128, 256, multiprocessors)
     out = [WIDE_CUDA, WIDER_CUDA] if no_more_waves else []
-    least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
+    least = _least_128_row_work(shape, multiprocessors)
     if shape.layout[1] == "T" and one_wave(ONE_WAVE_CUDA) and work(ONE_WAVE_CUDA) < least:
         out.append(ONE_WAVE_CUDA)
     out += [c for c in FEW_WAVES_CUDA if c not in out and work(c) < least]
@@ -226,8 +232,9 @@ WARP_SPECIALIZED_CUDA = dict(BLOCK_M=192, BLOCK_N=192, BLOCK_K=32, GROUP_M=8, nu
 def _warp_specialized_seeds(shape, multiprocessors: int) -> List[dict]:
     """The warp-specialized 192 x 192 tile where its waves hold no more work a multiprocessor than the
     waves of every 128-row tile 128 to 256 wide (its rules keep it to sm90 and 16-bit inputs)."""
-    least = min(_wave_work(shape, 128, bn, multiprocessors) for bn in (128, 192, 256))
-    return [_swizzled(WARP_SPECIALIZED_CUDA, shape)] if _wave_work(shape, 192, 192, multiprocessors) <= least else []
+    if _wave_work(shape, 192, 192, multiprocessors) <= _least_128_row_work(shape, multiprocessors):
+        return [_swizzled(WARP_SPECIALIZED_CUDA, shape)]
+    return []
 
 
 # 64-row TMA tiles as deep as shared memory holds, K split so that one wave holds their tiles
