@@ -241,6 +241,21 @@ def resource_usage(cubin):
     return found[0] if found else "(no resource usage)"
 
 
+def profile_once(library, kernel, warmup=20):
+    """Warm both up, then run each once between cudaProfilerStart/Stop: what ``ncu --profile-from-start
+    off`` reads."""
+    import torch
+    for _ in range(warmup):
+        library()
+        kernel()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    library()
+    kernel()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def run_on_gpu(args, configs):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -257,7 +272,7 @@ def run_on_gpu(args, configs):
         a = a_store if layout[0] == "N" else a_store.t()
         b = b_store.t() if layout[1] == "T" else b_store
         ref = torch.matmul(a, b)
-        t_cublas = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=50, rep=400)
+        t_cublas = None if args.profile else triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=50, rep=400)
         for cfg in configs:
             c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
             fn, blocks, ce, warps, bm, bn = kernel_parts(cfg, layout)
@@ -277,6 +292,10 @@ def run_on_gpu(args, configs):
                 launch()
                 torch.cuda.synchronize()
                 err = ((c.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+                if args.profile:
+                    profile_once(lambda: torch.matmul(a, b), launch)
+                    print("%-26s %-70s profiled once each, err %.1e" % (spec, json.dumps(overrides(cfg)), err))
+                    continue
                 ms = triton.testing.do_bench(launch, warmup=50, rep=400)
                 rows.append(dict(shape=spec, config=cfg, cublas_ms=t_cublas, ms=ms, ratio=t_cublas / ms,
                                  rel_err=err))
@@ -295,6 +314,9 @@ def main():
     ap.add_argument("--compile-only", action="store_true", help="build each config for sm90 here and stop")
     ap.add_argument("--layout", default="NT", choices=("NN", "NT", "TN"), help="what --compile-only builds for")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--profile", action="store_true",
+                    help="no timing: run cuBLAS and each config once between cudaProfilerStart/Stop, for "
+                         "ncu --profile-from-start off")
     args = ap.parse_args()
     if not args.shape and not args.compile_only:
         ap.error("give --shape (on the GPU node) or --compile-only")

@@ -2,6 +2,7 @@
 sustained at the power cap (run on the GPU node; about 2 minutes on an H200).
 
     python3 bench/gpu_energy_probe.py [--out energy.json] [--seconds 1.0]
+    python3 bench/gpu_energy_probe.py --warp-specialized --shapes 1536x6144x6144:fp16:NT ...
 
 Why: a sustained GEMM on an H200 runs at its 700 W power cap, the SM clock well under its boost.
 A kernel that spent more energy per GEMM than cuBLAS would run at a lower clock there and lose
@@ -17,6 +18,10 @@ after every 4 replays) and the SM cycles per GEMM at that clock, which say how m
 ratio is the clock the power cap allows and how much the kernel's own work.
 Every launch is checked against torch first (rel. error under 1e-2). Needs torch, triton and
 NVML (the node's), nothing installed: the kernel's source is loaded by its path.
+
+With --warp-specialized the Triton side is the harness's warp-specialized Gluon kernel (the 192 x 192
+tile of gluon_kernel.py, launched as bench/gluon_probe.py does, its default config) on any shapes
+given (docs/gpu.md, "The warp-specialized tile against cuBLAS, counted").
 """
 
 import argparse
@@ -88,6 +93,26 @@ def triton_launch(torch, tk, cfg, s, a, b, c):
     return lambda: kernel(*args, **kwargs), (ws, locks)
 
 
+def warp_specialized_launch(torch, s, a, b, c):
+    """The Gluon 192 x 192 kernel on stored A and B, launched as gluon_probe.py launches it."""
+    import gluon_probe
+    from harness.kernels.matmul import strides as logical_strides
+    from harness.shapes import make_shape
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    M, N, K, lay = s["M"], s["N"], s["K"], s["layout"]
+    cfg = gluon_probe.full_config({"KERNEL": "rows"})
+    fn, blocks, ce, warps, bm, bn = gluon_probe.kernel_parts(cfg, lay)
+    gdt = gl.float16 if a.dtype == torch.float16 else gl.bfloat16
+    stored = {"a": a, "b": b, "c": c}
+    values = dict(logical_strides(make_shape(M, N, K, s["dtype"], lay)), M=M, N=N, K=K, a_ptr=a, b_ptr=b, c_ptr=c)
+    for name, blk in blocks:
+        values[name] = TensorDescriptor.from_tensor(stored[name[0]], blk, gl.NVMMASharedLayout.get_default_for(blk, gdt))
+    run_args = {n: values[n] for n in fn.arg_names if n not in ce}
+    grid = (min(SMS, cdiv(M, bm) * cdiv(N, bn)),)
+    return lambda: fn[grid](**run_args, **ce, num_warps=warps), gluon_probe.overrides(cfg)
+
+
 def captured(torch, fn):
     """A CUDA graph of GRAPH_LAUNCHES back-to-back launches of fn."""
     fn()
@@ -129,14 +154,17 @@ def sustained(torch, graph, energy, seconds):
             "mcycles": ms / gemms * mhz / 1e3 if mhz else None}
 
 
-def probe_shape(torch, tk, energy, text, seconds):
+def probe_shape(torch, tk, energy, text, seconds, warp_specialized=False):
     """Both methods in 4 palindromic windows; prints a line, returns the windows and their medians."""
     s = parse_shape(text)
-    cfg = CONFIGS[text]
     a, b, a_log, b_log = make_inputs(s, seed=1)
     ref = torch.matmul(a_log, b_log)
     c = torch.full((s["M"], s["N"]), float("nan"), dtype=a.dtype, device="cuda")
-    tri, keep = triton_launch(torch, tk, cfg, s, a, b, c)
+    if warp_specialized:
+        (tri, cfg), keep = warp_specialized_launch(torch, s, a, b, c), None
+    else:
+        cfg = CONFIGS[text]
+        tri, keep = triton_launch(torch, tk, cfg, s, a, b, c)
     tri()
     torch.cuda.synchronize()
     err = rel_err(c, ref)
@@ -170,8 +198,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="JSON file for the measurements")
     p.add_argument("--seconds", type=float, default=1.0, help="sustained replay per window (default 1.0)")
-    p.add_argument("--shapes", nargs="*", default=list(CONFIGS), help="among: %s" % ", ".join(CONFIGS))
+    p.add_argument("--shapes", nargs="*", default=list(CONFIGS),
+                   help="among: %s (any MxNxK:dtype:layout with --warp-specialized)" % ", ".join(CONFIGS))
+    p.add_argument("--warp-specialized", action="store_true",
+                   help="time the warp-specialized Gluon kernel (its default config) instead of run 13's configs")
     args = p.parse_args(argv)
+    unknown = [t for t in args.shapes if t not in CONFIGS]
+    if unknown and not args.warp_specialized:
+        p.error("no config for %s: run 13's shapes only, unless --warp-specialized" % ", ".join(unknown))
     import torch
     import triton
 
@@ -182,7 +216,7 @@ def main(argv=None):
         raise SystemExit("NVML's energy counter cannot be read here")
     print("power limit %.0f W, SM clock now %.0f MHz" % (energy.power_limit_w() or 0, energy.sm_mhz() or 0))
     tk = load_matmul_module("triton_kernel")
-    entries = [probe_shape(torch, tk, energy, t, args.seconds) for t in args.shapes]
+    entries = [probe_shape(torch, tk, energy, t, args.seconds, args.warp_specialized) for t in args.shapes]
 
     def ratio(key, num, den):
         return geomean([e["median"][num][key] / e["median"][den][key] for e in entries])
