@@ -208,10 +208,10 @@ def main(argv=None):
     for s in shapes:
         row = probe_shape(torch, lt, s, args.algos, args.rounds)
         b = row["best"]
-        print("%-26s %10.1f %10.1f %7.3f  rank %d of %d right (%d offered): algo %s tile %s stages %s split_k %s "
-              "cluster %s" % (row["shape"], row["torch_ms"] * 1e3, row["best_ms"] * 1e3, row["ratio"], b["rank"],
-                              row["right"], row["offered"], b["algo"], b["tile"], b["stages"], b["split_k"],
-                              b["cluster"]), flush=True)
+        print("%-26s %10.1f %10.1f %7.3f  the heuristic's no. %d (%d of %d offered right): algo %s tile %s stages %s "
+              "split_k %s cluster %s" % (row["shape"], row["torch_ms"] * 1e3, row["best_ms"] * 1e3, row["ratio"],
+                                         b["rank"], row["right"], row["offered"], b["algo"], b["tile"], b["stages"],
+                                         b["split_k"], b["cluster"]), flush=True)
         table.append(row)
     ratios = [r["ratio"] for r in table]
     summary = {"shapes": len(table), "geomean": geomean(ratios), "worst": min(ratios), "best": max(ratios),
