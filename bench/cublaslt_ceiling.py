@@ -75,6 +75,11 @@ class Lt(object):
         self.lib = lib
         self.handle = ctypes.c_void_p()
         self.check(lib.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
+        self.preference = ctypes.c_void_p()  # the same for every shape: the workspace it may use
+        self.check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(self.preference)), "preference")
+        ws = ctypes.c_uint64(WORKSPACE)
+        self.check(lib.cublasLtMatmulPreferenceSetAttribute(self.preference, PREF_MAX_WORKSPACE, ctypes.byref(ws),
+                                                            ctypes.c_size_t(8)), "workspace")
 
     @staticmethod
     def check(status, what):
@@ -109,16 +114,11 @@ class Lt(object):
 
     def heuristics(self, plan, count):
         desc, lay_a, lay_b, lay_c = plan
-        pref = ctypes.c_void_p()
-        self.check(self.lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "preference")
-        ws = ctypes.c_uint64(WORKSPACE)
-        self.check(self.lib.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MAX_WORKSPACE, ctypes.byref(ws),
-                                                                 ctypes.c_size_t(8)),
-                   "workspace")
         results = (HeuristicResult * count)()
         found = ctypes.c_int()
-        self.check(self.lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, lay_a, lay_b, lay_c, lay_c, pref,
-                                                           count, results, ctypes.byref(found)), "heuristic")
+        self.check(self.lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, lay_a, lay_b, lay_c, lay_c,
+                                                           self.preference, count, results, ctypes.byref(found)),
+                   "heuristic")
         return [results[i] for i in range(found.value) if results[i].state == 0]
 
     def describe(self, result):
@@ -146,11 +146,10 @@ class Lt(object):
         return launch
 
 
-def probe_shape(torch, lt, s, count, rounds):
+def probe_shape(torch, lt, workspace, s, count, rounds):
     a, b, a_log, b_log = make_inputs(s, seed=1)
     ref = torch.matmul(a_log, b_log)
     c = torch.empty((s["M"], s["N"]), dtype=a.dtype, device="cuda")
-    workspace = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
     plan = lt.plan(s, a_log, b_log)
     kernels = []
     for rank, result in enumerate(lt.heuristics(plan, count)):
@@ -172,13 +171,10 @@ def probe_shape(torch, lt, s, count, rounds):
     top = ok[:TOP]
     medians, _ = interleaved_medians([lambda: torch.matmul(a_log, b_log)] + [k["launch"] for k in top], rounds)
     torch_ms, best_i = medians[0], min(range(len(top)), key=lambda i: medians[1 + i])
-    best = top[best_i]
-    first = next((k for k in kernels if k["rank"] == 0), None)
     for k in kernels:
         k.pop("launch", None)
-    return {"shape": s["text"], "torch_ms": torch_ms, "best_ms": medians[1 + best_i], "best": best,
-            "heuristic_first_screen_ms": first and first.get("screen_ms"), "kernels": kernels,
-            "right": len(ok), "offered": len(kernels), "ratio": torch_ms / medians[1 + best_i]}
+    return {"shape": s["text"], "torch_ms": torch_ms, "best_ms": medians[1 + best_i], "best": top[best_i],
+            "kernels": kernels, "right": len(ok), "offered": len(kernels), "ratio": torch_ms / medians[1 + best_i]}
 
 
 def read_shapes(paths):
@@ -203,10 +199,11 @@ def main(argv=None):
     import torch
 
     lt = Lt(load_cublaslt())
+    workspace = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
     print("%-26s %10s %10s %7s  %s" % ("shape", "torch us", "best us", "ratio", "best of cuBLAS's kernels"))
     table = []
     for s in shapes:
-        row = probe_shape(torch, lt, s, args.algos, args.rounds)
+        row = probe_shape(torch, lt, workspace, s, args.algos, args.rounds)
         b = row["best"]
         print("%-26s %10.1f %10.1f %7.3f  the heuristic's no. %d (%d of %d offered right): algo %s tile %s stages %s "
               "split_k %s cluster %s" % (row["shape"], row["torch_ms"] * 1e3, row["best_ms"] * 1e3, row["ratio"],
