@@ -1,14 +1,9 @@
 """What bench/gpu_quality.py makes of its per-shape times: issue 11's weighted speedup and the
 ceilings a kernel at the roofline would reach (no GPU needed: the table is given)."""
 
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-
-from gpu_quality import against_the_goal  # noqa: E402
+from bench.gpu_quality import against_the_goal
 
 
 def entry(triton_ms, cublas_ms, cublas_roofline, weight=1.0):

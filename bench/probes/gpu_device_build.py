@@ -1,7 +1,7 @@
 """Build the GPU bundles for the real-hardware validation on the CPU host, and measure compile
 throughput (configs per second per host core) and how many compiles reuse across shapes saved.
 
-    python bench/gpu_device_build.py --root .devcarry/gpu --jobs 2 [--target gpu-node]
+    python3 -m bench.probes.gpu_device_build --root .devcarry/gpu --jobs 2 [--target gpu-node]
 
 Two bundles (build/<target>/matmul under each root):
   fullspace/  the space of the first full-space run (RECORDED_SPACE below: GPU_SPACE before SWAP_AB,
@@ -40,12 +40,10 @@ import argparse
 import itertools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 FULLSPACE_SHAPES = ["16x4096x4096:fp16:NN", "32x14336x4096:fp16:NN", "4096x4096x4096:fp16:NN",
                     "8192x8192x8192:fp16:NN"]
