@@ -1,4 +1,4 @@
-"""Probe: warp-specialized Gluon matmuls for Hopper against cuBLAS (docs/gpu.md, "Gluon", stop 37).
+"""Probe: warp-specialized Gluon matmuls for Hopper against cuBLAS (docs/notes/2026-11-26-gpu-runs.md, "Gluon", stop 37).
 
 Triton's pipeliner schedules one program's loads and MMAs itself; Gluon (Triton's lower-level
 language, in Triton 3.6 on the node and 3.9 here) lets a kernel give each warp its own job. Two
@@ -13,7 +13,7 @@ the program's tiles into a ring of STAGES slots:
 - KERNEL "rows": the harness's own warp-specialized kernel (harness/kernels/matmul/gluon_kernel.py),
   a 192 x 192 tile on three warpgroups of 64 rows, each running a 128-wide and a 64-wide MMA on the
   same B tile: the tile cuBLAS runs on the slow few-wave shapes, which Triton's own layouts split
-  into 32- and 64-wide MMAs (docs/gpu.md, "192-row tiles"). Its knobs: BK, STAGES, GROUP_M. (In stop
+  into 32- and 64-wide MMAs (docs/notes/2026-11-26-gpu-runs.md, "192-row tiles"). Its knobs: BK, STAGES, GROUP_M. (In stop
   37 the probe had its own copy, with the warpgroups, the two widths and the registers as knobs.)
 
     python3 -m bench.probes.gluon_probe --compile-only --layout TN --config '{"KERNEL": "rows"}'   # here, sm90

@@ -7,7 +7,7 @@ sustained at the power cap (run on the GPU node; about 2 minutes on an H200).
 Why: a sustained GEMM on an H200 runs at its 700 W power cap, the SM clock well under its boost.
 A kernel that spent more energy per GEMM than cuBLAS would run at a lower clock there and lose
 time for that alone; one that spends more SM cycles per GEMM loses it at any clock. This probe
-tells the two apart (docs/gpu.md, "Energy and cycles at the power cap").
+tells the two apart (docs/notes/2026-11-26-gpu-runs.md, "Energy and cycles at the power cap").
 
 Per shape, the config the default search picked in the H200 runs (CONFIGS) and torch.matmul, in
 palindromic order (Triton, cuBLAS, cuBLAS, Triton): each one captured in a CUDA graph of
@@ -21,7 +21,7 @@ NVML (the node's), nothing installed: the kernel's source is loaded by its path.
 
 With --warp-specialized the Triton side is the harness's warp-specialized Gluon kernel (the 192 x 192
 tile of gluon_kernel.py, launched as bench/probes/gluon_probe.py does, its default config) on any shapes
-given (docs/gpu.md, "The warp-specialized tile against cuBLAS, counted").
+given (docs/notes/2026-11-26-gpu-runs.md, "The warp-specialized tile against cuBLAS, counted").
 """
 
 import argparse
@@ -35,7 +35,7 @@ from remote_agent.runners.gpu_clocks import Clocks
 from remote_agent.runners.gpu_memory import strides, workspace_need
 
 P = dict(TMA=1, PERSISTENT=1)
-CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/gpu.md)
+CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/notes/2026-11-26-gpu-runs.md)
     "512x10240x8192:bf16:NT": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6,
                                    STREAM_K=1, **P),
     "1024x4096x4096:fp16:NN": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1),

@@ -14,7 +14,7 @@ shape timed in four windows in palindromic order (A B C, C B A, ...), each time 
 four windows.
 
 For prefill shapes: the launches go through Triton's JIT, whose launch costs more than a decode
-kernel runs (56x2304x9216's winner: 49.8 us here, 22.3 in the agent; docs/gpu.md, stop 35).
+kernel runs (56x2304x9216's winner: 49.8 us here, 22.3 in the agent; docs/notes/2026-11-26-gpu-runs.md, stop 35).
 
 Prints per shape: the waves of 128-row tiles 128 to 320 wide on the GPU's
 multiprocessors, cuBLAS, every config, then cuBLAS/Triton for the best power-of-two config and for
