@@ -33,8 +33,9 @@ Across the classes (M over 64, NVIDIA), each where the shape's waves of tiles ca
   those shapes, and it is seeded there already (FEW_WAVES_CUDA);
 * the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 32 on 8 warps and 5
   stages, where their waves hold less work a multiprocessor than those of the 128-row tiles 128,
-  192 and 256 wide; the 128 x 320 tile also wherever the 128 x 192 one is seeded: its 256-wide MMA does more per cycle than the 192-wide tile's 128-wide one, which can
-  outweigh a last wave's idle places;
+  192 and 256 wide; the 128 x 320 tile also wherever the 128 x 192 one is seeded: its 256-wide
+  MMA does more per cycle than the 192-wide tile's 128-wide one, which can outweigh a last wave's
+  idle places;
 * the **192-row** tiles: 192 x 256 x 64 (128 + 64 rows) on 8 warps and 3 stages where its waves
   hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles, which load about
   as much a K step per element of C; and 192 x 128 x 64 on 4 warps and 4 stages (one warpgroup,
