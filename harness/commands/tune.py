@@ -55,7 +55,7 @@ def tune(
                                       "this long (a halving rung k, eta^k times as long; the noise rule may take "
                                       "longer); the winners' re-measure takes at least 100 ms"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: lib:reference; GPU: lib:torch.matmul)"),
-    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, aiter-blockscale, triton, yaml"),
+    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, aiter-blockscale, triton, yaml, vllm, sglang (docs/formats.md)"),
     html: bool = typer.Option(False, "--html", help="write the HTML report too"),
     targets_file: Optional[str] = TargetsOpt,
 ):
