@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, pick_build_target, require_triton, shapes_from_options
+from .common import ROOT, TargetsOpt, pick_build_target, default_dtype, require_triton, shapes_from_options
 
 
 def build(
@@ -108,7 +108,7 @@ def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv
             pass
     if summary_csv and fmt not in ("auto", "hipblaslt"):
         raise HarnessError("--summary writes a hipBLASLt log's workload summary; %s reads as %s" % (shapes_file, fmt))
-    shape_list = sources.read(Path(shapes_file), shapes_format, dtype or ("fp16" if tgt.is_gpu else "fp32"),
+    shape_list = sources.read(Path(shapes_file), shapes_format, default_dtype(tgt, kern, dtype),
                               thr=thr, summary_path=summary_csv, problem=kern.problem)
     shares = [dict(s.extra).get("share") for s in shape_list]
     if fmt == "hipblaslt" and all(isinstance(x, (int, float)) for x in shares):

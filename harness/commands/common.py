@@ -64,16 +64,24 @@ def shapes_from_options(target, shapes: Optional[str], shapes_file: Optional[str
     none given: the kernel's default shapes for the target's kind."""
     from ..shapes import parse_shape_list, read_shapes_file
 
-    default_dtype = dtype or ("fp16" if target.is_gpu else "fp32")
-    if default_dtype not in kernel.problem.dtypes:  # e.g. fp8 kernels: their first dtype
-        default_dtype = kernel.problem.dtypes[0]
+    dtype = default_dtype(target, kernel, dtype)
     if shapes_file:
-        return read_shapes_file(shapes_file, shapes_format, default_dtype, problem=kernel.problem)
+        return read_shapes_file(shapes_file, shapes_format, dtype, problem=kernel.problem)
     if not shapes:
         shapes = kernel.default_shapes.get("gpu" if target.is_gpu else "cpu")
         if not shapes:
             raise HarnessError("kernel %s has no default shapes; pass --shapes %s" % (kernel.name, kernel.problem.syntax()))
-    return parse_shape_list(shapes, default_dtype, problem=kernel.problem)
+    return parse_shape_list(shapes, dtype, problem=kernel.problem)
+
+
+def default_dtype(target, kernel, dtype: Optional[str] = None) -> str:
+    """The dtype of shapes that name none: ``--dtype``, else fp16 on GPUs and fp32 on CPUs; for a
+    kernel without that dtype (the fp8 kernels) its first (a shapes list with only M, N, K, such
+    as aiter's blockscale lists, then reads as that kernel's GEMMs)."""
+    chosen = dtype or ("fp16" if target.is_gpu else "fp32")
+    if chosen not in kernel.problem.dtypes:
+        chosen = kernel.problem.dtypes[0]
+    return chosen
 
 
 def kernel_of(target_name: str, kernel: Optional[str]) -> str:
