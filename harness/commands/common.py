@@ -76,11 +76,13 @@ def shapes_from_options(target, shapes: Optional[str], shapes_file: Optional[str
 
 def default_dtype(target, kernel, dtype: Optional[str] = None) -> str:
     """The dtype of shapes that name none: ``--dtype``, else fp16 on GPUs and fp32 on CPUs; for a
-    kernel without that dtype (the fp8 kernels) its first (a shapes list with only M, N, K, such
+    kernel without that dtype (the fp8 kernels) the target's native format, else its first (a shapes list with only M, N, K, such
     as aiter's blockscale lists, then reads as that kernel's GEMMs)."""
     chosen = dtype or ("fp16" if target.is_gpu else "fp32")
     if chosen not in kernel.problem.dtypes:
-        chosen = kernel.problem.dtypes[0]
+        # gfx942's fp8 MMA takes e4m3fnuz; elsewhere the kernel's first format (e4m3fn)
+        native = "fp8e4m3fnuz" if str(getattr(target, "gpu_arch", "") or "") == "gfx942" else None
+        chosen = native if native in kernel.problem.dtypes else kernel.problem.dtypes[0]
     return chosen
 
 

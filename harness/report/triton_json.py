@@ -13,8 +13,8 @@ it takes, for M:
 3. else ``any`` (and then reports the shape as untuned).
 
 Each (N, K) file written here has a key for every bound a tuned M falls under (``M_LEQ_x`` with x
-the smallest bound >= M; ``M_GEQ_8192`` for M > 8192) and an ``M_GEQ_x`` at the largest bound
-used, so every M finds a tuned key (never ``any``; ``any`` is written too, as aiter's rules ask).
+the smallest bound >= M; ``M_GEQ_8192`` for M > 8192) and an ``M_GEQ_x`` at the largest ``M_LEQ``
+bound used (its config), so every M finds a tuned key (never ``any``; ``any`` is written too, as aiter's rules ask).
 Where one key covers several tuned M, its config is the one with the lowest mean slowdown (time /
 that M's best time) among configs measured ok on all of them; if none was, the best config of
 the largest M there.
@@ -136,7 +136,7 @@ def write_triton_json(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, out_
     if not len(kernels[kernels["status"] == OK]):
         raise HarnessError("no shape has an ok kernel result: nothing to write to Triton JSON")
     families = {}
-    for (kernel, dtype, layout), group in kernels.groupby(["kernel", "dtype", kernels["layout"].fillna("")], sort=True):
+    for (kernel, dtype, layout), group in kernels.groupby(["kernel", "dtype", _layouts(kernels["layout"])], sort=True):
         family, why = family_of(kernel, dtype, layout)
         if family is None:
             for shape_id in sorted(set(group["shape_id"])):
@@ -193,12 +193,13 @@ def _doc(best_rows: pd.DataFrame, cands: pd.DataFrame, meta: Meta, family: str, 
         doc[key] = cfg
         filled.update(fill)
         tuned_ms[key] = sorted(int(r["M"]) for r in by_key[key])
-    last = ordered[-1]
-    if last.startswith("M_LEQ_"):
-        doc["M_GEQ_%s" % last[len("M_LEQ_"):]] = doc[last]
-    doc["any"] = doc[last]
+    leq = [k for k in ordered if k.startswith("M_LEQ_")]
+    if leq:  # M above the largest M_LEQ bound: its config, found by M_GEQ at that bound
+        geq = "M_GEQ_%s" % leq[-1][len("M_LEQ_"):]
+        doc.setdefault(geq, doc[leq[-1]])
+    doc["any"] = doc[ordered[-1]]
     doc[META_KEY] = dict(meta.as_dict(), family=family, N=N, K=K, tuned_M=tuned_ms, filled=sorted(filled),
-                         dtype=str(best_rows["dtype"].iloc[0]), layout=str(best_rows["layout"].fillna("").iloc[0]))
+                         dtype=str(best_rows["dtype"].iloc[0]), layout=str(_layouts(best_rows["layout"]).iloc[0]))
     return doc
 
 
@@ -210,6 +211,11 @@ def _one_dtype(group: pd.DataFrame, family: str, say) -> pd.DataFrame:
             say("triton: %s left out: aiter's %s file for this N, K holds %s configs (one file per N, K)"
                 % (shape_id, family, dtypes[0]))
     return group[group["dtype"] == dtypes[0]]
+
+
+def _layouts(series: pd.Series) -> pd.Series:
+    """Layouts as text; a kernel without layouts (fp8_blockscale) has empty cells, read as NaN."""
+    return series.astype(object).where(series.notna(), "").astype(str)
 
 
 def _key_order(key: str) -> tuple:
