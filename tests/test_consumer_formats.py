@@ -102,9 +102,9 @@ def test_aiter_csv_is_what_aiters_bf16_dispatch_looks_up(matmul_results, tmp_pat
                                        "bpreshuffle"]
     for (M, N, K, dtype, layout) in MATMUL_SHAPES:
         sid = "%dx%dx%d_%s_%s" % (M, N, K, dtype, layout)
-        torch_dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(dtype)
+        torch_dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}[dtype]
         key = ("gfx942", 304, M, N, K, False, torch_dtype, torch_dtype, False, False)
-        if layout != "NT" or dtype == "fp32":
+        if layout != "NT":
             assert key not in table and any(sid in line and "left out" in line for line in lines)
             continue
         row = table[key]
@@ -116,6 +116,7 @@ def test_aiter_csv_is_what_aiters_bf16_dispatch_looks_up(matmul_results, tmp_pat
     assert table[("gfx942", 304, 8, 1024, 16384, False, "torch.bfloat16", "torch.bfloat16", False, False)][
         "splitK"] == 1
     assert any("8x1024x16384_bf16_NT gets" in line and "splits K 3 ways" in line for line in lines)
+    assert any("fp32 rows are keyed torch.float32" in line for line in lines)
 
 
 def test_aiters_own_bf16_tuned_file_reads_with_the_same_lookup():

@@ -22,7 +22,8 @@ bias, str(dtype), str(otype), scaleAB, bpreshuffle)``; the row's ``libtype`` pic
   split, so SPLIT_K 1 is 0 and 8 is 3. A split that is not a power of two has no such value: that
   shape gets the fastest config with one that is, and a line says so.
 - Only what aiter's GEMM computes is written: ``Y = X @ W^T`` with X (M x K) and W (N x K) both
-  K-contiguous, our ``NT``, in fp16 or bf16; other layouts and fp32 are left out with a line each.
+  K-contiguous, our ``NT``; other layouts are left out with a line each. aiter's Triton GEMM is
+  fp16/bf16: fp32 rows (``torch.float32``) are written for the harness's own use and said so.
 - ``us`` the deciding time in microseconds, ``tflops`` TFLOP/s, ``bw`` GB/s, ``err_ratio`` the
   share of output elements outside tolerance; ``kernelId`` the harness ``variant_id``,
   ``kernelName`` spells the config (``matmul_BLOCK_M64_..._num_warps4``); ``layout`` and the
@@ -52,7 +53,7 @@ COLUMNS = KEY_COLUMNS + RESULT_COLUMNS
 META_COLUMNS = ["kernelId", "layout", "device", "driver", "toolchain", "triton"]
 ALL_EXTRA = ["status"]
 LIBTYPE = "triton"
-TORCH_NAMES = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
+TORCH_NAMES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 AITER_LAYOUT = "NT"  # Y = X @ W^T, X M x K and W N x K row-major
 # harness switches aiter's Triton GEMM does not have: a config using one is not aiter's kernel
 HARNESS_ONLY = ("SWAP_AB", "TMA", "PERSISTENT", "STREAM_K")
@@ -82,10 +83,13 @@ def accept(config: dict) -> Optional[str]:
 
 
 def aiter_rows(df: pd.DataFrame, say: Callable[[str], None]) -> pd.DataFrame:
-    """The rows aiter's GEMM can take (NT, fp16/bf16); one line for each other shape."""
-    kept = (df["layout"] == AITER_LAYOUT) & df["dtype"].isin(list(TORCH_NAMES))
+    """The rows of aiter's GEMM layout (NT); one line for each other shape, one for fp32 rows."""
+    kept = df["layout"] == AITER_LAYOUT
     for shape_id in sorted(set(df.loc[~kept, "shape_id"])):
-        say("aiter: %s left out: aiter's bf16/fp16 GEMM is X @ W^T (layout NT) in fp16 or bf16" % shape_id)
+        say("aiter: %s left out: aiter's GEMM is X @ W^T (layout NT); one row per M, N, K and dtype" % shape_id)
+    if (df.loc[kept, "dtype"] == "fp32").any():
+        say("aiter: fp32 rows are keyed torch.float32; aiter's Triton GEMM (libtype triton) is fp16/bf16, so they "
+            "serve the harness (--merge, --compare-wo-tuning), not aiter's dispatch")
     return df[kept]
 
 
