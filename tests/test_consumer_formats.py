@@ -404,3 +404,29 @@ def test_blockscale_list_feeds_fp8_blockscale_directly():
                          None, get("fp8_blockscale"))  # the old path: exit 2, unknown dtype 'fp16'
     assert len(shapes) == rows_of("a8w8_blockscale_untuned_gemm.csv") == 80
     assert {s.dtype for s in shapes} == {"fp8e4m3fnuz"} and {s.layout for s in shapes} == {""}  # gfx942's
+
+
+# ------------------------------------------------------------------ hipBLASLt --thr
+
+
+def test_hipblaslt_thr_follows_measured_time_x_calls_where_the_log_has_it(tmp_path):
+    from harness.shapes import hipblaslt_log
+    from tests.test_shapes_sources import gemm_line
+
+    # a big GEMM called once vs a small one called often: FLOPs x calls keep the big one, time x calls
+    # (what hipBLASLt's workflow ranks by) the small one, which takes most of the workload's time
+    big, small = gemm_line(4096, 4096, 4096, "T", "N", "bf16_r", 1), gemm_line(64, 64, 64, "T", "N", "bf16_r", 1000)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(big + "\n" + small + "\n")
+    lines = []
+    shapes = sources.read(plain, "auto", "fp16", thr=50.0, warn=lines.append)
+    assert [s.id for s in shapes] == ["4096x4096x4096_bf16_NT"]
+    assert any("FLOPs x calls (the log has no measured time)" in line for line in lines)
+    timed = tmp_path / "timed.yaml"
+    timed.write_text(big.replace("}", ", us: 900.0}") + "\n" + small.replace("}", ", us: 5.0}") + "\n")
+    lines = []
+    shapes = sources.read(timed, "auto", "fp16", thr=50.0, warn=lines.append)
+    assert [s.id for s in shapes] == ["64x64x64_bf16_NT"]  # 5 us x 1000 calls against 900 us x 1
+    assert any("measured time x calls (hipBLASLt's rule)" in line for line in lines)
+    work = hipblaslt_log.load(timed, thr=0.0)
+    assert [round(g.share, 2) for g in work.gemms] == [round(100 * 5000 / 5900, 2), round(100 * 900 / 5900, 2)]
