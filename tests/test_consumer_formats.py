@@ -430,3 +430,9 @@ def test_hipblaslt_thr_follows_measured_time_x_calls_where_the_log_has_it(tmp_pa
     assert any("measured time x calls (hipBLASLt's rule)" in line for line in lines)
     work = hipblaslt_log.load(timed, thr=0.0)
     assert [round(g.share, 2) for g in work.gemms] == [round(100 * 5000 / 5900, 2), round(100 * 900 / 5900, 2)]
+
+
+def test_report_takes_the_vllm_and_sglang_formats():
+    from harness.commands.report import _formats
+
+    assert _formats(["vllm,sglang", "triton"]) == ["vllm", "sglang", "triton"]  # before: unknown --format 'vllm'
