@@ -89,7 +89,8 @@ def check_aiter_csv(folder: str) -> None:
         tg.AITER_CONFIGS.AITER_CONFIG_GEMM_BF16_FILE = os.path.abspath(files[0])
         tg.get_GEMM_A16W16_config_.cache_clear()
         table = tg.get_GEMM_A16W16_config_()
-        say("aiter", "%s: %d keys; libtypes %s" % (files[0], len(table), sorted({v["libtype"] for v in table.values()})))
+        libtypes = sorted({v["libtype"] for v in table.values()})
+        say("aiter", "%s: %d keys; libtypes %s" % (files[0], len(table), libtypes))
     except Exception as exc:
         could_not("aiter", exc)
 

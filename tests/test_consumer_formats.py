@@ -211,7 +211,8 @@ FP8_SHAPES = [(M, 2112, 7168, "fp8e4m3fnuz", "") for M in (1, 16, 200, 5000)]
 
 def fp8_model(M, N, K, cfg):
     """BLOCK_K 64 and a 2-way split win everywhere; a right-sized BLOCK_M wins."""
-    t = (2.0 * M * N * K / 600e12 * 1e9 + 3000.0) * (1.0 + 0.3 * abs(math.log2(cfg["BLOCK_M"] / (16 if M <= 16 else 64))))
+    right = 16 if M <= 16 else 64
+    t = (2.0 * M * N * K / 600e12 * 1e9 + 3000.0) * (1.0 + 0.3 * abs(math.log2(cfg["BLOCK_M"] / right)))
     return t * (0.9 if cfg["BLOCK_K"] == 64 else 1.0) * (0.95 if cfg["SPLIT_K"] == 2 else 1.0)
 
 

@@ -13,10 +13,11 @@ What each column means for the kernel being built (``problem``: its dtypes and l
 
 - The element type is ``q_dtype_w`` (or ``q_dtype_a``) where the file has one (aiter's quantized
   GEMMs: ``torch.int8``, ``torch.float8_e4m3fn``, ``torch.float8_e4m3fnuz``), else ``dtype``
-  (``torch.bfloat16`` ...), else the build's default dtype (the fp8 kernel's e4m3 format for a
-  blockscale list, which has only M, N, K; see ``file_dtype`` for aiter's file names). A row whose type the kernel does not run (int8
-  anywhere; fp8 for the matmul; bf16 for fp8_blockscale) is listed, never folded into another
-  row: the int8 and fp8 rows of ``a8w8_untuned_gemm.csv`` are different GEMMs.
+  (``torch.bfloat16`` ...), else what aiter's file name says (``file_dtype``), else the build's
+  default dtype (the fp8 kernel's e4m3 format for a blockscale list, which has only M, N, K). A
+  row whose type the kernel does not run (int8 anywhere; fp8 for the matmul; bf16 for
+  fp8_blockscale) is listed, never folded into another row: the int8 and fp8 rows of
+  ``a8w8_untuned_gemm.csv`` are different GEMMs.
 - ``outdtype`` must be what the kernel writes: the matmul writes C in its input dtype,
   fp8_blockscale writes bf16. A bf16 row with ``outdtype torch.float32`` is listed (no harness
   kernel writes fp32 from bf16 inputs), not tuned as bf16 out.
