@@ -223,6 +223,8 @@ def fp8_results(tmp_path_factory):
 
 
 def test_fp8_blockscale_goes_to_aiters_blockscale_triton_json(fp8_results, tmp_path):
+    with pytest.raises(HarnessError, match="--format triton"):
+        aiter_csv.write_tuned_csv(fp8_results, None, META, tmp_path / "x.csv")
     lines = []
     paths = triton_json.write_triton_json(fp8_results, None, META, tmp_path, say=lines.append)
     assert [p.name for p in paths] == ["gfx942-GEMM-A8W8_BLOCKSCALE-N=2112-K=7168.json",

@@ -106,6 +106,10 @@ def write_tuned_csv(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path, 
     kernels = kernel_rows(df)
     if not kernels[kernels["status"] == OK].shape[0]:
         raise HarnessError("no shape has an ok kernel result: nothing to write to a tuned CSV")
+    others = sorted(set(kernels["kernel"].astype(str)) - {"matmul"})
+    if others:
+        raise HarnessError("--format aiter is aiter's bf16/fp16 GEMM CSV (the matmul); %s configs go to aiter's "
+                           "Triton JSON: --format triton" % ", ".join(others))
     sub = aiter_rows(df, say)
     top = pick_rows(sub, None if best is None else best[best["shape_id"].isin(set(sub["shape_id"]))],
                     accept, "aiter", say)
