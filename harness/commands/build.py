@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, pick_build_target, require_triton, shapes_from_options
+from .common import ROOT, TargetsOpt, pick_build_target, default_dtype, require_triton, shapes_from_options
 
 
 def build(
@@ -25,7 +25,7 @@ def build(
     seed: int = typer.Option(0, "--seed", help="seed of the test data"),
     frontend: str = typer.Option("auto", "--frontend", help="cpu: cpp (default) or triton-cpu (needs Triton-CPU here, or --from-ir)"),
     from_ir: Optional[str] = typer.Option(None, "--from-ir", help="triton-cpu: import IR dumps made elsewhere (<kernel>/<kernel>_<BM>_<BN>_<BK>_<G>/ dirs)"),
-    thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's FLOPs x calls"),
+    thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's measured time x calls (hipBLASLt's rule, where the log has us: per line), else of its FLOPs x calls"),
     summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: the reference build lib:reference; GPU: torch.matmul on the node, lib:torch.matmul)"),
     targets_file: Optional[str] = TargetsOpt,
@@ -108,11 +108,11 @@ def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv
             pass
     if summary_csv and fmt not in ("auto", "hipblaslt"):
         raise HarnessError("--summary writes a hipBLASLt log's workload summary; %s reads as %s" % (shapes_file, fmt))
-    shape_list = sources.read(Path(shapes_file), shapes_format, dtype or ("fp16" if tgt.is_gpu else "fp32"),
+    shape_list = sources.read(Path(shapes_file), shapes_format, default_dtype(tgt, kern, dtype),
                               thr=thr, summary_path=summary_csv, problem=kern.problem)
     shares = [dict(s.extra).get("share") for s in shape_list]
     if fmt == "hipblaslt" and all(isinstance(x, (int, float)) for x in shares):
-        ui.out.print("%s: %d shapes kept at --thr %g %%, %.2f %% of the workload's FLOPs x calls%s" % (
+        ui.out.print("%s: %d shapes kept at --thr %g %%, %.2f %% of the workload (the rule is named above)%s" % (
             shapes_file, len(shape_list), thr, sum(shares), "; summary in %s" % summary_csv if summary_csv else ""))
     return shape_list
 

@@ -26,7 +26,7 @@ def tune(
     shapes: Optional[str] = typer.Option(None, "--shapes", envvar="HARNESS_SHAPES", help="comma-separated MxNxK[:dtype[:layout]]"),
     shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="a file of shapes (format detected)"),
     shapes_format: str = typer.Option("auto", "--shapes-format", help="format of --shapes-file (auto-detected)"),
-    thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of FLOPs x calls"),
+    thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of measured time x calls where the log has it, else of FLOPs x calls"),
     space: Optional[str] = typer.Option(None, "--space", envvar="HARNESS_SPACE", help="file overriding the kernel's ranges"),
     jobs: int = typer.Option(0, "--jobs", "-j", help="parallel compiles (default: all cores)"),
     compile_timeout: float = typer.Option(120.0, "--compile-timeout", help="seconds per compile"),
@@ -55,7 +55,7 @@ def tune(
                                       "this long (a halving rung k, eta^k times as long; the noise rule may take "
                                       "longer); the winners' re-measure takes at least 100 ms"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: lib:reference; GPU: lib:torch.matmul)"),
-    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, aiter-blockscale, triton, yaml"),
+    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="tuned files to write besides csv/json: aiter, aiter-blockscale, triton, yaml, vllm, sglang (docs/formats.md)"),
     html: bool = typer.Option(False, "--html", help="write the HTML report too"),
     targets_file: Optional[str] = TargetsOpt,
 ):
