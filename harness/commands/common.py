@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Optional
 
@@ -83,3 +84,20 @@ def kernel_of(target_name: str, kernel: Optional[str]) -> str:
     if not facts.get("kernel"):
         raise HarnessError("nothing built for %s yet; run: harness build KERNEL --target %s" % (target_name, target_name))
     return facts["kernel"]
+
+
+def call(command, **kwargs):
+    """Call another command's function as the CLI would: options not given take their defaults."""
+    from typer.models import ParameterInfo
+
+    params = inspect.signature(command).parameters
+    args = {}
+    for name, p in params.items():
+        if name in kwargs:
+            args[name] = kwargs[name]
+            continue
+        default = p.default.default if isinstance(p.default, ParameterInfo) else p.default
+        if default is ... or default is inspect.Parameter.empty:
+            raise TypeError("%s needs %s" % (command.__name__, name))
+        args[name] = default
+    return command(**args)

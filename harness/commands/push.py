@@ -8,7 +8,7 @@ import typer
 
 from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, pick_target
+from .common import ROOT, TargetsOpt, call, pick_target
 
 
 def push(
@@ -64,7 +64,6 @@ def push(
 def build_like_last(tgt, kern: str, targets_file) -> None:
     """Build ``kern`` for ``tgt`` with the last build's shapes and options."""
     from .build import build, options_text
-    from .tune import call
 
     last = state.last(ROOT, "last_build")
     if not last:

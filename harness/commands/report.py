@@ -53,7 +53,7 @@ def report(
 
     from ..report.aggregate import best_per_shape, load_results, status_counts
     from ..report.common import kernel_rows, library_rows
-    from ..report.fetch import fetch_target
+    from ..transport.fetch import fetch_target
     from ..report.table import best_table
     from ..report.tuned import write_tuned
     from ..rounds import load_winners

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import re
 import time
 from typing import List, Optional
@@ -13,7 +12,7 @@ import typer
 from .. import ui
 from ..errors import HarnessError
 from ..run import DEFAULT_INTERLEAVE, ESTIMATOR_HELP, INTERLEAVE_HELP, MAX_TIME_HELP
-from .common import ROOT, TargetsOpt, pick_build_target, require, require_triton
+from .common import ROOT, TargetsOpt, call, pick_build_target, require, require_triton
 
 STRATEGY_HELP = "exhaustive (every config), random, halving (brief runs, the best re-run longer), bayes (optuna " \
                 "TPE), genetic. Default: genetic with --budget 96 per shape on GPU targets and on spaces over 1000 " \
@@ -261,20 +260,3 @@ def parse_duration(text: str) -> float:
     if value <= 0:
         raise HarnessError("--time-limit must be more than 0")
     return value
-
-
-def call(command, **kwargs):
-    """Call another command's function as the CLI would: options not given take their defaults."""
-    from typer.models import ParameterInfo
-
-    params = inspect.signature(command).parameters
-    args = {}
-    for name, p in params.items():
-        if name in kwargs:
-            args[name] = kwargs[name]
-            continue
-        default = p.default.default if isinstance(p.default, ParameterInfo) else p.default
-        if default is ... or default is inspect.Parameter.empty:
-            raise TypeError("%s needs %s" % (command.__name__, name))
-        args[name] = default
-    return command(**args)

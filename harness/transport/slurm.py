@@ -40,7 +40,7 @@ class SlurmTransport(SSHTransport):
     def fetch_tree(self, rel_dir: str, dest: Path) -> int:
         """Like SSH's, then the tasks' files (``slurm/<run>/chunk-N.csv``, oldest run first)
         are merged into ``rel_dir/results.csv`` there."""
-        from ..report.fetch import merge_results
+        from .fetch import merge_results
 
         size = super().fetch_tree(rel_dir, dest)
         folder = Path(dest) / rel_dir

@@ -1,8 +1,6 @@
 """What a GPU driver API is to the GPU runner: the interface (cuda.CudaApi and hip.HipApi
-implement it, tests/gpu_standin.py stands in for it), its error, and which one a backend gets.
-Standard library only."""
-
-import os
+implement it, tests/gpu_standin.py stands in for it) and its error. Which one a backend gets is
+gpu_backends.py's table. Standard library only."""
 
 
 class GpuError(Exception):
@@ -20,23 +18,3 @@ class GpuApi(object):
 
     backend = None
     visible_env = None
-
-
-def api_for(backend):
-    """The driver API of a backend. HARNESS_GPU_API=module:Class puts a stand-in in its place
-    (the tests' CPU stand-in, tests/gpu_standin.py)."""
-    standin = os.environ.get("HARNESS_GPU_API")
-    if standin:
-        import importlib
-
-        module, cls = standin.split(":")
-        return getattr(importlib.import_module(module), cls)()
-    if backend == "cuda":
-        from .cuda import CudaApi
-
-        return CudaApi()
-    if backend == "hip":
-        from .hip import HipApi
-
-        return HipApi()
-    raise GpuError("no GPU runner for backend %r" % backend)
