@@ -8,12 +8,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from .base import DEVICE_FACTS, SCHEDULER
 from .slurm_batch import DEVICE_SUFFIX
 from .ssh import SSHTransport
 
 
 class SlurmTransport(SSHTransport):
     name = "slurm"
+    capabilities = frozenset({SCHEDULER, DEVICE_FACTS})
 
     def __init__(self, target, host=None, port=None, workdir=None):
         super().__init__(target, host, port, workdir or target.slurm.shared_dir or target.workdir)
