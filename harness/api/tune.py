@@ -35,6 +35,7 @@ class TuneArgs:
     interleave: int = DEFAULT_INTERLEAVE
     timeout: float = 60.0
     strategy: Optional[str] = None
+    strategy_options: Optional[List[str]] = None  # NAME=VALUE texts, as --strategy-option takes them
     budget: Optional[int] = None
     time_limit: Optional[str] = None
     batch_size: int = 8
@@ -68,7 +69,7 @@ def tune(args: TuneArgs):
     from ..rounds import Session, remeasure_rows, search, shape_history
     from ..run import RunOptions, timing_choice
     from ..space import load_space_file
-    from ..strategies import STRATEGIES, default_for
+    from ..strategies import default_for, get_strategy, names, parse_options
     from .build import BuildArgs, build, read_shapes
     from .push import PushArgs, push
     from .report import ReportArgs, report
@@ -76,12 +77,13 @@ def tune(args: TuneArgs):
 
     args = dataclasses.replace(args)  # the caller's options stay as given
 
-    if args.strategy is not None and args.strategy not in STRATEGIES:
+    strategy_names = names()
+    if args.strategy is not None and args.strategy not in strategy_names:
         import difflib
 
-        close = difflib.get_close_matches(args.strategy, STRATEGIES, n=1)
+        close = difflib.get_close_matches(args.strategy, strategy_names, n=1)
         raise HarnessError("unknown --strategy %r%s; choose from %s" % (
-            args.strategy, " (did you mean %r?)" % close[0] if close else "", ", ".join(STRATEGIES)))
+            args.strategy, " (did you mean %r?)" % close[0] if close else "", ", ".join(strategy_names)))
     if args.budget is not None and args.budget < 1:
         raise HarnessError("--budget is a number of evaluations per shape, at least 1 (got %d)" % args.budget)
     if args.in_flight < 0:
@@ -107,6 +109,11 @@ def tune(args: TuneArgs):
         if default_budget is not None:
             ui.out.print("strategy %s%s (the default here; --strategy exhaustive measures every config)" % (
                 args.strategy, ", --budget %d per shape" % args.budget if args.budget else ""))
+    try:  # the options' names and types, then their values (e.g. halving's eta >= 2)
+        strategy_options = parse_options(args.strategy, args.strategy_options)
+        get_strategy(args.strategy, **strategy_options)
+    except ValueError as exc:
+        raise HarnessError("--strategy-option %s" % exc)
     build_options = BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout)
     run_options = RunOptions(warmup=args.warmup, iters=args.iters, timeout=args.timeout, min_time_ms=args.min_time_ms,
                              max_noise=args.max_noise, max_time=args.max_time, estimator=args.estimator,
@@ -160,7 +167,7 @@ def tune(args: TuneArgs):
             with clock("search"):
                 searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size, budget=args.budget,
                                   time_limit=seconds, on_round=_round_printer(session),
-                                  warm_start=args.warm_start)
+                                  warm_start=args.warm_start, **strategy_options)
             _search_table(args.strategy, searches, session, space_dict)
             if args.top:
                 with clock("re-measure"):

@@ -11,11 +11,27 @@ from typing import List, Optional
 import typer
 
 from ..run import DEFAULT_INTERLEAVE, ESTIMATOR_HELP, INTERLEAVE_HELP, MAX_TIME_HELP
+from ..errors import HarnessError
 from .common import TargetsOpt, targets_file_of
 
-STRATEGY_HELP = "exhaustive (every config), random, halving (brief runs, the best re-run longer), bayes (optuna " \
-                "TPE), genetic. Default: genetic with --budget 96 per shape on GPU targets and on spaces over 1000 " \
-                "configs (the most robust at that budget on recorded H200 runs), else exhaustive"
+
+def _strategy_help(what) -> str:
+    """The strategies' names and lines, or their options (strategies.registry(): those of
+    $HARNESS_STRATEGIES_PATH included); a strategy that cannot be loaded is named here, and
+    `harness tune` says why in one line."""
+    from .. import strategies
+
+    try:
+        return what(strategies)
+    except HarnessError as exc:
+        return "(%s)" % exc
+
+
+STRATEGY_HELP = _strategy_help(lambda s: s.strategies_help()) + \
+    ". Default: genetic with --budget 96 per shape on GPU targets and on spaces over 1000 configs (the most " \
+    "robust at that budget on recorded H200 runs), else exhaustive"
+STRATEGY_OPTION_HELP = "NAME=VALUE: an option of the --strategy (repeat for more). " + \
+    _strategy_help(lambda s: s.options_help())
 
 
 def build(
@@ -142,6 +158,7 @@ def tune(
     interleave: int = typer.Option(DEFAULT_INTERLEAVE, "--interleave", min=1, help=INTERLEAVE_HELP),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape"),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help=STRATEGY_HELP),
+    strategy_options: Optional[List[str]] = typer.Option(None, "--strategy-option", help=STRATEGY_OPTION_HELP),
     budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included (default: 96 with the default strategy on GPU targets, else none)"),
     time_limit: Optional[str] = typer.Option(None, "--time-limit", help="stop searching after this long: 600, 90s, 10m, 2h"),
     batch_size: int = typer.Option(8, "--batch-size", help="configs a strategy asks for per shape and round"),
@@ -175,4 +192,4 @@ def tune(
     more than the measured spread (else the tie rule decides)."""
     from ..api.tune import TuneArgs, tune as run_tune
 
-    return run_tune(TuneArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, thr=thr, space=space, jobs=jobs, compile_timeout=compile_timeout, warmup=warmup, iters=iters, max_noise=max_noise, max_time=max_time, estimator=estimator, interleave=interleave, timeout=timeout, strategy=strategy, budget=budget, time_limit=time_limit, batch_size=batch_size, seed=seed, warm_start=warm_start, top=top, repeats=repeats, agent=agent, in_flight=in_flight, min_time_ms=min_time_ms, library=library, formats=formats, html=html, targets_file=targets_file_of(targets_file)))
+    return run_tune(TuneArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, thr=thr, space=space, jobs=jobs, compile_timeout=compile_timeout, warmup=warmup, iters=iters, max_noise=max_noise, max_time=max_time, estimator=estimator, interleave=interleave, timeout=timeout, strategy=strategy, strategy_options=strategy_options, budget=budget, time_limit=time_limit, batch_size=batch_size, seed=seed, warm_start=warm_start, top=top, repeats=repeats, agent=agent, in_flight=in_flight, min_time_ms=min_time_ms, library=library, formats=formats, html=html, targets_file=targets_file_of(targets_file)))
