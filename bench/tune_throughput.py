@@ -86,7 +86,7 @@ def clear_results(project: Path, target) -> None:
 def tune(project: Path, target_name: str, shapes: str, mode: str, args, spans: Spans) -> dict:
     from harness import kernels, ui
     from harness.build import BuildOptions
-    from harness.commands.build import read_shapes
+    from harness.api.build import read_shapes
     from harness.rounds import Session, remeasure_winners, search
     from harness.run import RunOptions
     from harness.targets import get_target
@@ -154,7 +154,7 @@ def compile_rate(project: Path, shapes: str, configs: int, jobs: int) -> None:
     and how many (config, shape) pairs share an artifact (a specialization compiled once)."""
     from harness import kernels
     from harness.build import BuildOptions, build
-    from harness.commands.build import read_shapes
+    from harness.api.build import read_shapes
     from harness.space import expand
     from harness.targets import get_target
 

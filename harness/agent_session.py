@@ -334,8 +334,8 @@ def split(manifest, parts: int) -> list:
 
 
 def merge_rows(header: list, rows: list, local: Path) -> int:
-    """Merge rows brought back by ``wait`` into the local results file (report.fetch's rules)."""
-    from .report.fetch import merge_results
+    """Merge rows brought back by ``wait`` into the local results file (transport.fetch's rules)."""
+    from .transport.fetch import merge_results
 
     with tempfile.TemporaryDirectory(prefix="harness-rows-") as tmp:
         path = Path(tmp) / "results.csv"

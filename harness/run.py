@@ -108,7 +108,9 @@ def run_remote(target, kernel: str, options: RunOptions, transport, on_progress=
     """One SSH command starts the agent detached in the remote workdir (or attaches to the run
     in progress) and streams its log; progress lines drive ``on_progress``. A transport with
     a scheduler of its own (Slurm) runs the jobs its way."""
-    if hasattr(transport, "run_jobs"):
+    from .transport.base import SCHEDULER, can
+
+    if can(transport, SCHEDULER):
         return transport.run_jobs(target, kernel, options, on_progress)
     results = "%s/results.csv" % remote_results_dir(target.name, kernel)
     argv = [transport.python, "-u", "-m", "remote_agent", "start", "--results", results, "--"] + \

@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from . import contract, measure
+from . import contract
 from .errors import AgentError
 from .results import ResultsWriter, ResultsWriteError, SchemaMismatch
 
@@ -34,30 +34,10 @@ def problem_dims(manifest):
 
 
 def make_runner(bundle, manifest, options, log):
-    backend = manifest["target"]["backend"]
-    if backend == "cpu":
-        from .profilers import select
-        from .runners.elf import ElfRunner
+    """The runner of the bundle's backend (runners.RUNNERS: the table of runners by kind)."""
+    from .runners import runner_factory
 
-        profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
-        run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
-        return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
-                         max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
-                         max_time=_option(options, "max_time", None),
-                         pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
-                         interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE))
-    from .runners.gpu import make_gpu_runner
-
-    return make_gpu_runner(bundle, manifest, options, log)
-
-
-def estimator_for(manifest, options):
-    """The run's --estimator, else the target's default (min on CPUs, median on GPUs)."""
-    name = _option(options, "estimator", None) or measure.default_estimator(manifest["target"]["backend"])
-    try:
-        return measure.check_estimator(name)
-    except ValueError as exc:
-        raise AgentError(str(exc))
+    return runner_factory(manifest["target"]["backend"])(bundle, manifest, options, log)
 
 
 class Agent:

@@ -398,7 +398,7 @@ def test_bf16_list_lists_fp32_out_rows_instead_of_tuning_them_as_bf16():
 
 
 def test_blockscale_list_feeds_fp8_blockscale_directly():
-    from harness.commands.build import read_shapes
+    from harness.api.build import read_shapes
     from harness.kernels import get
     from harness.targets import load_targets
 
@@ -436,6 +436,6 @@ def test_hipblaslt_thr_follows_measured_time_x_calls_where_the_log_has_it(tmp_pa
 
 
 def test_report_takes_the_vllm_and_sglang_formats():
-    from harness.commands.report import _formats
+    from harness.api.report import _formats
 
     assert _formats(["vllm,sglang", "triton"]) == ["vllm", "sglang", "triton"]  # before: unknown --format 'vllm'

@@ -565,7 +565,7 @@ def test_seeds_are_feasible_aiter_like_tiles_per_shape_class():
 
 
 def test_shapes_default_to_the_first_fp8_format_and_refuse_a_layout():
-    from harness.commands.common import shapes_from_options
+    from harness.api.common import shapes_from_options
     from harness.kernels import get
 
     kernel = get("fp8_blockscale")

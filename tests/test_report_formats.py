@@ -412,7 +412,7 @@ def test_library_uplift_filter_and_weighted_total(results, tmp_path):
 
 def test_report_table_says_which_shapes_fall_back_to_the_library(results, tmp_path, capsys, monkeypatch):
     from harness import ui
-    from harness.commands.report import _uplift
+    from harness.api.report import _uplift
 
     monkeypatch.setattr(ui.out, "_width", 250)
     _uplift(results, None, tmp_path, "matmul", None, 0.01)

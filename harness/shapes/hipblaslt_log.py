@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import HarnessError
-from . import make_shape
+from . import make_shape, read_text
 
 # hipBLASLt / rocBLAS type names -> the harness dtypes. Anything else is counted in the
 # workload's total but cannot be tuned here (reported, kept out of the shapes).
@@ -224,10 +224,8 @@ def parse(path: Path, text: str, thr: float = 0.0) -> Workload:
 def load(path, thr: float = 0.0, summary_path=None) -> Workload:
     """Read a hipBLASLt log file; keep GEMMs whose share is >= ``thr`` percent; write the summary
     CSV when ``summary_path`` is given. The CLI's ``--thr`` and ``--summary`` map here."""
-    from .sources import _read_text
-
     path = Path(path)
-    work = parse(path, _read_text(path), thr)
+    work = parse(path, read_text(path), thr)
     if summary_path:
         work.write_summary(summary_path)
     return work

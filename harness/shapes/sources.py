@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import HarnessError
-from . import MATMUL, Problem, dedupe, parse_shape
+from . import MATMUL, Problem, dedupe, parse_shape, read_text
 
 FORMATS = ("auto", "list", "tune_gemm", "aiter_csv", "hipblaslt")
 
@@ -43,7 +43,7 @@ def read(path: Path, fmt: str, default_dtype: str, thr: Optional[float] = None, 
     path = Path(path)
     if fmt not in FORMATS:
         raise HarnessError("unknown shapes format %r (known: %s)" % (fmt, ", ".join(FORMATS)))
-    text = _read_text(path)
+    text = read_text(path)
     if problem.dims != MATMUL.dims:
         if fmt not in ("auto", "list"):
             raise HarnessError("shapes format %s holds M, N, K GEMMs; this kernel's shapes are %s: write a list"
@@ -85,15 +85,3 @@ def read_list(path: Path, text: str, default_dtype: str, problem: Problem = MATM
     if not shapes:
         raise HarnessError("no shapes in the file", where=str(path))
     return dedupe(shapes)
-
-
-def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise HarnessError("shapes file %s does not exist" % path)
-    data = path.read_bytes()
-    if b"\0" in data[:4096]:
-        raise HarnessError("shapes file is binary, not text", where=str(path))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise HarnessError("shapes file is not UTF-8 text", where=str(path))

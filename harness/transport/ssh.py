@@ -19,6 +19,7 @@ WINDOW = 1 << 26  # bytes in flight per channel: keeps a push at wire speed
 class SSHTransport:
     name = "ssh"
     is_remote = True
+    capabilities = frozenset()  # base.Transport's calls and a remote's; nothing optional
 
     def __init__(self, target, host=None, port=None, workdir=None):
         import fabric

@@ -41,6 +41,7 @@ import time
 
 from .. import contract
 from .. import measure
+from ..errors import AgentError
 
 RESULT_PREFIX = "HARNESS_RESULT "
 SAMPLE_PREFIX = "HARNESS_SAMPLE "
@@ -452,3 +453,30 @@ def _unlink(path):
         os.unlink(path)
     except OSError:
         pass
+
+
+def make_elf_runner(bundle, manifest, options, log):
+    """The CPU runner of a bundle: its profiler, run_under and timing options (runners.RUNNERS)."""
+    from ..profilers import select
+
+    profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
+    run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
+    return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
+                     max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
+                     max_time=_option(options, "max_time", None),
+                     pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
+                     interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE))
+
+
+def estimator_for(manifest, options):
+    """The run's --estimator, else the target's default (min on CPUs, median on GPUs)."""
+    name = _option(options, "estimator", None) or measure.default_estimator(manifest["target"]["backend"])
+    try:
+        return measure.check_estimator(name)
+    except ValueError as exc:
+        raise AgentError(str(exc))
+
+
+def _option(options, name, default):
+    value = getattr(options, name, None)
+    return default if value is None else value

@@ -1,21 +1,25 @@
-"""harness push."""
+"""push: the bundle and the agent to the target, only what the remote lacks."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
-
-import typer
 
 from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, pick_target
+from .common import ROOT, pick_target
 
 
-def push(
-    target: Optional[str] = typer.Argument(None, help="target to push to (default: the last one built)"),
-    kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel bundle to push (default: the last built)"),
-    targets_file: Optional[str] = TargetsOpt,
-):
+@dataclass
+class PushArgs:
+    """The options of ``push``, as the command line's defaults have them."""
+
+    target: Optional[str] = None
+    kernel: Optional[str] = None
+    targets_file: Optional[str] = None
+
+
+def push(args: PushArgs):
     """Copy the bundle and the agent to the target over SSH: one round trip to learn what the
     remote has, then one tar stream with only the missing files.
 
@@ -25,17 +29,17 @@ def push(
     from ..push import push as do_push
     from ..transport import for_hosts
 
-    tgt = pick_target(target, targets_file, "push")
+    tgt = pick_target(args.target, args.targets_file, "push")
     if not tgt.is_remote:
         ui.out.print("%s runs on this machine; nothing to push" % tgt.name)
         return
     last_build = state.last(ROOT, "last_build") or {}
-    kern = kernel or state.get(ROOT, tgt.name)[1].get("kernel") or last_build.get("kernel")
+    kern = args.kernel or state.get(ROOT, tgt.name)[1].get("kernel") or last_build.get("kernel")
     if not kern:
         raise HarnessError("nothing built yet; run: harness build KERNEL --target %s" % tgt.name)
     bundle = bundle_dir(ROOT, tgt.name, kern)
     if not (bundle / "manifest.json").exists():
-        build_like_last(tgt, kern, targets_file)
+        build_like_last(tgt, kern, args.targets_file)
     manifest = Manifest.load(bundle / "manifest.json")
     transports = for_hosts(tgt)
     if len(transports) > 1:
@@ -63,8 +67,7 @@ def push(
 
 def build_like_last(tgt, kern: str, targets_file) -> None:
     """Build ``kern`` for ``tgt`` with the last build's shapes and options."""
-    from .build import build, options_text
-    from .tune import call
+    from .build import BuildArgs, build, options_text
 
     last = state.last(ROOT, "last_build")
     if not last:
@@ -72,7 +75,7 @@ def build_like_last(tgt, kern: str, targets_file) -> None:
     given = options_text(last["options"])
     ui.out.print("nothing built for %s yet: building %s for it with the options of the last build (for %s)%s" % (
         tgt.name, kern, last["target"], ": " + given if given else ""))
-    call(build, kernel=kern, target=tgt.name, targets_file=targets_file, **last["options"])
+    build(BuildArgs(kernel=kern, target=tgt.name, targets_file=targets_file, **last["options"]))
 
 
 class _ByteProgress:

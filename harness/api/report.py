@@ -1,68 +1,72 @@
-"""harness report."""
+"""report: fetch the results, pick the best config per shape, write tuned files and tables."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-import typer
-
 from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, kernel_of, pick_target
+from .common import ROOT, kernel_of, pick_target
 
 FORMATS = ("aiter", "aiter-blockscale", "triton", "yaml", "vllm", "sglang")
 
 
-def report(
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="target to report (default: the last run)"),
-    kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel to report (default: the last built)"),
-    no_fetch: bool = typer.Option(False, "--no-fetch", help="use the local results only"),
-    formats: Optional[List[str]] = typer.Option(None, "--format", "-f", help="also write: aiter (aiter's bf16/fp16 tuned GEMM CSV, libtype triton), triton (aiter's Triton JSON per N,K: M_LEQ_x/M_GEQ_x keys; matmul GEMM-A16W16, fp8_blockscale GEMM-A8W8_BLOCKSCALE), aiter-blockscale (same as triton for fp8_blockscale: aiter's CK blockscale CSV takes ck/cktile kernels only), yaml (tune_gemm), vllm / sglang (fp8_blockscale: their block-fp8 JSON per N,K,device); docs/formats.md; repeat or comma-separate"),
-    all_candidates: bool = typer.Option(False, "--all-candidates", help="aiter: also write every candidate, failures included (aiter's -o2; KERNEL.aiter.all.csv)"),
-    sort: bool = typer.Option(False, "--sort", help="aiter: sort rows by arch, cu_num, M, N, K"),
-    tag: Optional[str] = typer.Option(None, "--tag", help="triton: the tag in {arch}-GEMM-{tag}.json (default from the dtype)"),
-    out: Optional[str] = typer.Option(None, "--out", "-o", help="folder of the tuned files (default tuned/TARGET); with --merge the merged file"),
-    html: bool = typer.Option(False, "--html", help="write one offline page with tables and plots (KERNEL.html)"),
-    weights: Optional[str] = typer.Option(None, "--weights", help="CSV with shape_id and weight (or calls), e.g. build --summary's; default: the shapes' weights"),
-    err_ratio: Optional[float] = typer.Option(None, "--err-ratio", help="largest share of output elements outside tolerance a tuned entry may have"),
-    only_faster: bool = typer.Option(False, "--only-faster", help="tuned files keep only entries faster than the library and within --err-ratio"),
-    threshold: float = typer.Option(0.8, "--threshold", help="counter correlation: list counters with |r| at or above this"),
-    merge: Optional[List[str]] = typer.Option(None, "--merge", help="merge these tuned files (repeat; .csv or .yaml) into --out; nothing is measured"),
-    force: bool = typer.Option(False, "--force", help="--merge: merge files of different arch, device or CU count"),
-    compare_wo_tuning: Optional[str] = typer.Option(None, "--compare-wo-tuning", help="rebuild exactly the configs of this tuned file (.csv, .yaml, .json), run them, check answers, report their times"),
-    library: bool = typer.Option(False, "--library", help="--compare-wo-tuning: also run the library reference on every shape"),
-    iters: int = typer.Option(10, "--iters", help="--compare-wo-tuning: timed iterations"),
-    warmup: int = typer.Option(2, "--warmup", help="--compare-wo-tuning: untimed runs before timing"),
-    timeout: float = typer.Option(60.0, "--timeout", help="--compare-wo-tuning: seconds per config and shape"),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="--compare-wo-tuning: parallel compiles (default: all cores)"),
-    targets_file: Optional[str] = TargetsOpt,
-):
+@dataclass
+class ReportArgs:
+    """The options of ``report``, as the command line's defaults have them."""
+
+    target: Optional[str] = None
+    kernel: Optional[str] = None
+    no_fetch: bool = False
+    formats: Optional[List[str]] = None
+    all_candidates: bool = False
+    sort: bool = False
+    tag: Optional[str] = None
+    out: Optional[str] = None
+    html: bool = False
+    weights: Optional[str] = None
+    err_ratio: Optional[float] = None
+    only_faster: bool = False
+    threshold: float = 0.8
+    merge: Optional[List[str]] = None
+    force: bool = False
+    compare_wo_tuning: Optional[str] = None
+    library: bool = False
+    iters: int = 10
+    warmup: int = 2
+    timeout: float = 60.0
+    jobs: int = 0
+    targets_file: Optional[str] = None
+
+
+def report(args: ReportArgs):
     """Fetch remote results (one tar stream), pick the best config per shape from ok rows
     (differences within the measured spread are ties, broken by lower spread; a winner
     re-measured by `harness tune` is used where there is one), write tuned/TARGET/KERNEL.csv and
     .json (plus --format files) and print a table. Library rows (lib:...) give the uplift."""
-    if merge:
-        return _merge(merge, out, force)
-    fmts = _formats(formats)
-    if err_ratio is not None and not 0 <= err_ratio <= 1:
-        raise HarnessError("--err-ratio is a share of output elements, 0 to 1 (got %g)" % err_ratio)
-    tgt = pick_target(target, targets_file, "report", last="last_run")
-    if compare_wo_tuning:
-        return _compare(compare_wo_tuning, tgt, kernel, library, iters, warmup, timeout, jobs, out)
+    if args.merge:
+        return _merge(args.merge, args.out, args.force)
+    fmts = _formats(args.formats)
+    if args.err_ratio is not None and not 0 <= args.err_ratio <= 1:
+        raise HarnessError("--err-ratio is a share of output elements, 0 to 1 (got %g)" % args.err_ratio)
+    tgt = pick_target(args.target, args.targets_file, "report", last="last_run")
+    if args.compare_wo_tuning:
+        return _compare(args.compare_wo_tuning, tgt, args.kernel, args.library, args.iters, args.warmup, args.timeout, args.jobs, args.out)
 
     from ..report.aggregate import best_per_shape, load_results, status_counts
     from ..report.common import kernel_rows, library_rows
-    from ..report.fetch import fetch_target
+    from ..transport.fetch import fetch_target
     from ..report.table import best_table
     from ..report.tuned import write_tuned
     from ..rounds import load_winners
     from ..run import local_results_path
 
-    kern = kernel_of(tgt.name, kernel)
+    kern = kernel_of(tgt.name, args.kernel)
     local = local_results_path(ROOT, tgt.name, kern)
     _, facts = state.get(ROOT, tgt.name)
-    fetched = tgt.is_remote and facts.get("results_remote", True) and not no_fetch
+    fetched = tgt.is_remote and facts.get("results_remote", True) and not args.no_fetch
     if fetched:
         new = fetch_target(tgt, kern, local)
         ui.console.print("fetched %d new rows from %s" % (new, tgt.name))
@@ -76,25 +80,25 @@ def report(
     bundle = bundle_dir(ROOT, tgt.name, kern)
     best = with_vector_counts(best, bundle)  # vector instructions, when counted
     meta, shape_objs = _meta_and_shapes(tgt, bundle, refresh=fetched or not tgt.is_remote, local=local)
-    out_dir = Path(out) if out else ROOT / "tuned" / tgt.name
-    if weights is None:
+    out_dir = Path(args.out) if args.out else ROOT / "tuned" / tgt.name
+    if args.weights is None:
         shape_weights = {s.id: s.weight for s in shape_objs}
         weights_src = shape_weights if any(w != 1.0 for w in shape_weights.values()) else None
     else:
-        weights_src = weights
+        weights_src = args.weights
     has_library = len(library_rows(df)) > 0
     ship = best
-    if has_library or err_ratio is not None:
+    if has_library or args.err_ratio is not None:
         from ..report.uplift import library_uplift
 
-        table, _ = library_uplift(df, best, weights_src, err_ratio)
-        if only_faster:
+        table, _ = library_uplift(df, best, weights_src, args.err_ratio)
+        if args.only_faster:
             kept = set(table.loc[table["kept"], "shape_id"])
             ship = best[best["shape_id"].isin(kept)].reset_index(drop=True)
             dropped = sorted(set(best["shape_id"]) - kept)
             if dropped:
                 ui.out.print("[yellow]--only-faster leaves out %d shapes: %s[/]" % (len(dropped), ", ".join(dropped)))
-    elif only_faster:
+    elif args.only_faster:
         ui.out.print("[yellow]--only-faster: no library rows in the results (build with --library); nothing left out[/]")
     everything = df.assign(arch=meta["arch"], device_name=meta["device"], cu_num=meta["cu_num"],
                            driver=meta["driver"], toolchain=meta["toolchain"], triton=meta["triton"])
@@ -111,15 +115,15 @@ def report(
     if ship.empty and not best.empty:
         ui.out.print("[yellow]no tuned entry is left to write to --format files[/]")
     else:
-        written += _write_formats(fmts, df, ship, meta, out_dir, kern, shape_objs, all_candidates, sort, tag)
+        written += _write_formats(fmts, df, ship, meta, out_dir, kern, shape_objs, args.all_candidates, args.sort, args.tag)
     if has_library:
-        written.append(_uplift(df, best, out_dir, kern, weights_src, err_ratio))
-    written += _counters(df, out_dir, kern, threshold)
-    if html:
+        written.append(_uplift(df, best, out_dir, kern, weights_src, args.err_ratio))
+    written += _counters(df, out_dir, kern, args.threshold)
+    if args.html:
         from ..report.html import write_html
 
         written.append(write_html(df, best, meta, out_dir / ("%s.html" % kern), weights=weights_src,
-                                  threshold=threshold, max_err_ratio=err_ratio,
+                                  threshold=args.threshold, max_err_ratio=args.err_ratio,
                                   title="harness report: %s on %s" % (kern, tgt.name)))
     ui.out.print("wrote %s" % ", ".join(str(p) for p in written))
 
@@ -370,7 +374,7 @@ def _compare(path, tgt, kernel, library, iters, warmup, timeout, jobs, out) -> N
         ui.out.print("[red]%d of %d tuned entries did not pass: %s[/]" % (
             len(bad), len(result), "; ".join("%s %s (%s)" % (r["shape_id"], r["status"], r["message"])
                                             for _, r in bad.head(5).iterrows())))
-        raise typer.Exit(1)
+    return len(bad)
 
 
 def _ok(value) -> bool:

@@ -1,15 +1,15 @@
-"""harness run."""
+"""run: every variant on every shape under the target's profiler, here or on the target."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Optional
-
-import typer
 
 from .. import state, ui
 from ..errors import HarnessError
-from ..run import DEFAULT_INTERLEAVE, ESTIMATOR_HELP, INTERLEAVE_HELP, MAX_TIME_HELP
-from .common import ROOT, TargetsOpt, kernel_of, pick_target
+from ..run import DEFAULT_INTERLEAVE
+from .common import ROOT, kernel_of, pick_target
 
 
 def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise=0.01, max_time=0.5,
@@ -21,24 +21,29 @@ def _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_
                       estimator=estimator, interleave=interleave)
 
 
-def run(
-    name: Optional[str] = typer.Argument(None, metavar="TARGET", help="with --remote: the target to run on (default: the last pushed)"),
-    remote: bool = typer.Option(False, "--remote", "-r", help="run on the target's machine over SSH (a Slurm target: as a job array): --remote TARGET, or --remote alone for the last pushed target"),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="run this target's bundle here (default: the last used)"),
-    kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel bundle to run (default: the last built)"),
-    warmup: int = typer.Option(2, "--warmup", help="untimed runs before timing"),
-    iters: int = typer.Option(10, "--iters", help="at least this many timed samples per variant and shape"),
-    max_noise: float = typer.Option(0.01, "--max-noise", help="keep sampling until the relative noise of the deciding estimator settles under this (0.01: 1%)"),
-    max_time: Optional[float] = typer.Option(None, "--max-time", help=MAX_TIME_HELP, show_default=False),
-    estimator: Optional[str] = typer.Option(None, "--estimator", help=ESTIMATOR_HELP, show_default=False),
-    interleave: int = typer.Option(DEFAULT_INTERLEAVE, "--interleave", min=1, help=INTERLEAVE_HELP),
-    timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape before it counts as timeout"),
-    rerun_all: bool = typer.Option(False, "--all", help="re-run rows already measured (default: resume)"),
-    profiler: Optional[str] = typer.Option(None, "--profiler", help="override the target's profiler (perf, wallclock, events, ncu, rocprof)"),
-    devices: Optional[str] = typer.Option(None, "--devices", help="GPU indices to use, e.g. 0,1 (default: all)"),
-    min_time_ms: float = typer.Option(100.0, "--min-time-ms", help="GPU: repeat until this much time is measured"),
-    targets_file: Optional[str] = TargetsOpt,
-):
+@dataclass
+class RunArgs:
+    """The options of ``run``, as the command line's defaults have them."""
+
+    name: Optional[str] = None
+    remote: bool = False
+    target: Optional[str] = None
+    kernel: Optional[str] = None
+    warmup: int = 2
+    iters: int = 10
+    max_noise: float = 0.01
+    max_time: Optional[float] = None
+    estimator: Optional[str] = None
+    interleave: int = DEFAULT_INTERLEAVE
+    timeout: float = 60.0
+    rerun_all: bool = False
+    profiler: Optional[str] = None
+    devices: Optional[str] = None
+    min_time_ms: float = 100.0
+    targets_file: Optional[str] = None
+
+
+def run(args: RunArgs):
     """Run every variant on every shape under the target's profiler and append results.
 
     With --remote the agent runs on the target over one SSH command (on a Slurm target, one job
@@ -47,14 +52,15 @@ def run(
     from ..run import run_local, run_remote, timing_choice
     from ..transport import for_hosts
 
-    tgt = _target(name, remote, target, targets_file)
-    estimator, max_time = timing_choice(tgt, estimator, max_time)
-    options = _run_options(warmup, iters, timeout, rerun_all, profiler, devices, min_time_ms, max_noise, max_time,
-                           estimator, interleave)
-    if not (remote and tgt.is_remote):
-        _check_perf_here(tgt, profiler)
-    kern = kernel_of(tgt.name, kernel)
-    if remote and tgt.is_remote:
+    args = dataclasses.replace(args)  # the caller's options stay as given
+    tgt = _target(args.name, args.remote, args.target, args.targets_file)
+    args.estimator, args.max_time = timing_choice(tgt, args.estimator, args.max_time)
+    options = _run_options(args.warmup, args.iters, args.timeout, args.rerun_all, args.profiler, args.devices, args.min_time_ms, args.max_noise, args.max_time,
+                           args.estimator, args.interleave)
+    if not (args.remote and tgt.is_remote):
+        _check_perf_here(tgt, args.profiler)
+    kern = kernel_of(tgt.name, args.kernel)
+    if args.remote and tgt.is_remote:
         transports = for_hosts(tgt)
         if len(transports) > 1:
             from ..bundle import Manifest, bundle_dir

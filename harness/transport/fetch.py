@@ -62,7 +62,7 @@ def fetch_target(target, kernel: str, local: Path) -> int:
     skipped with a warning while another answers, so what is reachable still comes home."""
     from .. import ui
     from ..errors import HarnessError
-    from ..transport import for_hosts
+    from . import for_hosts
 
     new, failures = 0, []
     transports = for_hosts(target)

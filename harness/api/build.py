@@ -1,35 +1,41 @@
-"""harness build."""
+"""build: space -> prune -> parallel compile -> bundle, for one kernel and target."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Optional
 
-import typer
 from rich.markup import escape
 
 from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, TargetsOpt, pick_build_target, default_dtype, require_triton, shapes_from_options
+from .common import ROOT, default_dtype, pick_build_target, require_triton, shapes_from_options
 
 
-def build(
-    kernel: str = typer.Argument(..., help="kernel to build, e.g. matmul"),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="target name from targets.yaml (default: its `default: NAME`, else local)"),
-    shapes: Optional[str] = typer.Option(None, "--shapes", envvar="HARNESS_SHAPES", help="comma-separated shapes as the kernel writes them; matmul: MxNxK[:dtype[:layout]], e.g. 64x64x64,256x256x128:fp16"),
-    shapes_file: Optional[str] = typer.Option(None, "--shapes-file", help="a file of shapes (format detected)"),
-    shapes_format: str = typer.Option("auto", "--shapes-format", help="format of --shapes-file (auto-detected)"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="dtype for shapes that name none (fp32 on CPUs, fp16 on GPUs)"),
-    space: Optional[str] = typer.Option(None, "--space", envvar="HARNESS_SPACE", help="YAML/JSON file of parameter -> values overriding the kernel's ranges"),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="parallel compiles (default: all cores)"),
-    compile_timeout: float = typer.Option(120.0, "--compile-timeout", help="seconds per compile before it counts as compile_timeout"),
-    seed: int = typer.Option(0, "--seed", help="seed of the test data"),
-    frontend: str = typer.Option("auto", "--frontend", help="cpu: cpp (default) or triton-cpu (needs Triton-CPU here, or --from-ir)"),
-    from_ir: Optional[str] = typer.Option(None, "--from-ir", help="triton-cpu: import IR dumps made elsewhere (<kernel>/<kernel>_<BM>_<BN>_<BK>_<G>/ dirs)"),
-    thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's measured time x calls (hipBLASLt's rule, where the log has us: per line), else of its FLOPs x calls"),
-    summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
-    library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: the reference build lib:reference; GPU: torch.matmul on the node, lib:torch.matmul)"),
-    targets_file: Optional[str] = TargetsOpt,
-):
+@dataclass
+class BuildArgs:
+    """The options of ``build``, as the command line's defaults have them."""
+
+    kernel: str
+    target: Optional[str] = None
+    shapes: Optional[str] = None
+    shapes_file: Optional[str] = None
+    shapes_format: str = "auto"
+    dtype: Optional[str] = None
+    space: Optional[str] = None
+    jobs: int = 0
+    compile_timeout: float = 120.0
+    seed: int = 0
+    frontend: str = "auto"
+    from_ir: Optional[str] = None
+    thr: float = 0.1
+    summary_csv: Optional[str] = None
+    library: bool = False
+    targets_file: Optional[str] = None
+
+
+def build(args: BuildArgs):
     """Generate the search space, prune it per shape, compile every variant in parallel and
     write the bundle (manifest, artifacts, test data) under build/TARGET/KERNEL.
 
@@ -37,32 +43,34 @@ def build(
     which. A second build compiles only what changed (artifacts are content-addressed)."""
     from .. import kernels
     from ..build import BuildOptions, build as do_build
+
+    args = dataclasses.replace(args)  # the caller's options stay as given
     from ..space import load_space_file
 
-    options = dict(shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, dtype=dtype, space=space,
-                   jobs=jobs, compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir,
-                   thr=thr, library=library)
-    tgt = pick_build_target(target, targets_file)
-    kern = kernels.get(kernel)
+    options = dict(shapes=args.shapes, shapes_file=args.shapes_file, shapes_format=args.shapes_format, dtype=args.dtype, space=args.space,
+                   jobs=args.jobs, compile_timeout=args.compile_timeout, seed=args.seed, frontend=args.frontend, from_ir=args.from_ir,
+                   thr=args.thr, library=args.library)
+    tgt = pick_build_target(args.target, args.targets_file)
+    kern = kernels.get(args.kernel)
     if tgt.is_gpu:
         require_triton(tgt)
-    if from_ir and not shapes and not shapes_file:  # the shapes the IR was generated for, when it says
+    if args.from_ir and not args.shapes and not args.shapes_file:  # the shapes the IR was generated for, when it says
         from ..compile.ir_import import recorded_shapes
 
-        shapes = ",".join(recorded_shapes(from_ir, kern.name)) or None
-    shape_list = read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv, kern)
-    space_dict = load_space_file(space, kern.space_for(tgt)) if space else None
-    summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=jobs, compile_timeout=compile_timeout,
-                                                                 seed=seed, space=space_dict, frontend=frontend,
-                                                                 from_ir=from_ir))
+        args.shapes = ",".join(recorded_shapes(args.from_ir, kern.name)) or None
+    shape_list = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, args.dtype, args.thr, args.summary_csv, kern)
+    space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else None
+    summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout,
+                                                                 seed=args.seed, space=space_dict, frontend=args.frontend,
+                                                                 from_ir=args.from_ir))
     ui.out.print("built %s for %s: %d variants (%d compiled, %d cached, %d failed), %d shapes, %d jobs, "
                  "%d pruned pairs, in %.1fs -> %s" % (
                      kern.name, tgt.name, len(summary.manifest.variants), summary.compiled, summary.cached,
                      summary.failed, len(shape_list), len(summary.manifest.jobs), summary.pruned_pairs,
                      summary.seconds, summary.bundle))
     print_all_pruned(summary.manifest, kern, tgt)
-    if library:
-        add_library(kern, tgt, shape_list, summary, compile_timeout, frontend, from_ir)
+    if args.library:
+        add_library(kern, tgt, shape_list, summary, args.compile_timeout, args.frontend, args.from_ir)
     state.record_build(ROOT, tgt.name, kern.name, options)
 
 
@@ -79,13 +87,11 @@ def print_all_pruned(manifest, kern, tgt, only=None) -> None:
 
 def options_text(options: dict) -> str:
     """The options of a build as they would be typed, those at their defaults left out."""
-    import inspect
-
     words = []
-    for name, p in inspect.signature(build).parameters.items():
-        if name in options and options[name] != p.default.default:
-            flag = p.default.param_decls[0]
-            words.append(flag if options[name] is True else "%s %s" % (flag, options[name]))
+    for field in dataclasses.fields(BuildArgs):
+        if field.name in options and options[field.name] != field.default:
+            flag = "--" + field.name.replace("_", "-")
+            words.append(flag if options[field.name] is True else "%s %s" % (flag, options[field.name]))
     return " ".join(words)
 
 
