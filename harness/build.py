@@ -36,7 +36,8 @@ class BuildSummary:
     bundle: Path
     manifest: Manifest
     compiled: int = 0
-    cached: int = 0
+    cached: int = 0  # already built: in this bundle, or reused from the compile cache
+    reused: int = 0  # of all variants: taken from the compile cache kept across projects
     failed: int = 0
     pruned_pairs: int = 0
     reused_across_shapes: int = 0
@@ -147,14 +148,17 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
         variants, jobs, pruned = plan_pairs(kernel, target, wanted, compiler)
         config_names = list(dict.fromkeys(k for cfg, _ in wanted for k in cfg))
 
-    results = compile_all(compiler, variants, options)
+    mine = set()  # the variants this build compiled or reused (not those another build was at)
+    results = compile_all(compiler, variants, options, mine)
     summary = BuildSummary(out, None, pruned_pairs=len(pruned))
     manifest_variants = []
     for vid, (config, shape, spec) in variants.items():
         res = results[vid]
+        summary.reused += res.reused and vid in mine
         if res.status == "ok":
-            summary.cached += res.cached
-            summary.compiled += not res.cached
+            fresh = not res.cached and vid in mine
+            summary.cached += not fresh
+            summary.compiled += fresh
         else:
             summary.failed += 1
         rel = str(res.artifact.relative_to(out)) if res.artifact else None
@@ -205,9 +209,10 @@ def compile_pool(jobs: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
+def compile_all(compiler, variants: dict, options: BuildOptions, mine: Optional[set] = None) -> dict:
     """Compile every variant in the shared pool with a rich progress bar; failures are results.
-    A variant another build is compiling right now is waited for, not compiled twice."""
+    A variant another build is compiling right now is waited for, not compiled twice (``mine``
+    gets the ids of the variants this call started)."""
     pool = compile_pool(options.jobs or os.cpu_count() or 1)
     futures, started = {}, []
     with _pool_lock:
@@ -217,6 +222,8 @@ def compile_all(compiler, variants: dict, options: BuildOptions) -> dict:
             if future is None:
                 future = _compiling[key] = pool.submit(compiler.compile, cfg, shape, options.compile_timeout)
                 started.append((key, future))
+                if mine is not None:
+                    mine.add(vid)
             futures[future] = vid
     # outside the lock: a compile already done (a cached artifact) runs its callback right here,
     # and the callback takes the lock

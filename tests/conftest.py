@@ -1,7 +1,9 @@
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,15 @@ from tests.sshd import free_port, make_server
 REPO = Path(__file__).resolve().parent.parent
 QEMU_RV = "qemu-riscv64 -cpu rv64,v=true,vlen=256,vext_spec=v1.0"
 SMALL_SPACE = "BLOCK_M: [8, 16]\nBLOCK_N: [16, 32]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+# the compile cache kept across tunes (harness.compile.cache): never the user's, and one per
+# test below, so that a test's fresh project compiles what it builds
+os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
+atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], True)
+
+
+@pytest.fixture(autouse=True)
+def own_compile_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "compile-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -63,9 +63,10 @@ def build(args: BuildArgs):
     summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout,
                                                                  seed=args.seed, space=space_dict, frontend=args.frontend,
                                                                  from_ir=args.from_ir))
-    ui.out.print("built %s for %s: %d variants (%d compiled, %d cached, %d failed), %d shapes, %d jobs, "
+    ui.out.print("built %s for %s: %d variants (%d compiled, %d cached%s, %d failed), %d shapes, %d jobs, "
                  "%d pruned pairs, in %.1fs -> %s" % (
                      kern.name, tgt.name, len(summary.manifest.variants), summary.compiled, summary.cached,
+                     " (%d reused from the compile cache)" % summary.reused if summary.reused else "",
                      summary.failed, len(shape_list), len(summary.manifest.jobs), summary.pruned_pairs,
                      summary.seconds, summary.bundle))
     print_all_pruned(summary.manifest, kern, tgt)

@@ -65,6 +65,9 @@ def tune(args: TuneArgs):
     more than the measured spread (else the tie rule decides)."""
     clock = Stopwatch()
     from .. import kernels
+    from ..compile import cache as compile_cache
+
+    compiles_before = compile_cache.counts()
     from ..build import BuildOptions
     from ..rounds import Session, remeasure_rows, search, shape_history
     from ..run import RunOptions, timing_choice
@@ -178,7 +181,16 @@ def tune(args: TuneArgs):
     with clock("report"):
         report(ReportArgs(target=args.target, kernel=kern.name, formats=args.formats, html=args.html,
                           targets_file=args.targets_file))
+    ui.out.print(compiles_line(compiles_before, compile_cache.counts(), compile_cache.cache_root()))
     ui.out.print(clock.line())
+
+
+def compiles_line(before: dict, after: dict, where) -> str:
+    """How many kernels this tune compiled and how many it reused from the compile cache kept
+    across tunes (harness.compile.cache), and where that cache is."""
+    compiled, reused = after["compiled"] - before["compiled"], after["reused"] - before["reused"]
+    return "compiles: %d compiled, %d reused from the compile cache (%s)" % (
+        compiled, reused, where if where is not None else "off: HARNESS_CACHE_DIR=off")
 
 
 class Stopwatch:

@@ -20,6 +20,7 @@ class CompileResult:
     launch: dict = field(default_factory=dict)  # entry name, parameters, threads, shared memory...
     seconds: float = 0.0
     cached: bool = False
+    reused: bool = False  # taken from the compile cache kept across projects (harness.compile.cache)
 
     @staticmethod
     def load_cached(artifact: Path) -> Optional["CompileResult"]:
@@ -33,13 +34,34 @@ class CompileResult:
         return CompileResult(data["status"], artifact if data["status"] == "ok" else None,
                              data.get("message", ""), data.get("launch", {}), data.get("seconds", 0.0), True)
 
+    @staticmethod
+    def reuse(artifact: Path) -> Optional["CompileResult"]:
+        """The result of an earlier compile in any project, from the compile cache kept across
+        tunes (``harness.compile.cache``), copied into this bundle; None when it has none."""
+        from . import cache
+
+        if not cache.restore(artifact):
+            return None
+        result = CompileResult.load_cached(artifact)
+        if result is not None:
+            result.reused = True
+            cache.count("reused")
+        return result
+
     def save_cached(self, artifact: Path) -> None:
+        """Record the result next to the artifact, and keep both in the compile cache."""
+        from . import cache
+
         sidecar = artifact.with_name(artifact.name + ".json")
         data = asdict(self)
+        data.pop("reused", None)
+        cache.count("compiled")
         data["artifact"] = str(self.artifact) if self.artifact else None
         tmp = sidecar.with_name(sidecar.name + ".tmp%d.%d" % (os.getpid(), threading.get_ident()))
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, sidecar)
+        if self.status != "compile_timeout":  # a longer timeout may succeed: not kept across tunes
+            cache.keep(artifact)
 
 
 def run_compiler(cmd: list, timeout: float, artifact: Path) -> CompileResult:

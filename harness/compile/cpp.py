@@ -153,6 +153,10 @@ class CppCompiler:
         src_dir.mkdir(parents=True, exist_ok=True)
         kernel_src = src_dir / ("%s.cpp" % digest[:20])
         kernel_src.write_text(source)
+        artifact.parent.mkdir(parents=True, exist_ok=True)
+        reused = CompileResult.reuse(artifact)  # compiled in another project or tune
+        if reused:
+            return reused
         with self._support_lock:
             support_objs = self._support_objects(shape, timeout)
         if isinstance(support_objs, CompileResult):

@@ -304,6 +304,9 @@ class TritonGpuCompiler:
         if cached is not None:
             return cached
         artifact.parent.mkdir(parents=True, exist_ok=True)
+        reused = CompileResult.reuse(artifact)  # compiled in another project or tune
+        if reused is not None:
+            return reused
         result = run_compile_process(job, artifact, timeout)
         if result.status == "ok":
             result.launch["triton_version"] = self.version
