@@ -11,7 +11,8 @@ host may build and submit the next round: the agent takes rounds in order, so th
 measured as soon as this one ends.
 
 A fleet's round is split over its hosts (job i to host i mod n); a pinned round (a winners'
-re-measure) runs on the first host's first device only. A dead agent is restarted and resumes
+re-measure) runs on the first host only: on its first device, or with each shape's jobs on one
+device of it (``pin``: {shape id: slot}). A dead agent is restarted and resumes
 the round it was in: jobs with rows stay measured, the others run (``serve.py``).
 """
 
@@ -201,7 +202,7 @@ class Lane:
         from .bundle import pushed_files
 
         spec = {"bundle": self.bundle, "results": self.results, "manifest": json.loads(manifest.to_json()),
-                "options": options, "pin": bool(pin)}
+                "options": options, "pin": dict(pin) if isinstance(pin, dict) else bool(pin)}
         if not self.remote:
             from remote_agent.serve import round_files, write_json
 
@@ -252,7 +253,8 @@ class AgentSession:
 
     def submit(self, bundle: Path, manifest, options: dict, pin: bool = False) -> Ticket:
         """Queue the round ``manifest`` (its jobs split over the hosts, or all on the first host
-        and its first device when ``pin``); returns at once."""
+        when ``pin``: on its first device, or each shape's on device ``pin[shape]``); returns at
+        once."""
         lanes = self.lanes[:1] if pin else self.lanes
         self._setup([lane for lane in lanes if not lane.started], bundle, manifest)
         began = time.monotonic()

@@ -13,7 +13,8 @@ evaluator (one build, push and run per round for all shapes). With long-lived ag
 ``submit``-ted and built in a thread of its own while earlier rounds build or are measured (as
 many rounds in flight as there are measuring devices, plus one), and ``collect``-ed later; the
 rounds reach the agents in the order they were asked. ``remeasure_winners`` measures the
-top candidates of each shape interleaved and picks noise-aware winners; they are kept in
+top candidates of each shape interleaved (each shape's on one device, the shapes spread over the
+devices) and picks noise-aware winners; they are kept in
 ``results/<target>/<kernel>/winners.json``, which ``harness report`` reads.
 """
 
@@ -161,6 +162,18 @@ class Session:
         """Rounds in flight at most: ``in_flight``, else one per measuring device plus one (so
         that every device has a round queued while the next is built)."""
         return self.in_flight or self.measuring_devices() + 1
+
+    def pinned_devices(self) -> int:
+        """Devices a pinned round (a winners' re-measure) may spread over: those of the first
+        machine (pinned rounds run there), one where a round runs an agent of its own."""
+        if not self.long_lived:
+            return 1
+        per_machine = self.measuring_devices()
+        if self._agents is not None and self._agents.stats.devices:
+            first = self._agents.lanes[0].label
+            return max(1, self._agents.stats.devices.get(first, 1))
+        hosts = self.target.host_list() if self.target.is_remote and hasattr(self.target, "host_list") else []
+        return max(1, per_machine // max(1, len(hosts)))
 
     def measuring_devices(self) -> int:
         """Devices that measure rounds: those the agents reported (after the first round), else
@@ -480,8 +493,9 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     samples = {sid: {config_id(c): [] for c in cs} for sid, cs in cands.items()}
     variant_of: Dict[tuple, str] = {}
     first_row = len(session.rows())
+    slots = spread_shapes({sid: len(c) for sid, c in cands.items()}, session.pinned_devices())
     measure = lambda sids, first: _remeasure_rounds(  # noqa: E731
-        session, space, {sid: plans[sid][first:first + repeats] for sid in sids}, samples, variant_of)
+        session, space, {sid: plans[sid][first:first + repeats] for sid in sids}, samples, variant_of, slots)
     measure(list(plans), 0)
     noisy = [sid for sid, groups in samples.items() if _unsure_winner(groups)]
     if noisy:
@@ -515,11 +529,26 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     return entries
 
 
-def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], samples: dict, variant_of: dict) -> None:
+def spread_shapes(jobs: Dict[str, int], devices: int) -> dict:
+    """{shape id: device slot} for a winners' re-measure: every job of a shape on one device (its
+    candidates' times compare), the shapes spread over ``devices`` so that each gets about as many
+    jobs (``jobs``: a shape's jobs per round), the most first."""
+    load = [0] * max(1, devices)
+    slots = {}
+    for sid in sorted(jobs, key=lambda s: (-jobs[s], s)):
+        slot = load.index(min(load))
+        slots[sid] = slot
+        load[slot] += jobs[sid]
+    return slots
+
+
+def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], samples: dict, variant_of: dict,
+                      slots: Optional[dict] = None) -> None:
     """Measure the rounds of ``plans`` ({shape_id: [round, ...]}, round r of every shape
     together) and add each candidate's Trials to ``samples`` ({shape_id: {config id: [...]}}),
-    on one device of one machine, so that the candidates' times compare (long-lived agents take
-    all the rounds at once and run them back to back)."""
+    on one machine, each shape's jobs on one device (``slots``: {shape id: device slot}; None:
+    all on the first device), so that the candidates' times compare (long-lived agents take all
+    the rounds at once and run them back to back)."""
     from .strategies.history import row_trial
     from .strategies import config_id
 
@@ -529,7 +558,8 @@ def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], sam
     session.run_options = dataclasses.replace(searched, min_time_ms=max(REMEASURE_MIN_TIME_MS, searched.min_time_ms))
     count = max(len(p) for p in plans.values())
     try:
-        handles = [session.submit(_remeasure_pairs(plans, shapes, r, session.library), 1, (), pin=True)
+        pin = {sid: slots[sid] for sid in plans} if slots and len(set(slots.values())) > 1 else True
+        handles = [session.submit(_remeasure_pairs(plans, shapes, r, session.library), 1, (), pin=pin)
                    for r in range(count)]
     finally:
         session.run_options = searched

@@ -7,7 +7,9 @@ Files under W (the host writes ``queue/*.json``; everything else is the agent's)
                       holds only the round's variants and jobs. Rounds run one at a time in name
                       order (the host names them <session>-<number>, both zero-padded); paths are
                       relative to the agent's folder or absolute. A file that does not parse yet
-                      is still being written: it is read again.
+                      is still being written: it is read again. "pin": false, true (every
+                      job on the first device) or {shape id: slot} (each shape's jobs on
+                      device slot modulo the devices: a winners' re-measure spread over them).
   queue/NAME.start    {"offset"}: the size of the results file when the round began. An agent
                       restarted mid-round resumes it and skips the jobs whose rows lie past it.
   queue/NAME.done     {"offset", "end", "rows", "seconds", "busy": {device: s}, "devices"}:
@@ -249,8 +251,17 @@ class Server(object):
             runner = self.runners[key] = make_runner(agent.bundle, manifest, options, self.log)
             runner.keep_workers = True
         runner.manifest, runner.options = manifest, options
-        runner.only = runner.devices()[:1] if pin else None
+        runner.only, runner.place = pinned_devices(runner.devices(), pin)
         return runner
+
+
+def pinned_devices(devices, pin):
+    """(only, place) of a round for a GPU runner: ``pin`` false: any job on any device; true:
+    every job on the first device; {shape id: slot}: each shape's jobs on device ``slot`` modulo
+    the devices (a winners' re-measure spread over the devices, a shape's candidates on one)."""
+    if isinstance(pin, dict) and pin and devices:
+        return None, {sid: devices[int(slot) % len(devices)] for sid, slot in pin.items()}
+    return (devices[:1] if pin else None), None
 
 
 # ---- the host's side of the files ------------------------------------------------------------------

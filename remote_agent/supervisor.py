@@ -171,11 +171,13 @@ class Supervisor(object):
     def _start(self, device):
         return _Worker(device, self.command_for(device), self.env_for(device))
 
-    def run(self, jobs, keep=False, only=None):
+    def run(self, jobs, keep=False, only=None, device_of=None):
         """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish.
         ``keep``: the workers stay up after the last job (with their contexts, modules and
         data) for the next call, until ``close()``. ``only``: devices that may take these jobs
-        (the others stay idle)."""
+        (the others stay idle). ``device_of(request)``: the device a job must run on (None: any);
+        each worker takes the first pending job meant for it, so a device's jobs keep their
+        order (a job meant for a device that was dropped goes to any)."""
         pending = collections.deque(jobs)
         workers, self._kept = self._kept, None
         if workers is None:
@@ -191,7 +193,10 @@ class Supervisor(object):
                     if only is not None and w.device not in only:
                         continue
                     if w.state == "idle" and w.job is None and pending:
-                        key, request = pending.popleft()
+                        taken = _take(pending, w.device, device_of, workers)
+                        if taken is None:
+                            continue
+                        key, request = taken
                         next_id += 1
                         w.job = (key, request)
                         w.sent = time.monotonic()
@@ -301,6 +306,18 @@ class Supervisor(object):
                 w.kill()
                 return
         w.reap()
+
+
+def _take(pending, device, device_of, workers):
+    """The first pending job ``device`` may run (every job without ``device_of``); None if none."""
+    if device_of is None:
+        return pending.popleft()
+    for i, (key, request) in enumerate(pending):
+        want = device_of(request)
+        if want is None or want == device or want not in workers:
+            del pending[i]
+            return key, request
+    return None
 
 
 def _facts_text(message):

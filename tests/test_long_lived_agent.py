@@ -3,7 +3,7 @@
 - over the loopback sshd: the serving agent is killed (SIGKILL) in the middle of a round; the
   host restarts it, the round resumes, and the tune ends with every asked pair measured once;
 - GPU workers (the real worker process on tests/gpu_standin.py's CPU stand-in) stay up from one
-  round to the next, jobs spread over two devices, and a pinned round uses one;
+  round to the next, jobs spread over two devices, and a pinned round uses one (or one per shape);
 - strategies.driver.drive asks the next rounds before the last one is told (up to its depth),
   tells them in the order they were asked, never asks a pending config again, keeps the budget
   (pending configs counted), asks nothing ahead of the first results under a time limit, and
@@ -81,7 +81,7 @@ def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace
     assert not serve.serving_pid(str(serve_dir)) or (serve_dir / "stop").exists()
 
 
-def test_gpu_workers_stay_up_across_rounds_and_a_pinned_round_uses_one_device(tmp_path, monkeypatch):
+def test_gpu_workers_stay_up_across_rounds_and_a_pinned_round_uses_one_device_per_shape(tmp_path, monkeypatch):
     from tests.test_gpu_supervisor import make_bundle, standin_runner
 
     standin_runner(monkeypatch)
@@ -122,6 +122,13 @@ def test_gpu_workers_stay_up_across_rounds_and_a_pinned_round_uses_one_device(tm
     pinned = submit("a-3", jobs[:4], pin=True, timing=dict(options, min_time_ms=2.0, iters=4))
     assert {r[device] for r in pinned["rows"]} == {"cuda:0"}
     assert worker_pids() == pids  # other timing options reach the same workers with each job
+    # a winners' re-measure: each shape's jobs on one device, the shapes on different devices
+    first_shape, second_shape = sorted({j["shape"] for j in jobs[:12]})
+    spread = submit("a-4", jobs[:12], pin={first_shape: 1, second_shape: 0})
+    shape = spread["header"].index("shape_id")
+    assert len(spread["rows"]) == 12
+    assert {(r[shape], r[device]) for r in spread["rows"]} == {(first_shape, "cuda:1"), (second_shape, "cuda:0")}
+    assert spread["done"]["busy"]["cuda:0"] > 0 and spread["done"]["busy"]["cuda:1"] > 0
     (work / "stop").touch()
     thread.join(60)
     assert not thread.is_alive()
@@ -308,3 +315,18 @@ print(summary.manifest.variants[0].status, len(build._compiling))
         pytest.fail("the build hung on a compile that was done before its callback was registered")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "0"]  # built, and forgotten once done
+
+
+def test_a_winners_remeasure_spreads_shapes_over_the_devices_by_their_jobs():
+    from harness.rounds import spread_shapes
+
+    slots = spread_shapes({"a": 4, "b": 3, "c": 3, "d": 3, "e": 2}, 2)
+    load = Counter()
+    for sid, slot in slots.items():
+        load[slot] += {"a": 4, "b": 3, "c": 3, "d": 3, "e": 2}[sid]
+    assert set(slots.values()) == {0, 1} and sorted(load.values()) == [7, 8]
+    assert set(spread_shapes({"a": 4, "b": 3}, 1).values()) == {0}
+    assert serve.pinned_devices(["cuda:0", "cuda:1"], {"a": 0, "b": 1, "c": 2}) == (
+        None, {"a": "cuda:0", "b": "cuda:1", "c": "cuda:0"})
+    assert serve.pinned_devices(["cuda:0", "cuda:1"], True) == (["cuda:0"], None)
+    assert serve.pinned_devices(["cuda:0", "cuda:1"], False) == (None, None)

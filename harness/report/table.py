@@ -46,12 +46,12 @@ def winners_table(best: pd.DataFrame, winners: dict) -> Optional[Table]:
     table = Table(title="noise-aware winners (top candidates re-measured interleaved)")
     for col in ("shape", "winner", _time_header(best), "noise %", "spread %", "decided", "repeats"):
         table.add_column(col, justify="left" if col in ("shape", "winner", "decided") else "right")
-    shown = 0
+    shown = set()
     for _, row in best.iterrows():
         w = winners.get(row["shape_id"])
-        if not w or row.get("decided") is None:
-            continue
-        shown += 1
+        if not w or row.get("decided") is None or row["shape_id"] in shown:
+            continue  # one line a shape, however many devices measured it
+        shown.add(row["shape_id"])
         noise = w.get("noise")
         table.add_row(row["shape_id"], _config_text(w["config"]), _time(w["median_ns"]),
                       "-" if noise is None else "%.2f" % (100.0 * noise), "%.1f" % (100.0 * w["rel_spread"]),

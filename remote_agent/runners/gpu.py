@@ -48,7 +48,8 @@ class GpuRunner(object):
         self.worker_env = worker_env or self._worker_env
         self.worker_facts = {}
         self.keep_workers = False  # remote_agent.serve: the workers outlive run_all, for the next round
-        self.only = None  # devices the next run_all may use (a winners' re-measure pins one)
+        self.only = None  # devices the next run_all may use (a pinned round without places uses one)
+        self.place = None  # {shape id: device} the next run_all's jobs must run on (a winners' re-measure)
         self._supervisor = None
 
     def devices(self):
@@ -108,7 +109,10 @@ class GpuRunner(object):
         from ..supervisor import SupervisorError
 
         try:
-            for job, device, result in sup.run(requests, keep=self.keep_workers, only=self.only):
+            place = self.place
+            device_of = (lambda request: place.get(request["shape"]["id"])) if place else None
+            for job, device, result in sup.run(requests, keep=self.keep_workers, only=self.only,
+                                               device_of=device_of):
                 yield job, device, result
         except SupervisorError as exc:
             raise AgentError(str(exc))
