@@ -121,10 +121,12 @@ def report(args: ReportArgs):
     written += _counters(df, out_dir, kern, args.threshold)
     if args.html:
         from ..report.html import write_html
+        from ..tune_timing import load as load_tune_timing
 
         written.append(write_html(df, best, meta, out_dir / ("%s.html" % kern), weights=weights_src,
                                   threshold=args.threshold, max_err_ratio=args.err_ratio,
-                                  title="harness report: %s on %s" % (kern, tgt.name)))
+                                  title="harness report: %s on %s" % (kern, tgt.name),
+                                  tune=load_tune_timing(local)))
     ui.out.print("wrote %s" % ", ".join(str(p) for p in written))
 
 

@@ -67,7 +67,10 @@ def tune(args: TuneArgs):
     from .. import kernels
     from ..compile import cache as compile_cache
 
+    from .. import tune_timing
+
     compiles_before = compile_cache.counts()
+    timings, configs, timing_record = {}, 0, None  # where the time went (harness.tune_timing)
     from ..build import BuildOptions
     from ..rounds import Session, remeasure_rows, search, shape_history
     from ..run import RunOptions, timing_choice
@@ -171,26 +174,39 @@ def tune(args: TuneArgs):
                 searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size, budget=args.budget,
                                   time_limit=seconds, on_round=_round_printer(session),
                                   warm_start=args.warm_start, **strategy_options)
+            timings["search"] = session.timing()
+            configs = sum(len(s.new) for s in searches)
             _search_table(args.strategy, searches, session, space_dict)
             if args.top:
                 with clock("re-measure"):
                     _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, args.top, args.repeats,
                                {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches})
+                timings["re-measure"] = session.timing()
         finally:
             session.close()
+        timing_record = tune_timing.summarize(dict(clock.phases), timings, configs,
+                                              _compiles(compiles_before, compile_cache.counts()))
+        tune_timing.save(session.results_path, timing_record)
     with clock("report"):
         report(ReportArgs(target=args.target, kernel=kern.name, formats=args.formats, html=args.html,
                           targets_file=args.targets_file))
-    ui.out.print(compiles_line(compiles_before, compile_cache.counts(), compile_cache.cache_root()))
+    ui.out.print(compiles_line(_compiles(compiles_before, compile_cache.counts()), compile_cache.cache_root()))
+    if timing_record is not None:
+        timing_record["phases"] = {k: round(v, 3) for k, v in clock.phases.items()}  # the report's too
+        for line in tune_timing.lines(timing_record):
+            ui.out.print(line)
     ui.out.print(clock.line())
 
 
-def compiles_line(before: dict, after: dict, where) -> str:
+def _compiles(before: dict, after: dict) -> dict:
+    return {k: after[k] - before[k] for k in ("compiled", "reused")}
+
+
+def compiles_line(compiles: dict, where) -> str:
     """How many kernels this tune compiled and how many it reused from the compile cache kept
     across tunes (harness.compile.cache), and where that cache is."""
-    compiled, reused = after["compiled"] - before["compiled"], after["reused"] - before["reused"]
     return "compiles: %d compiled, %d reused from the compile cache (%s)" % (
-        compiled, reused, where if where is not None else "off: HARNESS_CACHE_DIR=off")
+        compiles["compiled"], compiles["reused"], where if where is not None else "off: HARNESS_CACHE_DIR=off")
 
 
 class Stopwatch:

@@ -1,7 +1,8 @@
 """``harness report --html``: one offline page, tables and matplotlib plots embedded as base64
 PNG (Agg backend; no script, no stylesheet or font fetched from anywhere).
 
-Sections: the metadata; the status breakdown (ok / wrong_answer / crash / timeout / ... /
+Sections: the metadata; where the last tune's time went (each device's busy share, what waited
+on what, compiles made and reused); the status breakdown (ok / wrong_answer / crash / timeout / ... /
 pruned) of the kernel rows; best vs library per shape (with the call_count-weighted total when
 weights are given); time against each tuning parameter (time over the shape's best, every
 measured variant); counter correlations (|r| >= threshold).
@@ -48,8 +49,10 @@ code { font-size: .9em; }
 
 
 def write_html(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path, *, weights=None,
-               threshold: float = 0.8, max_err_ratio: Optional[float] = None, title: Optional[str] = None) -> Path:
-    """Write the report page to ``path``; returns it."""
+               threshold: float = 0.8, max_err_ratio: Optional[float] = None, title: Optional[str] = None,
+               tune: Optional[dict] = None) -> Path:
+    """Write the report page to ``path``; returns it. ``tune``: the last tune's timing record
+    (harness.tune_timing), shown as "Where the tune's time went"."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -62,6 +65,7 @@ def write_html(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path, *, we
              "<p class=\"note\">generated %s from %d results rows (%d kernel, %d library)</p>" %
              (_e(time.strftime("%Y-%m-%d %H:%M:%S")), len(df), len(kernel_rows(df)), len(library_rows(df)))]
     parts += _meta_section(meta, df)
+    parts += _tune_section(tune)
     parts += _status_section(df)
     parts += _best_section(df, best, weights, max_err_ratio)
     parts += _params_section(df)
@@ -83,6 +87,49 @@ def _meta_section(meta: Meta, df: pd.DataFrame) -> list:
             facts[col] = ", ".join(sorted({str(v) for v in df[col].dropna().unique()}))
     rows = [[k, "" if v is None else v] for k, v in facts.items()]
     return ["<h2 id=\"meta\">Where this ran</h2>", _table(["what", "value"], rows, left=2)]
+
+
+def _tune_section(record: Optional[dict]) -> list:
+    """Each device's busy share of the tune's measuring phases and where its seconds went (the
+    record ``harness tune`` kept; a file read back, so every value is checked for its type)."""
+    from ..tune_timing import PHASES, busy_share
+
+    if not isinstance(record, dict) or not isinstance(record.get("phases"), dict):
+        return []
+    phases = {str(k): v for k, v in record["phases"].items() if isinstance(v, (int, float))}
+    devices = record.get("devices") if isinstance(record.get("devices"), dict) else {}
+    clean = {"phases": phases, "devices": {str(d): {p: b for p, b in v.items() if isinstance(b, (int, float))}
+                                           for d, v in devices.items() if isinstance(v, dict)}}
+    out = ["<h2 id=\"tune\">Where the tune's time went</h2>",
+           _table(["phase", "seconds"], [[p, "%.1f" % s] for p, s in phases.items()], left=1)]
+    if clean["devices"]:
+        shown = [p for p in PHASES if p in phases]
+        rows = []
+        for device in sorted(clean["devices"]):
+            row = [device]
+            for p in shown:
+                share = busy_share(clean, device, p) if p in clean["devices"][device] else None
+                row.append("" if share is None else "%.0f %% (%.1f s)" % (100 * share, clean["devices"][device][p]))
+            whole = busy_share(clean, device)
+            row.append("" if whole is None else "%.0f %%" % (100 * whole))
+            rows.append(row)
+        out.append(_table(["device"] + ["busy in the %s" % p for p in shown] + ["busy while measuring"], rows,
+                          left=1))
+    search = record.get("search") if isinstance(record.get("search"), dict) else {}
+    facts = [(label, search.get(key)) for label, key in (
+        ("configs/s in the search", "configs_per_s"), ("agents' start (s)", "agent_start_s"),
+        ("building rounds (s)", "build_s"), ("build waited on measure (s)", "build_waited_on_measure_s"),
+        ("measure waited on build (s)", "measure_waited_on_build_s"))]
+    compiles = record.get("compiles") if isinstance(record.get("compiles"), dict) else {}
+    facts += [("kernels compiled", compiles.get("compiled")), ("compiles reused from the cache", compiles.get("reused"))]
+    rows = [[label, "%.1f" % v if isinstance(v, float) else str(v)] for label, v in facts
+            if isinstance(v, (int, float))]
+    if rows:
+        out.append(_table(["what", "value"], rows, left=1))
+    out.append("<p class=\"note\">A device's busy share is the seconds a job was in flight there over the "
+               "phase's wall time: the search's start (pruning, the first build, the workers' start) counts "
+               "as idle.</p>")
+    return out
 
 
 def _status_section(df: pd.DataFrame) -> list:

@@ -1,0 +1,75 @@
+"""A GPU tune on a node of two devices, through the real CLI: Triton's sm90 AOT compiles here (no
+GPU), the long-lived agent, and the real GPU workers on tests/gpu_standin.py's CPU stand-in.
+
+- the winners' re-measure is spread over the devices, every candidate of a shape on one device;
+- the tune's last lines give each device's busy share and where the time went, and the HTML
+  report has them too (from results/<target>/<kernel>/tune_timing.json);
+- a second tune of the same space in a fresh project compiles nothing and says it reused.
+"""
+
+import csv
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Workspace
+
+pytest.importorskip("triton")
+
+TARGETS = ("node:\n  backend: cuda\n  arch: x86_64\n  gpu_arch: 90\n  shared_mem_max: 232448\n"
+           "  multiprocessors: 132\n  profiler: events\n  devices: \"0,1\"\n")
+SPACE = ("BLOCK_M: [16, 32]\nBLOCK_N: [32, 64]\nBLOCK_K: [32]\nGROUP_M: [1]\nSPLIT_K: [1]\nnum_warps: [4]\n"
+         "num_stages: [2]\n")
+SHAPES = "64x64x64,32x64x128,48x64x64"
+
+
+def node_project(path: Path, cache_dir: Path) -> Workspace:
+    path.mkdir()
+    ws = Workspace(path)
+    (path / "targets.yaml").write_text(TARGETS)
+    (path / "space.yaml").write_text(SPACE)
+    ws.env.update(HARNESS_GPU_API="tests.gpu_standin:StandinApi", HARNESS_STANDIN_DEVICES="2",
+                  HARNESS_CACHE_DIR=str(cache_dir))
+    return ws
+
+
+def tune(ws: Workspace) -> str:
+    return ws.harness("tune", "matmul", "--target", "node", "--space", "space.yaml", "--shapes", SHAPES,
+                      "--strategy", "random", "--budget", "4", "--batch-size", "2", "--top", "2", "--repeats", "2",
+                      "--min-time-ms", "1", "--html").stdout
+
+
+def test_a_two_device_tune_spreads_the_remeasure_reports_each_device_and_reuses_compiles(tmp_path):
+    first = node_project(tmp_path / "first", tmp_path / "cache")
+    out = tune(first)
+    compiled = int(re.search(r"compiles: (\d+) compiled, 0 reused", out).group(1))
+    assert compiled >= 4  # the searched configs and the support kernels
+    results = first.path / "results" / "node" / "matmul"
+    with open(results / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    remeasured = set(json.loads((results / "winners.json").read_text())["remeasure_rows"])
+    devices = defaultdict(set)
+    for i, row in enumerate(rows):
+        if i in remeasured:
+            devices[row["shape_id"]].add(row["device"])
+    assert len(devices) == 3
+    assert all(len(d) == 1 for d in devices.values()), devices  # a shape's candidates on one device
+    assert set().union(*devices.values()) == {"cuda:0", "cuda:1"}  # the shapes on both devices
+    # the last lines: each device's busy share per phase, and where the time went
+    busy = " ".join(out.split())
+    assert re.search(r"cuda:0 \d+% \(search \d+%, re-measure \d+%\); cuda:1 \d+% \(search \d+%, re-measure \d+%\)",
+                     busy), busy
+    assert re.search(r"where the time went: search [\d.]+ s \(\d+ configs, [\d.]+ configs/s; .*measure waited on "
+                     r"build [\d.]+ s\), re-measure [\d.]+ s, report [\d.]+ s", " ".join(out.split()))
+    record = json.loads((results / "tune_timing.json").read_text())
+    assert set(record["devices"]) == {"cuda:0", "cuda:1"}
+    assert all(v["re-measure"] > 0 for v in record["devices"].values())
+    page = (first.path / "tuned" / "node" / "matmul.html").read_text()
+    assert "Where the tune's time went" in page and "busy in the re-measure" in page and "cuda:1" in page
+    # the same space in a fresh project: every compile comes from the cache
+    second = node_project(tmp_path / "second", tmp_path / "cache")
+    out = tune(second)
+    assert "compiles: 0 compiled, %d reused from the compile cache" % compiled in out
