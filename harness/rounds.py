@@ -443,16 +443,57 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
         return [[r for r in round_rows if r.get("shape_id") == s.shape.id and not is_library_id(r.get("variant_id"))]
                 for s, _ in asks]
 
+    first = None
     if session.long_lived:  # the next rounds are built while this one is measured
         evaluate = AskAhead(submit, lambda submitted: per_shape(session.collect(submitted[0]), submitted[1]),
                             depth=session.depth)
+        if warm_start:  # the seeds' round is built, and the agents started, while the spaces are pruned
+            first = lambda live: seeds_round(live, space, budget)  # noqa: E731
     else:
         evaluate = lambda asks, fidelity: per_shape(*submit(asks, fidelity, run=True))  # noqa: E731
     try:
-        drive(searches, space, evaluate, budget, time_limit, on_round=on_round, clock=clock)
+        drive(searches, space, evaluate, budget, time_limit, on_round=on_round, clock=clock, first_round=first)
     except StrategyError as exc:
         raise HarnessError("strategy %s: %s" % (strategy_name, exc))
     return searches
+
+
+def seeds_round(searches: list, space: dict, budget: Optional[int] = None) -> list:
+    """The first round of a warm-started search, known before any space is pruned: each shape's
+    seeds (``strategies.seeded.Seeded``) that lie in ``space``, that its predicate keeps and that
+    it has not measured, in the seeds' order, up to its batch size and budget: what the
+    strategy's first ask would give. [(ShapeSearch, Batch)]."""
+    from .strategies import Batch, key
+
+    values = {name: {str(v) for v in vals} for name, vals in space.items()}
+    out = []
+    for s in searches:
+        seeds = getattr(s.strategy, "seeds", None)
+        if not seeds or not getattr(s.strategy, "asks_ahead", False):
+            continue  # a strategy that waits for its results asks its seeds itself
+        limit = s.strategy.batch_size
+        if budget is not None:
+            limit = min(limit, budget - len(s.history) - len(s.pending))
+        measured = {key(t.config) for t in s.history}
+        todo, seen = [], set()
+        for cfg in seeds:
+            if len(todo) >= limit:
+                break
+            if set(cfg) != set(space) or any(str(cfg[n]) not in values[n] for n in space):
+                continue
+            k = key(cfg)
+            if k in measured or k in seen or s.is_pruned(cfg):
+                continue
+            seen.add(k)
+            todo.append({n: _space_value(space[n], cfg[n]) for n in space})
+        if todo:
+            out.append((s, Batch(todo)))
+    return out
+
+
+def _space_value(values: list, value):
+    """``value`` as the space spells it (a seed's 4 for the space's 4.0, or "4" for 4)."""
+    return next((v for v in values if str(v) == str(value)), value)
 
 
 def listed_order(jobs: list, library_ids: list, library_at: dict) -> dict:

@@ -330,3 +330,27 @@ def test_a_winners_remeasure_spreads_shapes_over_the_devices_by_their_jobs():
         None, {"a": "cuda:0", "b": "cuda:1", "c": "cuda:0"})
     assert serve.pinned_devices(["cuda:0", "cuda:1"], True) == (["cuda:0"], None)
     assert serve.pinned_devices(["cuda:0", "cuda:1"], False) == (None, None)
+
+
+def test_the_seeds_round_goes_out_before_the_spaces_are_pruned_and_asks_what_the_strategy_would(monkeypatch):
+    import harness.strategies.driver as driver
+    from harness.rounds import seeds_round
+    from harness.strategies.seeded import Seeded
+
+    seeds = [{"A": 4, "B": 5}, {"A": 9, "B": 1}, {"A": 1, "B": 1}, {"A": 2, "B": 2}, {"A": 3, "B": 3}]
+    pruned = lambda c: c["A"] == 2  # noqa: E731
+
+    def searches():
+        return [ShapeSearch(Seeded(get_strategy("genetic", seed=1, batch_size=3), seeds), pruned)]
+
+    plain, early, order = [], [], []
+    drive(searches(), SPACE_DICT, _ahead_evaluator(plain), budget=9)
+    evaluate = _ahead_evaluator(early)
+    submit, prepare = evaluate.submit, driver.prepare_problems
+    evaluate.submit = lambda asks, fidelity: order.append("submit") or submit(asks, fidelity)
+    monkeypatch.setattr(driver, "prepare_problems", lambda *a, **k: order.append("prune") or prepare(*a, **k))
+    drive(searches(), SPACE_DICT, evaluate, budget=9, first_round=lambda live: seeds_round(live, SPACE_DICT, 9))
+    assert order[:2] == ["submit", "prune"]  # the seeds' round left before the pruning began
+    # the seeds in the space, unpruned, in order, up to the batch: what the strategy asks first
+    assert early[0] == plain[0] == ("submit", [key(c) for c in ({"A": 4, "B": 5}, {"A": 1, "B": 1}, {"A": 3, "B": 3})])
+    assert len(early) == len(plain) == 6  # then the same three rounds of three

@@ -116,7 +116,8 @@ class AskAhead:
 
 def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budget: Optional[int] = None,
           time_limit: Optional[float] = None, *, on_round: Optional[Callable] = None,
-          stop: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic) -> int:
+          stop: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic,
+          first_round: Optional[Callable] = None) -> int:
     """The search loop: drive every search in lockstep rounds until each is spent. Returns the
     number of rounds.
 
@@ -138,13 +139,25 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
     rounds are told in the order they were submitted. A strategy with ``asks_ahead`` is asked
     with the configs in flight as ``pending`` trials (never proposed again, counted against the
     budget, told like the liar values of a batch); any other waits for its last batch to be told.
+
+    ``first_round(searches) -> [(ShapeSearch, Batch)]`` (asking ahead only): a round known
+    before any space is pruned (the warm start's seeds, each checked by its search's predicate),
+    submitted first, so that its build, the agents' start and its measuring overlap the pruning
+    of every shape's space; its configs are pending like any round's.
     """
     start = clock()
     number = 0
     ahead = hasattr(evaluate, "submit")
     live = [s for s in searches if s.stopped is None]
-    prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
     in_flight = []  # ahead: [(round number, fidelity, asks, handle)] submitted, results not yet told
+    if ahead and first_round is not None:
+        asks = [(s, b) for s, b in first_round(live) if b.configs]
+        if asks:
+            number += 1
+            for s, b in asks:
+                s.pending += [dict(c) for c in b.configs]
+            in_flight.append((number, 1, asks, evaluate.submit(asks, 1)))
+    prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
     told = 0  # ahead: rounds told
     while True:
         waiting = {id(s) for _, _, group, _ in in_flight for s, _ in group}

@@ -1,0 +1,58 @@
+#!/bin/bash
+# On a node with several GPUs: the same tune (`harness tune matmul --budget 96 --min-time-ms 25`,
+# default genetic search and winners' re-measure, the ten shapes of bench/shapes/llm_gemms.txt)
+# on 1, 2, 4 (and 8 where the node has them) GPUs, each in a fresh project with an empty compile
+# cache, then once more on the most GPUs in a fresh project keeping that run's compile cache (a
+# second tune of the same space: it should compile nothing). After each tune bench/gpu_quality.py
+# measures its winners against cuBLAS (QUALITY=0 skips that). Prints and writes OUT/scaling.txt:
+# each run's wall time, configs/s, devices busy, the compiles made and reused, the ratios to one
+# GPU (issue 43: four GPUs at most a third of one GPU's wall time, two at most 0.55) and the
+# geomean against cuBLAS (bench/scaling_summary.py).
+#
+#   bash bench/gpu_scaling.sh OUT [SHAPES_FILE] [extra harness tune options]
+#
+# Wheels of what the node lacks are taken from .whl/ (bench/_node_env.sh). OUT/<run>/ gets each
+# run's tune.log, tune_timing.json, winners.json, quality.json and quality.log.
+set -u
+OUT=$(realpath -m "$1"); shift
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+SHAPES=$(realpath "${1:-$REPO/bench/shapes/llm_gemms.txt}"); [ $# -gt 0 ] && shift
+mkdir -p "$OUT"
+. "$REPO/bench/_node_env.sh"
+GPUS=$(nvidia-smi -L | grep -c '^GPU ')
+nvidia-smi --query-gpu=index,name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader | tee "$OUT/node.txt"
+echo "cores: $(nproc), GPUs: $GPUS, shapes: $SHAPES ($(grep -cv '^\s*\(#\|$\)' "$SHAPES") shapes)" | tee -a "$OUT/node.txt"
+
+run() {  # run NAME DEVICES CACHE [options]: one tune in a fresh project with compile cache CACHE, then its quality
+  local name=$1 devices=$2 cache=$3; shift 3
+  local dir="$OUT/$name" proj; proj=$(mktemp -d); mkdir -p "$dir"
+  node_target "$proj/targets.yaml" "$devices"
+  local start; start=$(date +%s.%N)
+  (cd "$proj" && HARNESS_CACHE_DIR="$cache" python3 -m harness tune matmul --target node --shapes-file "$SHAPES" \
+    --budget 96 --min-time-ms 25 "$@" > "$dir/tune.log" 2>&1)
+  echo "exit $? after $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s by the script's clock" >> "$dir/tune.log"
+  cp "$proj/results/node/matmul/tune_timing.json" "$proj/results/node/matmul/winners.json" "$dir/" 2>/dev/null
+  grep -E "^(compiles:|devices busy|where the time went|tune wall time)" -A1 "$dir/tune.log" | grep -v "^--" | head -8
+  if [ "${QUALITY:-1}" != 0 ]; then
+    (cd "$proj" && HARNESS_CACHE_DIR="$cache" python3 "$REPO/bench/candidates_bundle.py" matmul --target node \
+       --shapes-file "$SHAPES" --top 3 > "$dir/candidates.log" 2>&1
+     CUDA_VISIBLE_DEVICES=0 python3 "$REPO/bench/gpu_quality.py" --bundle build/node/matmul \
+       --results results/node/matmul/results.csv --out "$dir/quality.json" > "$dir/quality.log" 2>&1)
+    grep "^geomean" "$dir/quality.log"
+  fi
+  rm -rf "$proj"
+}
+
+devices() { seq -s, 0 $(($1 - 1)); }
+RUNS=""
+for n in 1 2 4 8; do
+  [ "$n" -le "$GPUS" ] || break
+  rm -rf "$OUT/cache-$n"; mkdir -p "$OUT/cache-$n"  # an empty compile cache
+  echo "== $n GPU(s): $(devices $n), empty compile cache"
+  run "gpus$n" "$(devices $n)" "$OUT/cache-$n" "$@"
+  RUNS="$RUNS gpus$n"; LAST=$n
+done
+echo "== $LAST GPU(s) again in a fresh project, the compile cache of the run before kept"
+run "gpus$LAST-cached" "$(devices $LAST)" "$OUT/cache-$LAST" "$@"
+RUNS="$RUNS gpus$LAST-cached"
+python3 "$REPO/bench/scaling_summary.py" "$OUT" $RUNS | tee "$OUT/scaling.txt"
