@@ -12,20 +12,29 @@ round compiles, shared across rounds by content), on a simulated clock that mode
   round each job goes to the first free device and takes ``--measure-s`` (times a factor
   uniform in 0.7-1.3), plus ``--agent-round-s`` per round.
 
-Pipelines compared (each for 1 and for ``--devices`` GPUs):
+- the agent: its GPU workers are ready ``--start-s`` after the first round reaches it;
+- the winners' re-measure after the search: each shape's 3 or 4 candidates (the top 3, and the
+  fastest seed or the config of the fewest SM cycles where not among them) in 5 rounds, each job
+  ``--remeasure-s`` (100 ms of timing and the job's own costs); the rounds run one after another.
+
+Pipelines compared (each for 1 GPU and for every count of ``--devices``):
   before       every config of a round compiled for every shape's specialization (the
                build of ``only_configs``), the build on the search's thread, 2 rounds in flight
   pairs        each config compiled for its own shape only, otherwise as before
   async        pairs, and rounds built in threads of their own (their compiles overlap), with
-               devices + 1 rounds in flight (the default now); ``--depth`` adds fixed depths
+               devices + 1 rounds in flight; ``--depth`` adds fixed depths
+  spread       async, the seeds' round sent before the spaces are pruned (its compiles, the
+               agent's start and its measuring overlap the pruning), and the winners' re-measure
+               spread over the devices, every candidate of a shape on one device (the default
+               now; every mode before it re-measures on one device)
 
 The defaults are calibrated on the H200 measurements in docs/throughput.md: ``--measure-s``
 0.055 (one GPU 64 % busy at 11.7 configs/s), and ``--compile-s`` chosen so that ``before``
 gives the measured 11.7 (one GPU) and 12.9 (two GPUs) configs/s on 32 cores; ``--calibrate``
 prints ``before`` over a range of compile costs to check that choice.
 
-    python3 bench/pipeline_sim.py                       # 32 cores, 1 vs 2 GPUs
-    python3 bench/pipeline_sim.py --cores 16 --devices 1
+    python3 bench/pipeline_sim.py                       # 32 cores, 1 vs 2 GPUs, every mode
+    python3 bench/pipeline_sim.py --cores 64 --devices 2,4,8 --modes async,spread
     python3 bench/pipeline_sim.py --calibrate
 """
 
@@ -121,13 +130,16 @@ class Setup:
 class Node:
     """The simulated host and node: compile slots, builds, and the agent's devices."""
 
-    def __init__(self, args, devices: int, shapes: int, per_pair: bool, overlap: bool):
+    def __init__(self, args, devices: int, shapes: int, per_pair: bool, overlap: bool, early: bool = False):
         self.a = args
         self.devices = devices
         self.per_pair = per_pair
         self.overlap = overlap  # builds in threads of their own (else on the search's thread)
         # pruning every shape's space before the first round: one after another, or (now) at once
-        self.now = args.prune_s * (math.ceil(shapes / args.cores) if overlap else shapes)
+        self.pruning = args.prune_s * (math.ceil(shapes / args.cores) if overlap else shapes)
+        self.early = early  # the seeds' round is sent before the pruning (it overlaps it)
+        self.now = 0.0 if early else self.pruning
+        self.started = None  # when the agent's workers are ready
         self.asking = 0.0  # the strategies' real asking time here
         self.slots = [0.0] * args.cores  # when each compile slot is free
         heapq.heapify(self.slots)
@@ -163,9 +175,13 @@ class Node:
         self.build_busy.append((start, built))
         if not self.overlap:
             self.now = built  # the search waited for its build
+        if self.early and self.started is None:
+            self.now = max(self.now, start + self.pruning)  # the search prunes while its seeds' round is built
         sent = max(built, self.sent_at)  # rounds reach the agent in order
         self.sent_at = sent
-        devices = [max(sent, self.agent_free) + a.agent_round_s] * self.devices
+        if self.started is None:
+            self.started = sent + a.start_s  # the agent and its GPU workers start with the first round
+        devices = [max(sent, self.agent_free, self.started) + a.agent_round_s] * self.devices
         for cfg, shape in pairs:
             t = a.measure_s * (0.7 + 0.6 * _unit("m" + repr(sorted(cfg.items())) + shape.id))
             i = devices.index(min(devices))
@@ -176,6 +192,28 @@ class Node:
 
     def collect(self, done: float) -> None:
         self.now = max(self.now, done)
+
+    def remeasure(self, shapes: list, spread: bool) -> float:
+        """The winners' re-measure after the search: each shape's candidates, 5 rounds one after
+        another; all on one device, or (``spread``) each shape's on one device, the shapes
+        balanced over the devices by their jobs. Returns its seconds."""
+        from harness.rounds import spread_shapes
+
+        a = self.a
+        jobs = {s.id: 3 + (_unit("cands" + s.id) < 0.5) for s in shapes}
+        slots = spread_shapes(jobs, self.devices if spread else 1)
+        start = max(self.now, self.agent_free)
+        t = start
+        for _ in range(5):
+            load = [0.0] * self.devices
+            for sid, n in jobs.items():
+                for j in range(n):
+                    d = a.remeasure_s * (0.9 + 0.2 * _unit("r%s%d" % (sid, j)))
+                    load[slots[sid]] += d
+                    self.busy += d
+            t += max(load) + a.agent_round_s
+        self.now = self.agent_free = t
+        return t - start
 
     def build_wall(self) -> float:
         total, end = 0.0, 0.0
@@ -196,8 +234,9 @@ def simulate(setup: Setup, args, devices: int, mode: str, depth=None) -> dict:
     from harness.strategies.driver import AskAhead, drive
 
     per_pair = mode != "before"
-    overlap = mode.startswith("async")
-    node = Node(args, devices, len(setup.shapes), per_pair, overlap)
+    overlap = mode in ("async", "spread")
+    spread = mode == "spread"
+    node = Node(args, devices, len(setup.shapes), per_pair, overlap, early=spread)
     depth = depth or (devices + 1 if overlap else 2)
     searches = setup.searches(args.budget, args.batch, args.seed)
     rng = random.Random(args.seed)
@@ -224,19 +263,27 @@ def simulate(setup: Setup, args, devices: int, mode: str, depth=None) -> dict:
         last[0] = time.monotonic()
         return [[Trial(c, "ok", time_of(c, s.shape)) for c in b.configs] for s, b in asks]
 
-    rounds = drive(searches, setup.space, AskAhead(submit, collect, depth), args.budget)
+    first = None
+    if spread:
+        from harness.rounds import seeds_round
+
+        first = lambda live: seeds_round(live, setup.space, args.budget)  # noqa: E731
+    rounds = drive(searches, setup.space, AskAhead(submit, collect, depth), args.budget, first_round=first)
     configs = sum(len(s.new) for s in searches)
-    return dict(mode=mode, devices=devices, depth=depth, rounds=rounds, configs=configs, seconds=node.now,
-                asking=node.asking,
-                rate=configs / node.now, busy=node.busy / (devices * node.now), compiles=node.compiles,
-                build=node.build_wall())
+    search_s, search_busy = node.now, node.busy
+    remeasure_s = node.remeasure(setup.shapes, spread) if args.remeasure_s > 0 else 0.0
+    return dict(mode=mode, devices=devices, depth=depth, rounds=rounds, configs=configs, seconds=search_s,
+                asking=node.asking, rate=configs / search_s, busy=search_busy / (devices * search_s),
+                compiles=node.compiles, build=node.build_wall(), remeasure=remeasure_s, wall=node.now,
+                busy_all=node.busy / (devices * node.now))
 
 
 def line(r: dict) -> str:
-    return ("%-7s %d GPU%s depth %d: %4d configs in %6.1fs = %5.1f configs/s; devices busy %3.0f%%; %4d compiles; "
-            "building %5.1fs; asking here %4.1fs" % (
+    return ("%-7s %d GPU%s depth %d: %4d configs in %6.1fs = %5.1f configs/s, busy %3.0f%%; re-measure %5.1fs; "
+            "wall %6.1fs, busy %3.0f%%; %4d compiles; building %5.1fs; asking here %4.1fs" % (
                 r["mode"], r["devices"], "s" if r["devices"] > 1 else " ", r["depth"], r["configs"], r["seconds"],
-                r["rate"], 100 * r["busy"], r["compiles"], r["build"], r["asking"]))
+                r["rate"], 100 * r["busy"], r["remeasure"], r["wall"], 100 * r["busy_all"], r["compiles"],
+                r["build"], r["asking"]))
 
 
 def main(argv=None) -> int:
@@ -246,7 +293,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cores", type=int, default=32, help="compile slots (the node's cores)")
-    p.add_argument("--devices", type=int, default=2, help="GPUs to compare with one")
+    p.add_argument("--devices", default="2", help="GPU counts to compare with one, e.g. 2 or 2,4,8")
     p.add_argument("--compile-s", type=float, default=0.33, help="core-seconds per compile (median)")
     p.add_argument("--compile-spread", type=float, default=0.5, help="sigma of the log-normal compile factor")
     p.add_argument("--round-s", type=float, default=0.4, help="host seconds per round besides compiling")
@@ -257,7 +304,11 @@ def main(argv=None) -> int:
                    help="the strategies' real asking time here counts this much (the node's CPU is faster)")
     p.add_argument("--measure-s", type=float, default=0.055, help="device seconds per config")
     p.add_argument("--agent-round-s", type=float, default=0.05, help="the agent's own seconds per round")
-    p.add_argument("--modes", default="before,pairs,async", help="which pipelines (see above)")
+    p.add_argument("--start-s", type=float, default=2.0,
+                   help="seconds from the first round reaching the agent to its GPU workers being ready")
+    p.add_argument("--remeasure-s", type=float, default=0.15,
+                   help="device seconds per job of the winners' re-measure (0: no re-measure)")
+    p.add_argument("--modes", default="before,pairs,async,spread", help="which pipelines (see above)")
     p.add_argument("--depth", default="", help="also async with these fixed depths, e.g. 2,4")
     p.add_argument("--calibrate", action="store_true", help="before, over compile costs 0.4-1.0 s")
     args = p.parse_args(argv)
@@ -270,22 +321,23 @@ def main(argv=None) -> int:
           "shape, measure %.0f ms per config; %d shapes, genetic, budget %d, batch %d" % (
               args.cores, args.compile_s, args.compile_spread, args.round_s, args.prune_s, 1000 * args.measure_s,
               len(setup.shapes), args.budget, args.batch))
+    counts = [1] + [int(x) for x in str(args.devices).split(",") if x.strip() and int(x) > 1]
     if args.calibrate:
         for c in (0.2, 0.3, 0.4, 0.5, 0.6):
             args.compile_s = c
-            one, two = (simulate(setup, args, d, "before") for d in (1, args.devices))
+            one, two = (simulate(setup, args, d, "before") for d in counts[:2])
             print("compile %.2fs: before 1 GPU %.1f configs/s, %d GPUs %.1f configs/s (measured: 11.7, 12.9)"
-                  % (c, one["rate"], args.devices, two["rate"]))
+                  % (c, one["rate"], counts[1], two["rate"]))
         return 0
-    rates = {}
     for mode in args.modes.split(","):
-        for d in (1, args.devices):
-            r = simulate(setup, args, d, mode)
-            rates[(mode, d)] = r["rate"]
-            print(line(r))
-        print("%-7s %d GPUs / 1 GPU: x%.2f" % (mode, args.devices, rates[(mode, args.devices)] / rates[(mode, 1)]))
+        runs = {d: simulate(setup, args, d, mode) for d in counts}
+        for d in counts:
+            print(line(runs[d]))
+        print("%-7s %s" % (mode, "; ".join("%d GPUs: search configs/s x%.2f, wall %.3f of one GPU's (x%.2f)" % (
+            d, runs[d]["rate"] / runs[1]["rate"], runs[d]["wall"] / runs[1]["wall"], runs[1]["wall"] / runs[d]["wall"])
+            for d in counts[1:])))
     for depth in [int(x) for x in args.depth.split(",") if x.strip()]:
-        for d in (1, args.devices):
+        for d in counts:
             print(line(simulate(setup, args, d, "async", depth)))
     return 0
 

@@ -217,6 +217,8 @@ class Server(object):
                 runner.close()
         sup = getattr(runner, "_supervisor", None)
         busy = {d: round(s - busy_before.get(d, 0.0), 4) for d, s in (getattr(sup, "busy", {}) or {}).items()}
+        if sup is not None:  # every device of the runner, the idle ones too (a worker slow to start)
+            busy = dict({d: 0.0 for d in runner.devices()}, **busy)
         end = os.path.getsize(results) if os.path.exists(results) else 0
         _, rows = rows_between(results, offset, end)
         write_json(files["done"], {"offset": offset, "end": end, "rows": len(rows),
