@@ -24,7 +24,9 @@ Pipelines compared (each for 1 GPU and for every count of ``--devices``):
   async        pairs, and rounds built in threads of their own (their compiles overlap), with
                devices + 1 rounds in flight; ``--depth`` adds fixed depths
   spread       async, the seeds' round sent before the spaces are pruned (its compiles, the
-               agent's start and its measuring overlap the pruning), and the winners' re-measure
+               agent's start and its measuring overlap the pruning), rounds measured as a stream
+               (a device takes the next round's jobs when it has none left of the earlier ones,
+               instead of waiting for the round's slowest job), and the winners' re-measure
                spread over the devices, every candidate of a shape on one device (the default
                now; every mode before it re-measures on one device)
 
@@ -140,6 +142,7 @@ class Node:
         self.early = early  # the seeds' round is sent before the pruning (it overlaps it)
         self.now = 0.0 if early else self.pruning
         self.started = None  # when the agent's workers are ready
+        self.free = [0.0] * devices  # when each device ends the jobs it was given
         self.asking = 0.0  # the strategies' real asking time here
         self.slots = [0.0] * args.cores  # when each compile slot is free
         heapq.heapify(self.slots)
@@ -181,14 +184,20 @@ class Node:
         self.sent_at = sent
         if self.started is None:
             self.started = sent + a.start_s  # the agent and its GPU workers start with the first round
-        devices = [max(sent, self.agent_free, self.started) + a.agent_round_s] * self.devices
+        if self.early:  # a stream: each device takes the round's jobs as soon as it is free
+            devices = [max(sent, free, self.started) for free in self.free]
+        else:  # the round starts when the last one ended on every device
+            devices = [max(sent, self.agent_free, self.started) + a.agent_round_s] * self.devices
+        done = 0.0
         for cfg, shape in pairs:
             t = a.measure_s * (0.7 + 0.6 * _unit("m" + repr(sorted(cfg.items())) + shape.id))
             i = devices.index(min(devices))
             devices[i] += t
+            done = max(done, devices[i])
             self.busy += t
-        self.agent_free = max(devices)
-        return self.agent_free
+        self.free = devices
+        self.agent_free = max(self.agent_free, done)
+        return done
 
     def collect(self, done: float) -> None:
         self.now = max(self.now, done)

@@ -77,13 +77,33 @@ class Agent:
     def _run(self, runner=None, skip=None):
         """Run the jobs; ``runner``: one kept from an earlier round (remote_agent.serve);
         ``skip``: job keys already measured (default: every row of the file, or none with --all)."""
-        m = self.manifest
-        runner = runner or make_runner(self.bundle, m, self.options, self.log)
-        header = contract.results_header(m["config_names"], self._counter_names(runner), problem_dims(m))
+        runner = runner or make_runner(self.bundle, self.manifest, self.options, self.log)
         try:
-            writer = ResultsWriter(self.results_path, header)
+            writer = ResultsWriter(self.results_path, self.header(runner))
         except SchemaMismatch as exc:
             raise AgentError(str(exc))
+        todo, variants, shapes, broken = self.prepare(runner, writer, skip)
+        total, done = len(todo), 0
+        self._progress(done, total, None)
+        for result_job, device, result in self._results(runner, todo, variants, shapes, broken):
+            self.write_result(writer, runner, variants, shapes, result_job, device, result)
+            done += 1
+            self._progress(done, total, result["status"], result_job["variant"], result_job["shape"])
+        writer.close()
+        return done
+
+    def header(self, runner):
+        """The results columns of this manifest's rows with this runner's counters."""
+        m = self.manifest
+        return contract.results_header(m["config_names"], self._counter_names(runner), problem_dims(m))
+
+    def write_result(self, writer, runner, variants, shapes, job, device, result):
+        writer.write(self._row(variants[job["variant"]], shapes[job["shape"]], device, result, runner))
+
+    def prepare(self, runner, writer, skip=None):
+        """The jobs to run, (todo [(job, device)], variants, shapes, broken {variant id: why}),
+        after recording the rows of pairs that cannot run (pruned, failed compiles)."""
+        m = self.manifest
         variants = {v["id"]: v for v in m["variants"]}
         shapes = {s["id"]: s for s in m["shapes"]}
         devices = runner.devices()
@@ -99,15 +119,7 @@ class Agent:
         if self.selected is None or 0 in self.selected:  # one agent of a fleet records these
             self._record_unrunnable(writer, variants, shapes, devices[0], skip)
         broken = self._verify_artifacts({j["variant"]: variants[j["variant"]] for j, _ in todo})
-        total, done = len(todo), 0
-        self._progress(done, total, None)
-        for result_job, device, result in self._results(runner, todo, variants, shapes, broken):
-            variant, shape = variants[result_job["variant"]], shapes[result_job["shape"]]
-            writer.write(self._row(variant, shape, device, result, runner))
-            done += 1
-            self._progress(done, total, result["status"], variant["id"], shape["id"])
-        writer.close()
-        return done
+        return todo, variants, shapes, broken
 
     def _results(self, runner, todo, variants, shapes, broken):
         """Yields (job, device, result) as they finish; GPU runners spread jobs over devices,

@@ -13,9 +13,16 @@ Files under W (the host writes ``queue/*.json``; everything else is the agent's)
   queue/NAME.start    {"offset"}: the size of the results file when the round began. An agent
                       restarted mid-round resumes it and skips the jobs whose rows lie past it.
   queue/NAME.done     {"offset", "end", "rows", "seconds", "busy": {device: s}, "devices"}:
-                      the round's rows are the results file's bytes [offset, end).
+                      the round's rows are the results file's bytes [offset, end); a GPU
+                      round measured in a stream (below) adds "variants" and "shapes": its rows
+                      are those of them there.
   stop                the agent finishes the round in progress and exits.
   serve.lock          held (flock) while an agent serves W; serve.pid, serve.log.
+
+GPU rounds that are not pinned run as a stream: the round and every round queued after it with
+the same bundle, results and timing options go to the same GPU workers as one run, the next
+round's jobs taken by a device as soon as it has nothing left of the earlier ones (no device waits
+for the slowest job of a round), each round done when its own jobs are.
 
 Rows are appended and flushed per job as in ``run``: killing the agent loses no finished row.
 ``--detach`` starts it in its own session (so a closed SSH channel does not stop it) and returns
@@ -36,7 +43,7 @@ import types
 
 from . import contract
 from .agent import Agent, AgentError, make_runner
-from .results import ResultsWriteError, _drop_torn_tail
+from .results import ResultsWriteError, ResultsWriter, SchemaMismatch, _drop_torn_tail
 
 RUN_DEFAULTS = {"warmup": 2, "iters": 10, "timeout": 60.0, "rerun_all": True, "profiler": None,
                 "run_under": None, "devices": None, "min_time_ms": 100.0, "select": None}
@@ -93,8 +100,9 @@ def serving_pid(workdir):
     return None
 
 
-def rows_between(results, start, end=None):
-    """(header, rows) of the results file's whole rows in bytes [start, end)."""
+def rows_between(results, start, end=None, variants=None, shapes=None):
+    """(header, rows) of the results file's whole rows in bytes [start, end); with ``variants``
+    and ``shapes`` only the rows of those variant and shape ids (a round of a stream)."""
     try:
         with open(results, "rb") as f:
             header = next(csv.reader(io.StringIO(f.readline().decode())), [])
@@ -107,6 +115,10 @@ def rows_between(results, start, end=None):
     if not text.endswith("\n"):
         text = text[:text.rfind("\n") + 1]  # a torn last line is no row
     rows = [r for r in csv.reader(io.StringIO(text)) if len(r) == len(header)]
+    if variants is not None and shapes is not None and "variant_id" in header:
+        vi, si = header.index("variant_id"), header.index("shape_id")
+        variants, shapes = set(variants), set(shapes)
+        rows = [r for r in rows if r[vi] in variants and r[si] in shapes]
     return header, rows
 
 
@@ -191,18 +203,11 @@ class Server(object):
             raise AgentError("round %s: manifest schema %s, this agent reads %s"
                              % (name, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
         self._lock_results(results)
-        if os.path.exists(files["start"]):  # resumed after a kill: its measured jobs stay measured
-            offset = read_json(files["start"])["offset"]
-            header, rows = rows_between(results, offset)
-            idx = {name: i for i, name in enumerate(header)}
-            skip = {contract.job_key(r[idx["variant_id"]], r[idx["shape_id"]], r[idx["device"]]) for r in rows}
-            self.log("round %s resumed: %d jobs already have rows" % (name, len(skip)))
-        else:
-            if os.path.exists(results):
-                _drop_torn_tail(results)
-            offset = os.path.getsize(results) if os.path.exists(results) else 0
-            write_json(files["start"], {"offset": offset})
-            skip = set()
+        if os.path.exists(results) and not os.path.exists(files["start"]):
+            _drop_torn_tail(results)
+        offset, skip = self._begin(name, results)
+        if streams(spec):
+            return self._run_stream(name, spec, options, offset, skip)
         start = time.monotonic()
         agent = RoundAgent(bundle, results, manifest, options, self.out, self.log)
         agent.round = name
@@ -224,6 +229,44 @@ class Server(object):
         write_json(files["done"], {"offset": offset, "end": end, "rows": len(rows),
                                    "seconds": round(time.monotonic() - start, 4), "busy": busy,
                                    "devices": runner.devices()})
+        return True
+
+    def _begin(self, name, results):
+        """(offset, skip) of a round starting now, its ``.start`` written; a round restarted
+        after a kill keeps its offset and skips the jobs that have rows past it."""
+        files = round_files(self.p["queue"], name)
+        if os.path.exists(files["start"]):  # resumed after a kill: its measured jobs stay measured
+            offset = read_json(files["start"])["offset"]
+            header, rows = rows_between(results, offset)
+            idx = {n: i for i, n in enumerate(header)}
+            skip = {contract.job_key(r[idx["variant_id"]], r[idx["shape_id"]], r[idx["device"]]) for r in rows}
+            self.log("round %s resumed: %d jobs already have rows" % (name, len(skip)))
+            return offset, skip
+        offset = os.path.getsize(results) if os.path.exists(results) else 0
+        write_json(files["start"], {"offset": offset})
+        return offset, set()
+
+    def _run_stream(self, name, spec, options, offset, skip):
+        """A GPU round and every round queued after it that can join (same bundle, results and
+        timing, not pinned), measured as one run of the workers: a device that finishes its
+        jobs takes the next round's instead of waiting for the round's slowest job. Each
+        round's ``.done`` is written when its own jobs are done."""
+        agent = RoundAgent(spec["bundle"], spec["results"], spec["manifest"], options, self.out, self.log)
+        agent.round = name
+        runner = self._runner(agent, options, False)
+        try:
+            writer = ResultsWriter(spec["results"], agent.header(runner))
+        except SchemaMismatch as exc:
+            raise AgentError(str(exc))
+        stream = Stream(self, runner, writer, spec)
+        stream.first = stream.join(name, spec, agent, offset, skip)
+        try:
+            for job, device, result in runner.run_all([], {}, {}, {}, options, more=stream.more):
+                stream.on_result(job, device, result)
+        except ResultsWriteError as exc:
+            raise AgentError(str(exc))
+        finally:
+            writer.close()
         return True
 
     def _lock_results(self, results):
@@ -255,6 +298,126 @@ class Server(object):
         runner.manifest, runner.options = manifest, options
         runner.only, runner.place = pinned_devices(runner.devices(), pin)
         return runner
+
+
+def streams(spec):
+    """Whether a round is measured as part of a stream of rounds (GPU rounds not pinned)."""
+    return spec["manifest"]["target"]["backend"] != "cpu" and not spec.get("pin")
+
+
+class Stream(object):
+    """Rounds measured together by one GPU runner (``Server._run_stream``): the rows of all go
+    to one writer as they finish; a round is done when its own jobs are. Its ``.done`` tells the
+    host which rows are its (``variants``, ``shapes``: rows of other rounds lie in between), and
+    the seconds and device busy seconds since the last ``.done`` of the stream (so that summed
+    over the rounds they count each second once)."""
+
+    def __init__(self, server, runner, writer, spec):
+        self.server = server
+        self.runner = runner
+        self.writer = writer
+        self.spec = spec  # the first round's: a round joins when its bundle, results and options match
+        self.rounds = {}  # name -> the state of a round in the stream
+        self.owner = {}  # id(job) -> round name
+        self.joined = []  # names, in order
+        self.first = []
+        self.closed = False
+        self.mark = (time.monotonic(), self._busy())
+        self.polled = 0.0
+
+    def _busy(self):
+        return dict(getattr(getattr(self.runner, "_supervisor", None), "busy", {}) or {})
+
+    def join(self, name, spec, agent, offset, skip):
+        """Add round ``name``: record its unrunnable rows; returns its requests for the workers."""
+        self.runner.manifest = spec["manifest"]
+        todo, variants, shapes, broken = agent.prepare(self.runner, self.writer, skip)
+        requests, unrunnable = self.runner.requests_for(todo, variants, shapes, broken)
+        state = {"name": name, "agent": agent, "variants": variants, "shapes": shapes, "offset": offset,
+                 "start": time.monotonic(), "left": len(requests), "done": 0,
+                 "total": len(requests) + len(unrunnable)}
+        self.rounds[name] = state
+        self.joined.append(name)
+        agent._progress(0, state["total"], None)
+        for job, device, result in unrunnable:
+            self._write(state, job, device, result)
+        for job, _ in requests:
+            self.owner[id(job)] = name
+        if not state["left"]:
+            self._finish(state)
+        return requests
+
+    def on_result(self, job, device, result):
+        state = self.rounds[self.owner.pop(id(job))]
+        state["left"] -= 1
+        self._write(state, job, device, result)
+        if not state["left"]:
+            self._finish(state)
+
+    def _write(self, state, job, device, result):
+        state["agent"].write_result(self.writer, self.runner, state["variants"], state["shapes"], job, device, result)
+        state["done"] += 1
+        state["agent"]._progress(state["done"], state["total"], result["status"], job["variant"], job["shape"])
+
+    def _finish(self, state):
+        files = round_files(self.server.p["queue"], state["name"])
+        now, busy = time.monotonic(), self._busy()
+        since, busy_then = self.mark
+        self.mark = (now, busy)
+        results = self.spec["results"]
+        end = os.path.getsize(results) if os.path.exists(results) else 0
+        variants, shapes = sorted(state["variants"]), sorted(state["shapes"])
+        _, rows = rows_between(results, state["offset"], end, variants, shapes)
+        spent = dict({d: 0.0 for d in self.runner.devices()},
+                     **{d: round(b - busy_then.get(d, 0.0), 4) for d, b in busy.items()})
+        write_json(files["done"], {"offset": state["offset"], "end": end, "rows": len(rows),
+                                   "seconds": round(now - max(state["start"], since), 4), "busy": spent,
+                                   "devices": self.runner.devices(), "variants": variants, "shapes": shapes})
+        del self.rounds[state["name"]]
+
+    def more(self):
+        """The requests of the next rounds queued that may join (in name order; one that may
+        not ends the stream once its jobs are done, and is run on its own next)."""
+        if self.first:
+            first, self.first = self.first, []
+            return first
+        now = time.monotonic()
+        if self.closed or now - self.polled < MORE_POLL:
+            return []
+        self.polled = now
+        if os.path.exists(self.server.p["stop"]):
+            return []
+        out = []
+        for name in pending_rounds(self.server.p["queue"]):
+            if name in self.joined:
+                continue
+            try:
+                spec = read_json(round_files(self.server.p["queue"], name)["json"])
+            except ValueError:
+                break  # still being written: asked again at the next poll
+            if not self._may_join(spec):
+                self.closed = True
+                break
+            options = types.SimpleNamespace(**dict(RUN_DEFAULTS, **spec.get("options", {})))
+            agent = RoundAgent(spec["bundle"], spec["results"], spec["manifest"], options, self.server.out,
+                               self.server.log)
+            agent.round = name
+            if agent.header(self.runner) != self.writer.header:
+                self.closed = True
+                break
+            offset, skip = self.server._begin(name, spec["results"])
+            out += self.join(name, spec, agent, offset, skip)
+        return out
+
+    def _may_join(self, spec):
+        first = self.spec
+        return (streams(spec) and spec.get("manifest", {}).get("schema_version") == contract.MANIFEST_SCHEMA
+                and os.path.abspath(spec["bundle"]) == os.path.abspath(first["bundle"])
+                and os.path.abspath(spec["results"]) == os.path.abspath(first["results"])
+                and spec.get("options", {}) == first.get("options", {}))
+
+
+MORE_POLL = 0.02  # seconds between looks at the queue while a device waits for work
 
 
 def pinned_devices(devices, pin):
@@ -316,7 +479,7 @@ def wait_round(workdir, name, timeout=None, poll=0.02):
         time.sleep(poll)
     done = read_json(files["done"])
     spec = read_json(files["json"])
-    header, rows = rows_between(spec["results"], done["offset"], done["end"])
+    header, rows = rows_between(spec["results"], done["offset"], done["end"], done.get("variants"), done.get("shapes"))
     return {"done": done, "header": header, "rows": rows}
 
 

@@ -171,13 +171,16 @@ class Supervisor(object):
     def _start(self, device):
         return _Worker(device, self.command_for(device), self.env_for(device))
 
-    def run(self, jobs, keep=False, only=None, device_of=None):
+    def run(self, jobs, keep=False, only=None, device_of=None, more=None):
         """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish.
         ``keep``: the workers stay up after the last job (with their contexts, modules and
         data) for the next call, until ``close()``. ``only``: devices that may take these jobs
         (the others stay idle). ``device_of(request)``: the device a job must run on (None: any);
         each worker takes the first pending job meant for it, so a device's jobs keep their
-        order (a job meant for a device that was dropped goes to any)."""
+        order (a job meant for a device that was dropped goes to any). ``more()``: jobs to add,
+        asked whenever a worker is idle and nothing is pending (rounds queued meanwhile: no device
+        waits for the slowest job of a round); the run ends when it gives none and no job is in
+        flight."""
         pending = collections.deque(jobs)
         workers, self._kept = self._kept, None
         if workers is None:
@@ -186,9 +189,12 @@ class Supervisor(object):
         next_id = 0
         finished = False
         try:
-            while workers and (pending or any(w.job for w in workers.values())):
+            while workers and (pending or any(w.job for w in workers.values()) or _more(more, pending)):
                 if only is not None and not any(d in workers for d in only):
                     break  # every device these jobs may use was dropped
+                if more is not None and not pending and any(w.state == "idle" and w.job is None
+                                                            for w in workers.values()):
+                    _more(more, pending)
                 for w in workers.values():  # hand out work
                     if only is not None and w.device not in only:
                         continue
@@ -209,6 +215,8 @@ class Supervisor(object):
                 deadlines = [w.deadline if w.job else w.started + self.start_timeout
                              for w in workers.values() if w.job or w.state == "starting"]
                 wait = max(0.0, min(deadlines) - now) if deadlines else 1.0
+                if more is not None and not pending:
+                    wait = min(wait, MORE_POLL)  # an idle worker looks for new jobs this often
                 readable, _, _ = select.select(list(workers.values()), [], [], min(wait, 5.0))
                 for w in readable:
                     lines = w.read_lines()
@@ -306,6 +314,18 @@ class Supervisor(object):
                 w.kill()
                 return
         w.reap()
+
+
+MORE_POLL = 0.02  # seconds between asks for more jobs while a worker is idle
+
+
+def _more(more, pending):
+    """Add ``more()``'s jobs to ``pending``; whether there were any."""
+    if more is None:
+        return False
+    jobs = list(more() or [])
+    pending.extend(jobs)
+    return bool(jobs)
 
 
 def _take(pending, device, device_of, workers):

@@ -354,3 +354,48 @@ def test_the_seeds_round_goes_out_before_the_spaces_are_pruned_and_asks_what_the
     # the seeds in the space, unpruned, in order, up to the batch: what the strategy asks first
     assert early[0] == plain[0] == ("submit", [key(c) for c in ({"A": 4, "B": 5}, {"A": 1, "B": 1}, {"A": 3, "B": 3})])
     assert len(early) == len(plain) == 6  # then the same three rounds of three
+
+
+def test_gpu_rounds_queued_together_run_as_one_stream_and_each_gets_its_own_rows(tmp_path, monkeypatch):
+    from remote_agent import supervisor
+    from tests.test_gpu_supervisor import make_bundle, standin_runner
+
+    standin_runner(monkeypatch)
+    runs = []
+    run = supervisor.Supervisor.run
+    monkeypatch.setattr(supervisor.Supervisor, "run", lambda self, *a, **k: runs.append(1) or run(self, *a, **k))
+    bundle = make_bundle(tmp_path / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    results = tmp_path / "results" / "results.csv"
+    work = tmp_path / "serve"
+    (work / "queue").mkdir(parents=True)
+    options = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1.0}
+    jobs = manifest["jobs"]
+    parts = {"s-1": jobs[:5], "s-2": jobs[5:9], "s-3": jobs[9:12]}
+    for name, part in parts.items():  # queued before the agent starts: it finds them all
+        variants = [v for v in manifest["variants"] if v["id"] in {j["variant"] for j in part}]
+        serve.write_json(str(work / "queue" / (name + ".json")), {
+            "bundle": str(bundle), "results": str(results), "options": options, "pin": False,
+            "manifest": dict(manifest, jobs=part, variants=variants)})
+    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lambda m: None)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not serve.serving_pid(str(work)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    replies = {name: serve.wait_round(str(work), name, timeout=120) for name in parts}
+    (work / "stop").touch()
+    thread.join(60)
+    assert len(runs) == 1  # one run of the workers measured the three rounds
+    seen = Counter()
+    for name, part in parts.items():
+        reply = replies[name]
+        assert "done" in reply, reply
+        header = reply["header"]
+        got = sorted((r[header.index("variant_id")], r[header.index("shape_id")]) for r in reply["rows"])
+        assert got == sorted((j["variant"], j["shape"]) for j in part)  # its own rows, each once
+        assert reply["done"]["rows"] == len(part) and set(reply["done"]["busy"]) == {"cuda:0", "cuda:1"}
+        seen.update(got)
+    assert set(seen.values()) == {1} and len(seen) == 12
+    with open(results, newline="") as f:
+        assert len(list(csv.DictReader(f))) == 12  # nothing measured twice

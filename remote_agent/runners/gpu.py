@@ -81,15 +81,15 @@ class GpuRunner(object):
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
-    def run_all(self, todo, variants, shapes, broken, options):
-        from ..supervisor import Supervisor
-
+    def requests_for(self, todo, variants, shapes, broken):
+        """(requests [(job, request)] for the workers in measuring order, [(job, device, result)]
+        of the jobs that cannot run: a broken artifact is a load error)."""
         groups = {}
         for job, device in todo:
             groups.setdefault((job["variant"], job["shape"]), []).append((job, device))
         devices = self.devices()
         timing = self.worker_options()  # per job too: kept workers take each round's options
-        requests = []
+        requests, unrunnable = [], []
         for (vid, sid), pairs in groups.items():
             variant = variants[vid]
             if variant.get("status") != contract.OK:
@@ -98,21 +98,33 @@ class GpuRunner(object):
                 continue  # ran on another device in an earlier (resumed) run
             job = pairs[0][0]
             if vid in broken:
-                yield job, pairs[0][1], {"status": contract.LOAD_ERROR, "message": broken[vid]}
+                unrunnable.append((job, pairs[0][1], {"status": contract.LOAD_ERROR, "message": broken[vid]}))
                 continue
             requests.append((job, {"variant": _slim_variant(variant), "shape": shapes[sid], "grid": job["grid"],
                                    "options": timing}))
         # one shape after another, so each worker generates a shape's data once
         requests.sort(key=measuring_order(self.manifest.get("order")))
-        sup = self._supervisor or Supervisor(devices, self.worker_command, self.worker_env,
+        return requests, unrunnable
+
+    def run_all(self, todo, variants, shapes, broken, options, more=None):
+        """Yields (job, device, result) of ``todo`` as they finish. ``more()``: further requests
+        (of rounds queued meanwhile), asked whenever a device would otherwise idle."""
+        from ..supervisor import Supervisor
+
+        requests, unrunnable = self.requests_for(todo, variants, shapes, broken)
+        for item in unrunnable:
+            yield item
+        sup = self._supervisor or Supervisor(self.devices(), self.worker_command, self.worker_env,
                                              job_timeout=_opt(options, "timeout", 60.0), log=self.log)
+        if self.keep_workers:
+            self._supervisor = sup  # its busy seconds are read while it runs (remote_agent.serve)
         from ..supervisor import SupervisorError
 
         try:
             place = self.place
             device_of = (lambda request: place.get(request["shape"]["id"])) if place else None
             for job, device, result in sup.run(requests, keep=self.keep_workers, only=self.only,
-                                               device_of=device_of):
+                                               device_of=device_of, more=more):
                 yield job, device, result
         except SupervisorError as exc:
             raise AgentError(str(exc))
