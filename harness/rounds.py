@@ -534,7 +534,8 @@ def remeasure_winners(session: Session, space: dict, histories: Dict[str, list],
     samples = {sid: {config_id(c): [] for c in cs} for sid, cs in cands.items()}
     variant_of: Dict[tuple, str] = {}
     first_row = len(session.rows())
-    slots = spread_shapes({sid: len(c) for sid, c in cands.items()}, session.pinned_devices())
+    devices = session.pinned_devices() if hasattr(session, "pinned_devices") else 1  # (a stand-in session: one)
+    slots = spread_shapes({sid: len(c) for sid, c in cands.items()}, devices)
     measure = lambda sids, first: _remeasure_rounds(  # noqa: E731
         session, space, {sid: plans[sid][first:first + repeats] for sid in sids}, samples, variant_of, slots)
     measure(list(plans), 0)
