@@ -138,14 +138,18 @@ class Agent:
         for vid, v in variants.items():
             if not v.get("artifact"):
                 continue
-            path = os.path.join(self.bundle, v["artifact"])
-            try:
-                digest = _sha256(path)
-            except OSError as exc:
-                broken[vid] = "artifact missing: %s" % exc
-                continue
-            if digest != v["sha256"]:
-                broken[vid] = "artifact %s does not match its hash; push again" % v["artifact"]
+            # a shared library the artifact loads (the library row's OpenBLAS) is checked the same way
+            files = [(v["artifact"], v["sha256"])] + [(lib["path"], lib["sha256"])
+                                                      for lib in (v.get("launch") or {}).get("libs", [])]
+            for rel, want in files:
+                try:
+                    digest = _sha256(os.path.join(self.bundle, rel))
+                except OSError as exc:
+                    broken[vid] = "artifact missing: %s" % exc
+                    break
+                if digest != want:
+                    broken[vid] = "artifact %s does not match its hash; push again" % rel
+                    break
         return broken
 
     def _record_unrunnable(self, writer, variants, shapes, device, skip):
