@@ -11,8 +11,7 @@ prints which OpenBLAS ran and the kernel core it picked at run time
 agent puts it in the row's ``library`` column and every report names it. OpenBLAS has no fp16
 GEMM (sgemm on converted data would not be the library); ``cblas_sbgemm`` is absent from both
 builds (Debian builds without BFLOAT16; scipy-openblas32 0.3.34 exports no sbgemm); those dtypes,
-and arches without OpenBLAS (riscv64: not a Debian bookworm architecture, and no scipy-openblas32
-wheel), fall back to the reference build, and the build says so in one line each.
+and arches without OpenBLAS (riscv64: ``RISCV64_WHY``), fall back to the reference build, and the build says so in one line each.
 
 The fallback is the *reference build*: the kernel's own template with one fixed,
 untuned config (the kernel's ``reference_config``, else the first value of every parameter of
@@ -68,6 +67,13 @@ class OpenBlas:
     source: str = ""  # where it came from, for the build's line and the launch record
 
 
+# Checked 2026-11-26: bookworm ships no riscv64 packages (riscv64 became a Debian release
+# architecture with trixie), and scipy-openblas32 0.3.34's riscv64 wheel (RVV cores
+# RISCV64_ZVL128B / ZVL256B) asks for GLIBC_2.38 symbols, newer than bookworm's riscv64 cross glibc.
+RISCV64_WHY = ("no OpenBLAS for riscv64 here (Debian bookworm has no riscv64 packages; scipy-openblas32's "
+               "riscv64 build needs glibc 2.38, bookworm's riscv64 cross glibc is 2.36)")
+
+
 def openblas_for(target):
     """(OpenBlas, None) for the target's arch, or (None, why not).
 
@@ -92,8 +98,9 @@ def openblas_for(target):
         inc = Path("/usr/include") / triple / sub
         if lib.exists() and (inc / "cblas.h").exists():
             return OpenBlas(inc, lib, source="Debian libopenblas-dev:%s" % _debian_arch(arch)), None
-    return None, ("no static OpenBLAS for %s here (Debian: libopenblas-dev:%s; bookworm has no riscv64)"
-                  % (arch, _debian_arch(arch)))
+    if arch == "riscv64":
+        return None, RISCV64_WHY
+    return None, "no static OpenBLAS for %s here (Debian: libopenblas-dev:%s)" % (arch, _debian_arch(arch))
 
 
 def scipy_openblas() -> Optional[OpenBlas]:

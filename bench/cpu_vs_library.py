@@ -1,0 +1,238 @@
+"""The tuned CPU kernel against the library row and against numpy's OpenBLAS, shape by shape.
+
+    python3 bench/cpu_vs_library.py [--shapes-file bench/shapes/cpu_gemms.txt] [--workdir DIR]
+                                    [--results results.csv] [-- extra harness tune arguments]
+
+Without ``--results`` it runs ``harness tune matmul --target local --library`` on the shapes (in
+``--workdir``, a fresh temporary project by default; arguments after ``--`` go to the tune, e.g.
+``-- --strategy random --budget 8`` for a short one) and reads the results it wrote; with
+``--results`` it reads that file instead. Then, for each fp32 shape of the file, it times numpy's
+matmul in this process: ``OPENBLAS_NUM_THREADS=1`` set before numpy is imported, pinned to the
+core the library row ran on (the row's ``pinned_cpu``), a preallocated ``out=``, operands stored
+as the shape's layout says (``NT``: B stored N x K and passed as ``b.T``), the minimum per-call
+time over at least ``--seconds`` (0.5) of samples. numpy's time includes its own call overhead
+(printed once, from a 1 x 1 x 1 product), which the library row, called from C, does not pay.
+
+It prints per shape: its class, the tuned kernel's GFLOP/s (fastest ok kernel row), the library
+row's GFLOP/s and the build and core it names, numpy's GFLOP/s, library/numpy and tuned/library;
+then per class the geomean of both ratios; its last line the geomeans over every shape and the
+worst shape of each ratio. Classes (issue 39): ``decode`` M <= 16 with N and K from 512 to 8192;
+``small`` every side <= 384; ``prefill`` M from 32 to 256 (the first that fits, in that order).
+"""
+
+import os
+
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy is imported: numpy's OpenBLAS on one thread
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_SHAPES = os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")
+CLASSES = ("decode", "prefill", "small")
+
+
+def parse_shapes(path):
+    """(M, N, K, layout) of every fp32 line of a shapes file (``MxNxK[:dtype[:layout]]  # note``)."""
+    out = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            parts = text.split(":")
+            try:
+                m, n, k = (int(v) for v in parts[0].lower().split("x"))
+            except ValueError:
+                raise SystemExit("%s:%d: not a shape MxNxK[:dtype[:layout]]: %s" % (path, number, text))
+            dtype = parts[1] if len(parts) > 1 else "fp32"
+            layout = parts[2].upper() if len(parts) > 2 else "NN"
+            if dtype == "fp32":
+                out.append((m, n, k, layout))
+    return out
+
+
+def shape_id(m, n, k, layout):
+    return "%dx%dx%d_fp32_%s" % (m, n, k, layout)
+
+
+def shape_class(m, n, k):
+    if m <= 16 and 512 <= n <= 8192 and 512 <= k <= 8192:
+        return "decode"
+    if max(m, n, k) <= 384:
+        return "small"
+    if 32 <= m <= 256:
+        return "prefill"
+    return "other"
+
+
+def run_tune(shapes_file, workdir, extra):
+    """``harness tune matmul --target local --library`` on the shapes in ``workdir``; its results."""
+    os.makedirs(workdir, exist_ok=True)
+    if not os.path.exists(os.path.join(workdir, "targets.yaml")):
+        shutil.copy(os.path.join(ROOT, "targets.yaml"), workdir)
+    cmd = [sys.executable, "-m", "harness", "tune", "matmul", "--target", "local", "--library",
+           "--shapes-file", os.path.abspath(shapes_file)] + list(extra)
+    env = dict(os.environ)
+    env.pop("OPENBLAS_NUM_THREADS", None)  # the tune's own processes are the harness's business
+    print("$ %s   (in %s)" % (" ".join(cmd[1:]), workdir), flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail = [l for l in proc.stdout.splitlines() if l.strip()][-3:]
+    print("\n".join("  | " + l for l in tail))
+    if proc.returncode != 0:
+        raise SystemExit("the tune exited %d" % proc.returncode)
+    print("tune: %.0f s" % (time.monotonic() - start))
+    return os.path.join(workdir, "results", "local", "matmul", "results.csv")
+
+
+def read_results(path):
+    """shape id -> {"tuned": ns, "library": ns, "build": str, "cpu": str} from a results CSV."""
+    import csv
+
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("status") != "ok" or row.get("dtype") != "fp32":
+                continue
+            try:
+                t = float(row.get("time_ns") or row.get("time_ns_median"))
+            except (TypeError, ValueError):
+                continue
+            entry = out.setdefault(row["shape_id"], {})
+            if row["variant_id"].startswith("lib:"):
+                if t < entry.get("library", math.inf):
+                    entry.update(library=t, build=row.get("library") or row["variant_id"],
+                                 cpu=row.get("pinned_cpu") or "")
+            elif t < entry.get("tuned", math.inf):
+                entry["tuned"] = t
+    return out
+
+
+def pin(cpus):
+    """Pin this process to the cores the library row ran on (else the last core)."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+        want = [int(c) for c in str(cpus).split(",") if c.strip()] or allowed[-1:]
+        os.sched_setaffinity(0, want)
+        return ",".join(map(str, want))
+    except (AttributeError, OSError, ValueError):
+        return "not pinned"
+
+
+def operands(m, n, k, layout):
+    """A (M x K) and B (K x N) as numpy views of arrays stored as the layout says; C preallocated."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((k, m), dtype=np.float32).T if layout[0] == "T" else \
+        rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((n, k), dtype=np.float32).T if layout[1] == "T" else \
+        rng.standard_normal((k, n), dtype=np.float32)
+    return a, b, np.empty((m, n), dtype=np.float32)
+
+
+def numpy_ns(a, b, c, seconds):
+    """The minimum per-call time of ``np.matmul(a, b, out=c)`` in ns, over samples of at least
+    0.1 ms each (a batch of calls), taken for at least ``seconds``."""
+    np.matmul(a, b, out=c)
+    t0 = time.perf_counter()
+    np.matmul(a, b, out=c)
+    one = max(time.perf_counter() - t0, 1e-7)
+    calls = max(1, int(1e-4 / one))
+    best, start = math.inf, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        s = time.perf_counter()
+        for _ in range(calls):
+            np.matmul(a, b, out=c)
+        best = min(best, (time.perf_counter() - s) / calls)
+    return best * 1e9
+
+
+def numpy_blas():
+    """numpy's BLAS as threadpoolctl sees it: 'OpenBLAS 0.3.31, core SkylakeX, 1 thread'."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (pip install threadpoolctl)"
+    for info in threadpool_info():
+        if info.get("user_api") == "blas":
+            return "%s %s, core %s, %s thread(s)" % (
+                {"openblas": "OpenBLAS"}.get(info.get("internal_api"), info.get("internal_api")),
+                info.get("version"), info.get("architecture"), info.get("num_threads"))
+    return "no BLAS found"
+
+
+def geomean(values):
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def gflops(m, n, k, ns):
+    return 2.0 * m * n * k / ns if ns else float("nan")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes-file", default=DEFAULT_SHAPES)
+    p.add_argument("--results", help="a results CSV of a tune with --library on these shapes (no tune is run)")
+    p.add_argument("--workdir", help="project folder of the tune (default: a fresh temporary one)")
+    p.add_argument("--seconds", type=float, default=0.5, help="numpy: sample each shape at least this long")
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="more harness tune arguments (after --)")
+    args = p.parse_args()
+    if not os.path.isfile(args.shapes_file):
+        raise SystemExit("%s: no such shapes file" % args.shapes_file)
+    shapes = parse_shapes(args.shapes_file)
+    if not shapes:
+        raise SystemExit("%s: no fp32 shapes" % args.shapes_file)
+    if args.results:
+        if not os.path.isfile(args.results):
+            raise SystemExit("%s: no such results file" % args.results)
+        results_path = args.results
+    else:
+        results_path = run_tune(args.shapes_file, args.workdir or tempfile.mkdtemp(prefix="cpu-vs-library-"),
+                                [a for a in args.extra if a != "--"])
+    results = read_results(results_path)
+    cpus = next((r["cpu"] for r in results.values() if r.get("cpu")), "")
+    pinned = pin(cpus)
+    print("numpy %s: %s; pinned to core %s" % (np.__version__, numpy_blas(), pinned))
+    print("numpy call overhead (1x1x1): %.2f us" % (numpy_ns(*operands(1, 1, 1, "NN"), 0.1) / 1e3))
+    header = "%-20s %-8s %9s %9s %9s %9s %9s  %s" % ("shape", "class", "tuned", "library", "numpy", "lib/np",
+                                                     "tuned/lib", "library build (GFLOP/s columns)")
+    print(header)
+    rows = []
+    for m, n, k, layout in shapes:
+        sid = shape_id(m, n, k, layout)
+        r = results.get(sid, {})
+        np_ns = numpy_ns(*operands(m, n, k, layout), args.seconds)
+        row = {"shape": sid, "class": shape_class(m, n, k), "tuned": gflops(m, n, k, r.get("tuned")),
+               "library": gflops(m, n, k, r.get("library")), "numpy": gflops(m, n, k, np_ns),
+               "build": r.get("build", "no library row")}
+        row["lib_np"] = row["library"] / row["numpy"]
+        row["tuned_lib"] = row["tuned"] / row["library"]
+        rows.append(row)
+        print("%-20s %-8s %9.1f %9.1f %9.1f %8.2fx %8.2fx  %s" % (
+            sid, row["class"], row["tuned"], row["library"], row["numpy"], row["lib_np"], row["tuned_lib"],
+            row["build"]), flush=True)
+    for cls in CLASSES + ("other",):
+        sub = [r for r in rows if r["class"] == cls]
+        if sub:
+            print("%-8s %2d shapes: geomean library/numpy %.3fx, tuned/library %.3fx" % (
+                cls, len(sub), geomean(r["lib_np"] for r in sub), geomean(r["tuned_lib"] for r in sub)))
+    measured = [r for r in rows if r["lib_np"] == r["lib_np"]]
+    tuned = [r for r in rows if r["tuned_lib"] == r["tuned_lib"]]
+    worst_np = min(measured, key=lambda r: r["lib_np"]) if measured else None
+    worst_t = min(tuned, key=lambda r: r["tuned_lib"]) if tuned else None
+    print("geomean over %d shapes: tuned/library %.3fx (worst %s %.3fx), library/numpy %.3fx (worst %s %.3fx)" % (
+        len(rows), geomean(r["tuned_lib"] for r in tuned), worst_t["shape"] if worst_t else "-",
+        worst_t["tuned_lib"] if worst_t else float("nan"), geomean(r["lib_np"] for r in measured),
+        worst_np["shape"] if worst_np else "-", worst_np["lib_np"] if worst_np else float("nan")))
+
+
+if __name__ == "__main__":
+    main()
