@@ -10,7 +10,8 @@ Without ``--results`` it runs ``harness tune matmul --target local --library`` o
 matmul in this process: ``OPENBLAS_NUM_THREADS=1`` set before numpy is imported, pinned to the
 core the library row ran on (the row's ``pinned_cpu``), a preallocated ``out=``, operands stored
 as the shape's layout says (``NT``: B stored N x K and passed as ``b.T``), the minimum per-call
-time over at least ``--seconds`` (0.5) of samples. numpy's time includes its own call overhead
+time over at least ``--seconds`` (0.5) of samples, those during which the OS switched the process
+out set aside (as the harness's agent does for the library row and the kernels). numpy's time includes its own call overhead
 (printed once, from a 1 x 1 x 1 product), which the library row, called from C, does not pay.
 
 It prints per shape: its class, the tuned kernel's GFLOP/s (fastest ok kernel row), the library
@@ -139,19 +140,31 @@ def operands(m, n, k, layout):
 
 def numpy_ns(a, b, c, seconds):
     """The minimum per-call time of ``np.matmul(a, b, out=c)`` in ns, over samples of at least
-    0.1 ms each (a batch of calls), taken for at least ``seconds``."""
+    0.1 ms each (a batch of calls), taken for at least ``seconds``. As the harness's agent does, a
+    sample during which the OS switched the process out (its involuntary context switches rose)
+    is set aside: it timed another process too. Sampling goes on until 5 undisturbed samples are
+    in, for at most 20 times ``seconds``; where none is, the minimum of all is used."""
+    import resource
+
+    def switches():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
     np.matmul(a, b, out=c)
     t0 = time.perf_counter()
     np.matmul(a, b, out=c)
     one = max(time.perf_counter() - t0, 1e-7)
     calls = max(1, int(1e-4 / one))
-    best, start = math.inf, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        s = time.perf_counter()
+    clean, disturbed, start = [], [], time.perf_counter()
+    while True:
+        elapsed = time.perf_counter() - start
+        if (elapsed >= seconds and len(clean) >= 5) or elapsed >= 20 * seconds:
+            break
+        n0, s = switches(), time.perf_counter()
         for _ in range(calls):
             np.matmul(a, b, out=c)
-        best = min(best, (time.perf_counter() - s) / calls)
-    return best * 1e9
+        per_call = (time.perf_counter() - s) / calls
+        (clean if switches() == n0 else disturbed).append(per_call)
+    return min(clean or disturbed) * 1e9
 
 
 def numpy_blas():

@@ -138,6 +138,9 @@ def add_library(kernel, target, shapes: Iterable, manifest, bundle: Path, compil
                              frontend=frontend, from_ir=from_ir)
     blas_build, why = openblas_for(target)
     blas = [s for s in shapes if s.dtype == "fp32"] if blas_build else []
+    if blas and not blas_build.shared and target.resolved_arch == "x86_64":
+        say("library: %s, OpenBLAS 0.3.21, runs a generic core on x86-64 CPUs newer than it (the row names "
+            "the core it ran); pip install scipy-openblas32 for a current one" % blas_build.source)
     rest = [s for s in shapes if s not in blas]
     added = []
     if blas:

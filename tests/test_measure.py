@@ -410,13 +410,4 @@ def test_openblas_is_the_library_here_and_checked_like_a_variant(local_workspace
     assert "lib:openblas:fp32" in report
 
 
-@needs("qemu-aarch64", "aarch64-linux-gnu-g++")
-def test_openblas_on_the_emulated_aarch64_board(workspace):
-    ws = workspace
-    ws.harness("build", "matmul", "--target", "arm", "--shapes", "40x24x32:fp32:NT", "--space", "space.yaml",
-               "--library")
-    ws.harness("push", "arm")
-    ws.harness("run", "--remote", "arm", "--iters", "3", "--max-time", "0.2")
-    ws.harness("report")  # fetches the rows from the board
-    lib = _library_rows(ws, "arm")
-    assert lib.loc["lib:openblas:fp32", "status"] == "ok" and lib.loc["lib:openblas:fp32", "rel_err"] <= 1e-5
+# the emulated aarch64 board's library row: tests/test_library_row.py
