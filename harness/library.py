@@ -11,7 +11,8 @@ prints which OpenBLAS ran and the kernel core it picked at run time
 agent puts it in the row's ``library`` column and every report names it. OpenBLAS has no fp16
 GEMM (sgemm on converted data would not be the library); ``cblas_sbgemm`` is absent from both
 builds (Debian builds without BFLOAT16; scipy-openblas32 0.3.34 exports no sbgemm); those dtypes,
-and arches without OpenBLAS (riscv64: ``RISCV64_WHY``), fall back to the reference build, and the build says so in one line each.
+and arches without OpenBLAS (riscv64: ``RISCV64_WHY``), fall back to the reference build, and the
+build says so in one line each.
 
 The fallback is the *reference build*: the kernel's own template with one fixed,
 untuned config (the kernel's ``reference_config``, else the first value of every parameter of
