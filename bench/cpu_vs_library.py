@@ -14,11 +14,20 @@ time over at least ``--seconds`` (0.5) of samples, those during which the OS swi
 out set aside (as the harness's agent does for the library row and the kernels). numpy's time includes its own call overhead
 (printed once, from a 1 x 1 x 1 product), which the library row, called from C, does not pay.
 
-It prints per shape: its class, the tuned kernel's GFLOP/s (fastest ok kernel row), the library
-row's GFLOP/s and the build and core it names, numpy's GFLOP/s, library/numpy and tuned/library;
-then per class the geomean of both ratios; its last line the geomeans over every shape and the
-worst shape of each ratio. Classes (issue 39): ``decode`` M <= 16 with N and K from 512 to 8192;
-``small`` every side <= 384; ``prefill`` M from 32 to 256 (the first that fits, in that order).
+numpy is timed interleaved with the library row itself: the library's program from the tune's
+bundle (``--bundle``, default the one beside the results) is started again on the same core and
+asked for a sample after each numpy sample, over the protocol of templates/cpu/main.cpp.j2 (so
+its answer is checked again and it is timed by its own main, as in the tune). On a shared machine
+the speed of GEMMs with large operands swings by 2x and more within minutes (memory bandwidth);
+two timings taken minutes apart would compare those swings, not the libraries.
+
+It prints per shape: its class, the tuned kernel's GFLOP/s and the library row's in the tune
+(fastest ok rows), the library row's and numpy's GFLOP/s measured interleaved, library/numpy
+(interleaved) and tuned/library (both from the tune, where the agent interleaved them), and the
+build and core the library row names; then per class the geomean of both ratios; its last line
+the geomeans over every shape and the worst shape of each ratio. Classes (issue 39): ``decode``
+M <= 16 with N and K from 512 to 8192; ``small`` every side <= 384; ``prefill`` M from 32 to 256
+(the first that fits, in that order).
 """
 
 import os
@@ -36,6 +45,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # remote_agent: the library row's program is started as the agent starts it
 DEFAULT_SHAPES = os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")
 CLASSES = ("decode", "prefill", "small")
 
@@ -138,33 +148,120 @@ def operands(m, n, k, layout):
     return a, b, np.empty((m, n), dtype=np.float32)
 
 
-def numpy_ns(a, b, c, seconds):
-    """The minimum per-call time of ``np.matmul(a, b, out=c)`` in ns, over samples of at least
-    0.1 ms each (a batch of calls), taken for at least ``seconds``. As the harness's agent does, a
-    sample during which the OS switched the process out (its involuntary context switches rose)
-    is set aside: it timed another process too. Sampling goes on until 5 undisturbed samples are
-    in, for at most 20 times ``seconds``; where none is, the minimum of all is used."""
+def switches():
+    """Involuntary context switches of this process so far."""
     import resource
 
-    def switches():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
-    np.matmul(a, b, out=c)
-    t0 = time.perf_counter()
-    np.matmul(a, b, out=c)
-    one = max(time.perf_counter() - t0, 1e-7)
-    calls = max(1, int(1e-4 / one))
-    clean, disturbed, start = [], [], time.perf_counter()
+
+class LibraryProgram(object):
+    """The library row's program of a tune's bundle, started for one shape as the agent starts it
+    (remote_agent/runners/elf.py builds its command line); its answer is checked by its main, then
+    it times as many calls as it is asked for, one sample at a time."""
+
+    def __init__(self, bundle, manifest, variant, shape, grid):
+        from remote_agent.runners.elf import ElfRunner
+
+        argv = ElfRunner(bundle, manifest, profiler=None, pin_cpu="none").command(variant, shape, grid, 0, 1)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=bundle,
+                                     universal_newlines=True, bufsize=1)
+        self.check, self.library = None, ""
+        for line in self.proc.stdout:
+            if line.startswith("HARNESS_LIBRARY "):
+                self.library = line.split(" ", 1)[1].strip()
+            if line.startswith("HARNESS_RESULT "):
+                import json
+
+                self.check = json.loads(line.split(" ", 1)[1])
+                break
+        if self.check is None:
+            self.close()
+            raise RuntimeError("the library program gave no result line")
+
+    def sample(self, calls):
+        """(ns for ``calls`` back-to-back calls, involuntary context switches meanwhile)."""
+        self.proc.stdin.write("%d\n" % calls)
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("HARNESS_SAMPLE "):
+                ns, sw = line.split()[1:3]
+                return float(ns), int(sw)
+        raise RuntimeError("the library program ended")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+
+
+def numpy_sample(a, b, c, calls):
+    """(ns for ``calls`` calls of ``np.matmul(a, b, out=c)``, involuntary context switches meanwhile)."""
+    n0, s = switches(), time.perf_counter()
+    for _ in range(calls):
+        np.matmul(a, b, out=c)
+    return (time.perf_counter() - s) * 1e9, switches() - n0
+
+
+def batch(one_ns):
+    """Calls per sample: a sample lasts at least 0.1 ms."""
+    return max(1, int(1e5 / max(one_ns, 100.0)))
+
+
+def measure(a, b, c, seconds, library=None):
+    """Minimum per-call ns of numpy (and of ``library``, a LibraryProgram, sampled in turn with it),
+    over samples of at least 0.1 ms, for at least ``seconds``. As the harness's agent does, a
+    sample during which the OS switched the process out is set aside (it timed another process
+    too); sampling goes on until 5 undisturbed samples of each are in, for at most 20 times
+    ``seconds``; where none is, the minimum of all. Returns (numpy ns, library ns or None)."""
+    takers = {"numpy": lambda n: numpy_sample(a, b, c, n)}
+    if library is not None:
+        takers["library"] = library.sample
+    calls = {}
+    for name, take in takers.items():
+        take(1)
+        calls[name] = batch(take(1)[0])
+        take(calls[name])  # warm-up
+    clean = {name: [] for name in takers}
+    disturbed = {name: [] for name in takers}
+    start = time.perf_counter()
     while True:
         elapsed = time.perf_counter() - start
-        if (elapsed >= seconds and len(clean) >= 5) or elapsed >= 20 * seconds:
+        if (elapsed >= seconds and all(len(v) >= 5 for v in clean.values())) or elapsed >= 20 * seconds:
             break
-        n0, s = switches(), time.perf_counter()
-        for _ in range(calls):
-            np.matmul(a, b, out=c)
-        per_call = (time.perf_counter() - s) / calls
-        (clean if switches() == n0 else disturbed).append(per_call)
-    return min(clean or disturbed) * 1e9
+        for name, take in takers.items():
+            ns, sw = take(calls[name])
+            (disturbed if sw else clean)[name].append(ns / calls[name])
+    best = {name: min(clean[name] or disturbed[name]) for name in takers}
+    return best["numpy"], best.get("library")
+
+
+def numpy_ns(a, b, c, seconds):
+    return measure(a, b, c, seconds)[0]
+
+
+def load_bundle(path):
+    """(bundle folder, manifest dict) of a tune, or (None, None) where it is not there."""
+    import json
+
+    manifest = os.path.join(path, "manifest.json") if path else ""
+    if not os.path.isfile(manifest):
+        return None, None
+    with open(manifest) as f:
+        return path, json.load(f)
+
+
+def library_program(bundle, manifest, sid):
+    """The library row's program for shape ``sid`` of the tune's bundle, or None."""
+    if manifest is None:
+        return None
+    variants = {v["id"]: v for v in manifest["variants"]}
+    shapes = {s["id"]: s for s in manifest["shapes"]}
+    for job in manifest["jobs"]:
+        v = variants.get(job["variant"])
+        if job["shape"] == sid and v and v["id"].startswith("lib:openblas") and v.get("artifact"):
+            return LibraryProgram(bundle, manifest, v, shapes[sid], job["grid"])
+    return None
 
 
 def numpy_blas():
@@ -195,6 +292,7 @@ def main():
     p.add_argument("--shapes-file", default=DEFAULT_SHAPES)
     p.add_argument("--results", help="a results CSV of a tune with --library on these shapes (no tune is run)")
     p.add_argument("--workdir", help="project folder of the tune (default: a fresh temporary one)")
+    p.add_argument("--bundle", help="the tune's bundle (default: build/<target>/matmul beside the results' folder)")
     p.add_argument("--seconds", type=float, default=0.5, help="numpy: sample each shape at least this long")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="more harness tune arguments (after --)")
     args = p.parse_args()
@@ -211,27 +309,39 @@ def main():
         results_path = run_tune(args.shapes_file, args.workdir or tempfile.mkdtemp(prefix="cpu-vs-library-"),
                                 [a for a in args.extra if a != "--"])
     results = read_results(results_path)
+    parts = os.path.abspath(results_path).split(os.sep)  # .../results/<target>/<kernel>/results.csv
+    bundle, manifest = load_bundle(args.bundle or os.sep.join(parts[:-4] + ["build"] + parts[-3:-1]))
+    if manifest is None:
+        print("no bundle beside the results (--bundle): library/numpy compares the tune's library time")
     cpus = next((r["cpu"] for r in results.values() if r.get("cpu")), "")
     pinned = pin(cpus)
     print("numpy %s: %s; pinned to core %s" % (np.__version__, numpy_blas(), pinned))
     print("numpy call overhead (1x1x1): %.2f us" % (numpy_ns(*operands(1, 1, 1, "NN"), 0.1) / 1e3))
-    header = "%-20s %-8s %9s %9s %9s %9s %9s  %s" % ("shape", "class", "tuned", "library", "numpy", "lib/np",
-                                                     "tuned/lib", "library build (GFLOP/s columns)")
+    header = "%-20s %-8s %8s %8s %8s %8s %8s %9s  %s" % (
+        "shape", "class", "tuned", "library", "lib now", "numpy", "lib/np", "tuned/lib", "library build")
+    print("GFLOP/s; tuned, library: the tune's rows; lib now, numpy: measured interleaved here, lib/np of these")
     print(header)
     rows = []
     for m, n, k, layout in shapes:
         sid = shape_id(m, n, k, layout)
         r = results.get(sid, {})
-        np_ns = numpy_ns(*operands(m, n, k, layout), args.seconds)
+        program = library_program(bundle, manifest, sid)
+        try:
+            np_ns, lib_ns = measure(*operands(m, n, k, layout), args.seconds, program)
+        finally:
+            if program is not None:
+                program.close()
         row = {"shape": sid, "class": shape_class(m, n, k), "tuned": gflops(m, n, k, r.get("tuned")),
                "library": gflops(m, n, k, r.get("library")), "numpy": gflops(m, n, k, np_ns),
-               "build": r.get("build", "no library row")}
-        row["lib_np"] = row["library"] / row["numpy"]
+               "lib_now": gflops(m, n, k, lib_ns) if lib_ns else float("nan"),
+               "build": (program.library if program is not None and program.library else
+                         r.get("build", "no library row"))}
+        row["lib_np"] = (row["lib_now"] if lib_ns else row["library"]) / row["numpy"]
         row["tuned_lib"] = row["tuned"] / row["library"]
         rows.append(row)
-        print("%-20s %-8s %9.1f %9.1f %9.1f %8.2fx %8.2fx  %s" % (
-            sid, row["class"], row["tuned"], row["library"], row["numpy"], row["lib_np"], row["tuned_lib"],
-            row["build"]), flush=True)
+        print("%-20s %-8s %8.1f %8.1f %8.1f %8.1f %7.2fx %8.2fx  %s" % (
+            sid, row["class"], row["tuned"], row["library"], row["lib_now"], row["numpy"], row["lib_np"],
+            row["tuned_lib"], row["build"]), flush=True)
     for cls in CLASSES + ("other",):
         sub = [r for r in rows if r["class"] == cls]
         if sub:
