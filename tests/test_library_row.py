@@ -5,12 +5,13 @@ its shared library (checked by hash there), and the one line that says what risc
 import platform
 import re
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
 
 from harness.library import RISCV64_WHY
-from tests.conftest import needs
+from tests.conftest import REPO, needs
 
 # OpenBLAS's cores (openblas_get_corename()) that run a CPU's widest vector ISA: what a library row
 # on such a CPU may name. Anything else (Prescott, Core2, Nehalem, ...) is a generic fallback.
@@ -18,6 +19,7 @@ AVX512_CORES = {"SkylakeX", "Cooperlake", "SapphireRapids"}
 AVX2_CORES = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}
 LIBRARY = re.compile(r"^OpenBLAS (\d+)\.(\d+)\.(\d+)\S*, core (\S+)$")
 # gemv (M or N of 1) in both storage orders of its matrix, and sgemm in every layout
+ONE_CONFIG = "BLOCK_M: [16]\nBLOCK_N: [16]\nBLOCK_K: [16]\nGROUP_M: [1]\n"  # the kernel is not what is tested
 SHAPES = "1x64x48:fp32:NT,1x40x24:fp32:NN,40x1x24:fp32:TN,24x1x40:fp32:NN,33x17x19:fp32:TT,48x40x64:fp32:NT"
 
 
@@ -41,7 +43,8 @@ def library_rows(ws, target):
                     reason="an x86-64 CPU with AVX2 or AVX-512")
 def test_library_row_runs_a_current_openblas_on_the_core_of_this_cpu_and_every_report_names_it(local_workspace):
     ws = local_workspace
-    ws.harness("build", "matmul", "--target", "local", "--shapes", SHAPES, "--space", "space.yaml", "--library")
+    (ws.path / "one.yaml").write_text(ONE_CONFIG)
+    ws.harness("build", "matmul", "--target", "local", "--shapes", SHAPES, "--space", "one.yaml", "--library")
     ws.harness("run", "--iters", "3", "--max-time", "0.2")
     lib = library_rows(ws, "local")
     assert set(lib.variant_id) == {"lib:openblas:fp32"} and len(lib) == 6
@@ -60,16 +63,27 @@ def test_library_row_runs_a_current_openblas_on_the_core_of_this_cpu_and_every_r
     assert uplift.library_build.str.contains("core %s" % core).all()
     page = (ws.path / "tuned" / "local" / "matmul.html").read_text()
     assert "core %s" % core in page and words in page
+    # the bench reads these results, times the library's program again beside numpy, names the core
+    (ws.path / "two.txt").write_text("48x40x64:fp32:NT\n1x64x48:fp32:NT  # gemv\n")
+    bench = subprocess.run([sys.executable, str(REPO / "bench" / "cpu_vs_library.py"), "--shapes-file",
+                            str(ws.path / "two.txt"), "--results", "results/local/matmul/results.csv",
+                            "--seconds", "0.05"], cwd=ws.path, capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 0, bench.stderr
+    lines = bench.stdout.splitlines()
+    measured = [l for l in lines if l.startswith(("48x40x64_fp32_NT", "1x64x48_fp32_NT"))]
+    assert len(measured) == 2 and all(l.endswith(", core %s" % core) and words in l for l in measured)
+    assert lines[-1].startswith("geomean over 2 shapes: tuned/library ")
 
 
 @needs("readelf")
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the shared OpenBLAS is the x86-64 one")
 def test_shared_openblas_travels_to_an_ssh_board_and_is_checked_by_its_hash(workspace):
     ws = workspace
+    (ws.path / "one.yaml").write_text(ONE_CONFIG)
     with open(ws.path / "targets.yaml", "a") as f:
         f.write("x86:\n  arch: native\n  profiler: wallclock\n  workdir: %s\n  ssh:\n%s"
                 % (ws.path / "remote-x86", ws.sshd.target_ssh_yaml()))
-    ws.harness("build", "matmul", "--target", "x86", "--shapes", "40x24x32:fp32:NT", "--space", "space.yaml",
+    ws.harness("build", "matmul", "--target", "x86", "--shapes", "40x24x32:fp32:NT", "--space", "one.yaml",
                "--library")
     ws.harness("push", "x86")
     remote = ws.path / "remote-x86" / "bundles" / "x86" / "matmul" / "artifacts"
@@ -94,8 +108,9 @@ def test_shared_openblas_travels_to_an_ssh_board_and_is_checked_by_its_hash(work
 @needs("qemu-aarch64", "aarch64-linux-gnu-g++")
 def test_emulated_aarch64_board_runs_debian_openblas_on_the_core_it_detects(workspace):
     ws = workspace
+    (ws.path / "one.yaml").write_text(ONE_CONFIG)
     ws.harness("build", "matmul", "--target", "arm", "--shapes", "40x24x32:fp32:NT,1x24x40:fp32:NN",
-               "--space", "space.yaml", "--library")
+               "--space", "one.yaml", "--library")
     ws.harness("push", "arm")
     ws.harness("run", "--remote", "arm", "--iters", "3", "--max-time", "0.2")
     out = ws.harness("report").stdout
@@ -108,6 +123,7 @@ def test_emulated_aarch64_board_runs_debian_openblas_on_the_core_it_detects(work
 
 @needs("clang", "riscv64-linux-gnu-ld")
 def test_riscv64_gets_the_reference_build_and_one_line_that_says_why(workspace):
-    out = workspace.harness("build", "matmul", "--target", "rv", "--shapes", "32x32x32", "--space", "space.yaml",
+    (workspace.path / "one.yaml").write_text(ONE_CONFIG)
+    out = workspace.harness("build", "matmul", "--target", "rv", "--shapes", "32x32x32", "--space", "one.yaml",
                             "--library").stdout
     assert ("library for fp32 shapes: %s; lib:reference instead" % RISCV64_WHY) in " ".join(out.split())
