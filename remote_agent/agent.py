@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from . import contract, measure
+from . import bundlecheck, contract, measure
 from .errors import AgentError
 from .results import ResultsWriter, ResultsWriteError, SchemaMismatch
 
@@ -24,6 +24,7 @@ def load_manifest(bundle):
         raise AgentError("%s has manifest schema %s, this agent reads schema %s; rebuild the bundle with "
                          "this harness (harness build) and push it again"
                          % (path, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+    bundlecheck.check_manifest_paths(bundle, manifest)
     return manifest
 
 
@@ -73,6 +74,7 @@ class Agent:
         options.scratch_dir = os.path.dirname(os.path.abspath(results_path))
 
     def run(self):
+        self._check_before_start()
         lock = self._lock()
         try:
             return self._run()
@@ -80,6 +82,15 @@ class Agent:
             raise AgentError(str(exc))
         finally:
             lock.close()
+
+    def _check_before_start(self):
+        """A pushed bundle is a whole push with this agent's code (``--pushed``), and the
+        results' disk has room to start and for the first rows (docs/security.md)."""
+        if getattr(self.options, "pushed", False):
+            bundlecheck.check_push_marker(self.bundle)
+        jobs = len(self.manifest["jobs"]) if self.selected is None else len(self.selected)
+        rows = min(bundlecheck.ROW_ROOM * jobs, bundlecheck.MAX_ROWS_ROOM)
+        bundlecheck.require_room(os.path.dirname(os.path.abspath(self.results_path)), bundlecheck.START_ROOM + rows)
 
     def _lock(self):
         os.makedirs(os.path.dirname(os.path.abspath(self.results_path)), exist_ok=True)
@@ -116,6 +127,7 @@ class Agent:
         lib_variants, lib_jobs = runner.library_plan(self.selected) if hasattr(runner, "library_plan") else ([], [])
         variants.update((v["id"], v) for v in lib_variants)
         todo += [(j, d) for j in lib_jobs for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]
+        bundlecheck.check_data(self.bundle, [shapes[sid] for sid in dict.fromkeys(j["shape"] for j, _ in todo)])
         if self.selected is None or 0 in self.selected:  # one agent of a fleet records these
             self._record_unrunnable(writer, variants, shapes, devices[0], skip)
         broken = self._verify_artifacts({j["variant"]: variants[j["variant"]] for j, _ in todo})
@@ -158,9 +170,12 @@ class Agent:
         for vid, v in variants.items():
             if not v.get("artifact"):
                 continue
-            path = os.path.join(self.bundle, v["artifact"])
             try:
+                path = bundlecheck.bundle_path(self.bundle, v["artifact"], "variant %s artifact" % vid)
                 digest = _sha256(path)
+            except AgentError as exc:
+                broken[vid] = str(exc)
+                continue
             except OSError as exc:
                 broken[vid] = "artifact missing: %s" % exc
                 continue
