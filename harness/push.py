@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .bundle import Manifest, pushed_files
+from .names import check_name
 
 AGENT_DIR = Path(__file__).resolve().parent.parent / "remote_agent"
 
@@ -34,11 +35,11 @@ class PushSummary:
 
 
 def remote_bundle_dir(target_name: str, kernel: str) -> str:
-    return "bundles/%s/%s" % (target_name, kernel)
+    return "bundles/%s/%s" % (check_name(target_name, "target"), check_name(kernel, "kernel"))
 
 
 def remote_results_dir(target_name: str, kernel: str) -> str:
-    return "results/%s/%s" % (target_name, kernel)
+    return "results/%s/%s" % (check_name(target_name, "target"), check_name(kernel, "kernel"))
 
 
 def agent_files() -> list:

@@ -89,7 +89,9 @@ def agent_args(bundle: str, results: str, options: RunOptions) -> list:
 
 
 def local_results_path(root: Path, target: str, kernel: str) -> Path:
-    return Path(root) / "results" / target / kernel / "results.csv"
+    from .names import check_name, confined
+
+    return confined(root, "results", check_name(target, "target"), check_name(kernel, "kernel"), "results.csv")
 
 
 def run_local(root: Path, target, kernel: str, options: RunOptions) -> Path:
@@ -97,7 +99,9 @@ def run_local(root: Path, target, kernel: str, options: RunOptions) -> Path:
     from .transport.local import LocalTransport
 
     transport = LocalTransport(target)
-    bundle = (Path(root) / "build" / target.name / kernel).resolve()
+    from .bundle import bundle_dir
+
+    bundle = bundle_dir(root, target.name, kernel).resolve()
     if not (bundle / "manifest.json").exists():
         raise HarnessError("no bundle for %s on %s; run: harness build %s --target %s"
                            % (kernel, target.name, kernel, target.name))
