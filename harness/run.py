@@ -170,7 +170,8 @@ def follow(transport, argv, cwd, env, label, on_progress: Callable[[dict], None]
             on_progress(json.loads(line[len(PROGRESS_PREFIX):]))
         elif line.strip():
             messages.append(line)
-            ui.console.print(line, markup=False)
+            if not line.startswith("agent: error: "):  # the command's own error line says it once
+                ui.console.print(line, markup=False)
 
     try:
         rc, err = transport.run(argv, on_line=on_line, cwd=cwd, env=env)

@@ -109,6 +109,7 @@ class Agent:
         """Run the jobs; ``runner``: one kept from an earlier round (remote_agent.serve);
         ``skip``: job keys already measured (default: every row of the file, or none with --all)."""
         m = self.manifest
+        self._verify_data()
         runner = runner or make_runner(self.bundle, m, self.options, self.log)
         header = contract.results_header(m["config_names"], self._counter_names(runner), problem_dims(m))
         try:
@@ -127,7 +128,6 @@ class Agent:
         lib_variants, lib_jobs = runner.library_plan(self.selected) if hasattr(runner, "library_plan") else ([], [])
         variants.update((v["id"], v) for v in lib_variants)
         todo += [(j, d) for j in lib_jobs for d in devices if contract.job_key(j["variant"], j["shape"], d) not in skip]
-        bundlecheck.check_data(self.bundle, [shapes[sid] for sid in dict.fromkeys(j["shape"] for j, _ in todo)])
         if self.selected is None or 0 in self.selected:  # one agent of a fleet records these
             self._record_unrunnable(writer, variants, shapes, devices[0], skip)
         broken = self._verify_artifacts({j["variant"]: variants[j["variant"]] for j, _ in todo})
@@ -163,6 +163,15 @@ class Agent:
     def _counter_names(self, runner):
         return list(getattr(runner, "counter_names", None) or self.manifest["target"]["events"])
 
+    def _verify_data(self):
+        """The data files of the shapes this run may measure match their sha256, checked before
+        anything is written (docs/security.md)."""
+        shapes = {s["id"]: s for s in self.manifest["shapes"]}
+        wanted = dict.fromkeys(j["shape"] for i, j in enumerate(self.manifest["jobs"])
+                               if self.selected is None or i in self.selected)
+        bundlecheck.check_data(self.bundle, [shapes[sid] for sid in wanted if sid in shapes],
+                               remove_damaged=getattr(self.options, "pushed", False))
+
     def _verify_artifacts(self, variants):
         """A corrupted or missing artifact is caught by its hash before it runs (only those this
         run will run: a fleet's chunk or a resumed run does not re-read the whole bundle)."""
@@ -181,6 +190,8 @@ class Agent:
                 continue
             if digest != v["sha256"]:
                 broken[vid] = "artifact %s does not match its hash; push again" % v["artifact"]
+                if getattr(self.options, "pushed", False):
+                    bundlecheck.remove_quietly(path)  # the next push sends it again
         return broken
 
     def _record_unrunnable(self, writer, variants, shapes, device, skip):

@@ -96,8 +96,10 @@ def check_agent_code(expected, agent_root):
                              % (rel, socket.gethostname()))
 
 
-def check_data(bundle, shapes):
-    """Each data file of these shapes (manifest entries) matches its sha256."""
+def check_data(bundle, shapes, remove_damaged=False):
+    """Each data file of these shapes (manifest entries) matches its sha256. ``remove_damaged``
+    (a pushed bundle): a damaged file is removed, so that the next push sends it again (a push
+    sends what the remote lacks or holds with another size)."""
     for s in shapes:
         for operand, rel in sorted((s.get("data") or {}).items()):
             path = bundle_path(bundle, rel, "shape %s data %s" % (s.get("id"), operand))
@@ -108,8 +110,17 @@ def check_data(bundle, shapes):
                 raise AgentError("data file %s of shape %s is missing (%s); run harness push again"
                                  % (rel, s.get("id"), exc.strerror or exc))
             if expected and digest != expected:
+                if remove_damaged:
+                    remove_quietly(path)
                 raise AgentError("data file %s of shape %s does not match its sha256; run harness push again"
                                  % (rel, s.get("id")))
+
+
+def remove_quietly(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def nearest_folder(path):

@@ -54,7 +54,7 @@ def _files_under(path: Path) -> list:
 def _one_line_error(proc, *words):
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout
-    errors = [l for l in proc.stderr.splitlines() if l.strip()]
+    errors = [l for l in proc.stderr.splitlines() if l.strip() and "━" not in l]  # not the progress bar
     assert len(errors) == 1, proc.stderr
     for word in words:
         assert word in errors[0], errors[0]
@@ -119,17 +119,33 @@ def test_a_link_planted_under_a_final_name_is_replaced_not_followed(tmp_path):
 
 # -- defect 2: a failed push counts as done --------------------------------------------------
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    """A real tmpfs of 8 MiB (a bundle here is about 3.5 MB with the agent)."""
-    disk = tmp_path / "disk"
+def _mount_tmpfs(disk: Path, size: str):
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(disk)], capture_output=True)
     if mounted.returncode != 0:
         if os.environ.get("CI"):
             raise AssertionError("cannot mount a tmpfs: %s" % mounted.stderr)
         pytest.skip("cannot mount a tmpfs here (%s)" % mounted.stderr.decode().strip())
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real tmpfs of 8 MiB (a bundle here is about 3.5 MB with the agent)."""
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "8m")
     yield disk
+    subprocess.run(["umount", "-l", str(disk)])
+
+
+@pytest.fixture
+def tiny_remote(tmp_path):
+    """(sshd, tmpfs of 8 MiB): the sshd starts after the mount, so that its private mount
+    namespace (tests/sshd.py) has the tmpfs too."""
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "8m")
+    server = make_server(tmp_path / "sshd-tiny")
+    yield server, disk
+    server.stop()
     subprocess.run(["umount", "-l", str(disk)])
 
 
@@ -149,7 +165,8 @@ def _box(tmp_path, sshd, workdir) -> Workspace:
     return ws
 
 
-def test_a_push_onto_a_full_disk_says_so_and_leaves_nothing_taken_for_done(tmp_path, sshd, tiny_disk):
+def test_a_push_onto_a_full_disk_says_so_and_leaves_nothing_taken_for_done(tmp_path, tiny_remote):
+    sshd, tiny_disk = tiny_remote
     ws = _box(tmp_path, sshd, tiny_disk / "w")
     filler = _fill(tiny_disk, 1 << 20)  # room for an artifact or so, not for the bundle
     _one_line_error(ws.harness("push", "box", check=False), "disk full on", "bytes free", "needed")
@@ -187,7 +204,8 @@ def test_a_damaged_file_never_takes_its_name(tmp_path):
     assert os.listdir(tmp_path / "d") == []
 
 
-def test_an_agent_started_on_a_full_disk_says_so_and_runs_once_there_is_room(tmp_path, sshd, tiny_disk):
+def test_an_agent_started_on_a_full_disk_says_so_and_runs_once_there_is_room(tmp_path, tiny_remote):
+    sshd, tiny_disk = tiny_remote
     ws = _box(tmp_path, sshd, tiny_disk / "w")
     ws.harness("push", "box")
     filler = _fill(tiny_disk, 8 * 1024)
@@ -209,11 +227,15 @@ def test_the_agent_refuses_a_push_that_did_not_finish_and_agent_code_changed_sin
                     "not the one pushed")
     marker.unlink()  # as if the push had stopped before its last file
     _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", check=False), "not a whole push")
-    data = next((bundle / "data").iterdir())
-    data.write_bytes(b"\0" * data.stat().st_size)  # same size, other bytes: a push sends it again
     ws.harness("push", "box")
+    data = next((bundle / "data").iterdir())
+    data.write_bytes(b"\0" * data.stat().st_size)  # same size, other bytes
+    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", check=False), data.name,
+                    "does not match its sha256")
     assert not (tmp_path / "w/results/box/matmul/results.csv").exists()
+    assert "1 files sent" in ws.harness("push", "box").stdout  # the damaged file was set aside
     ws.harness("run", "--remote", "box", "--iters", "2")
+    assert "finished (exit 0)" in ws.harness("status", "box").stdout
 
 
 # -- defect 3: the agent runs a program outside the bundle ------------------------------------
