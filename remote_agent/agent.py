@@ -88,9 +88,7 @@ class Agent:
         results' disk has room to start and for the first rows (docs/security.md)."""
         if getattr(self.options, "pushed", False):
             bundlecheck.check_push_marker(self.bundle)
-        jobs = len(self.manifest["jobs"]) if self.selected is None else len(self.selected)
-        rows = min(bundlecheck.ROW_ROOM * jobs, bundlecheck.MAX_ROWS_ROOM)
-        bundlecheck.require_room(os.path.dirname(os.path.abspath(self.results_path)), bundlecheck.START_ROOM + rows)
+        bundlecheck.require_room(os.path.dirname(os.path.abspath(self.results_path)), bundlecheck.START_ROOM)
 
     def _lock(self):
         os.makedirs(os.path.dirname(os.path.abspath(self.results_path)), exist_ok=True)

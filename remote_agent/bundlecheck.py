@@ -21,10 +21,8 @@ import socket
 from .errors import AgentError
 
 AGENT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding remote_agent/
-START_ROOM = 64 * 1024  # bytes an agent needs to start: log, pid, lock and exit files
-ROW_ROOM = 1024  # bytes per results row, a generous bound (rows are about 500 bytes)
-MAX_ROWS_ROOM = 1 << 20  # room asked for rows at the start at most; a disk that fills later stops
-# the run with "No space left on device", the rows before it kept
+START_ROOM = 16 * 1024  # bytes an agent needs to start: log, pid, lock and exit files, the first rows
+# (a disk that fills later stops the run with "No space left on device", the rows before it kept)
 
 
 def sha256_file(path):
