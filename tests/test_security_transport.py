@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_agent.safetar import DiskFull, UnsafeMember, extract_stream
+from remote_agent import safetar
 from tests.conftest import REPO, SMALL_SPACE, Workspace
 from tests.sshd import make_server
 
@@ -78,7 +78,7 @@ def hostile_sshd(tmp_path):
 
 def test_a_link_chain_from_a_hostile_remote_writes_nothing_on_the_host(tmp_path, hostile_sshd):
     server, evil = hostile_sshd
-    evil.write_bytes(_tar([("results/%s" % n, kind, arg) for n, kind, arg in CHAIN]))
+    evil.write_bytes(_tar([("results/evil/%s" % n, kind, arg) for n, kind, arg in CHAIN]))
     ws = _ws(tmp_path / "ws")
     (ws.path / "targets.yaml").write_text("evil:\n" + BOX + "  workdir: w\n  ssh:\n" + server.target_ssh_yaml())
     temp = tmp_path / "temp" / "inner"  # the fetch extracts into a folder made here
@@ -100,8 +100,8 @@ def test_the_link_chain_in_every_order_and_depth_writes_nothing_outside(tmp_path
         dest = base / "l1" / "l2" / "l3" / "dest"
         dest.mkdir(parents=True)
         members = [(prefix + name, kind, arg) for name, kind, arg in list(order) + CHAIN[3:]]
-        with pytest.raises(UnsafeMember, match="links are not accepted"):
-            extract_stream(io.BytesIO(_tar(members)), str(dest))
+        with pytest.raises(safetar.UnsafeMember, match="links are not accepted"):
+            safetar.extract_stream(io.BytesIO(_tar(members)), str(dest))
         assert _files_under(base) == []
 
 
@@ -112,7 +112,7 @@ def test_a_link_planted_under_a_final_name_is_replaced_not_followed(tmp_path):
     dest.mkdir()
     (dest / "x").symlink_to(outside)
     (dest / "x.part").symlink_to(outside)
-    assert extract_stream(io.BytesIO(_tar([("x", tarfile.REGTYPE, b"new")])), str(dest)) == 1
+    assert safetar.extract_stream(io.BytesIO(_tar([("x", tarfile.REGTYPE, b"new")])), str(dest)) == 1
     assert outside.read_text() == "keep"
     assert not (dest / "x").is_symlink() and (dest / "x").read_bytes() == b"new"
 
@@ -184,8 +184,8 @@ def test_a_push_onto_a_full_disk_says_so_and_leaves_nothing_taken_for_done(tmp_p
 
 def test_a_file_cut_short_by_a_full_disk_never_takes_its_name(tiny_disk):
     filler = _fill(tiny_disk, 64 * 1024)
-    with pytest.raises(DiskFull, match="disk full on .*: \\d+ bytes free, \\d+ needed"):
-        extract_stream(io.BytesIO(_tar([("small", tarfile.REGTYPE, b"s" * 100),
+    with pytest.raises(safetar.DiskFull, match="disk full on .*: \\d+ bytes free, \\d+ needed"):
+        safetar.extract_stream(io.BytesIO(_tar([("small", tarfile.REGTYPE, b"s" * 100),
                                          ("big", tarfile.REGTYPE, b"b" * (256 * 1024))])), str(tiny_disk / "d"))
     assert (tiny_disk / "d" / "small").read_bytes() == b"s" * 100  # whole files before it stay
     assert sorted(os.listdir(tiny_disk / "d")) == ["small"]  # no big, no big.part
@@ -200,7 +200,7 @@ def test_a_damaged_file_never_takes_its_name(tmp_path):
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.addfile(info, io.BytesIO(b"evil"))
     with pytest.raises(Exception, match="does not match"):
-        extract_stream(io.BytesIO(buf.getvalue()), str(tmp_path / "d"))
+        safetar.extract_stream(io.BytesIO(buf.getvalue()), str(tmp_path / "d"))
     assert os.listdir(tmp_path / "d") == []
 
 
@@ -262,8 +262,8 @@ def test_a_manifest_path_out_of_the_bundle_runs_and_reads_nothing(tmp_path, fiel
     proc = subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", str(bundle),
                            "--results", str(tmp_path / "r.csv"), "--iters", "2"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert not canary.exists()  # on main: the script ran as variant 0
     _one_line_error(proc, "../../../../x.sh", "leaves the bundle")
-    assert not canary.exists()
     assert not (tmp_path / "r.csv").exists()
 
 
@@ -274,10 +274,11 @@ def test_a_target_named_out_of_the_project_is_refused_with_its_line(tmp_path):
     (ws.path / "targets.yaml").write_text("ok-1.board_2:\n" + BOX + "'../../../x':\n" + BOX)
     for command in (["build", "matmul", "--target", "../../../x", "--shapes", "32x32x32", "--space", "space.yaml"],
                     ["run", "--target", "../../../x"], ["targets"]):
-        line = _one_line_error(ws.harness(*command, check=False), "targets.yaml:4", "target name '../../../x'")
+        proc = ws.harness(*command, check=False)
+        assert sorted(os.listdir(tmp_path / "a")) == ["b"]  # on main: a/x/matmul/, a bundle outside the project
+        assert sorted(os.listdir(tmp_path / "a" / "b")) == ["ws"]
+        line = _one_line_error(proc, "targets.yaml:4", "target name '../../../x'")
         assert "letters, digits" in line
-    assert sorted(os.listdir(tmp_path / "a")) == ["b"]  # on main: a/x/matmul/, a bundle outside the project
-    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["ws"]
 
 
 @pytest.mark.parametrize("name", [".hidden", "a/b", "x y", "..", "~me"])
