@@ -158,7 +158,10 @@ class Manifest:
 
 
 def bundle_dir(root: Path, target: str, kernel: str) -> Path:
-    return Path(root) / "build" / target / kernel
+    """build/<target>/<kernel> under root; both names checked (harness/names.py)."""
+    from .names import check_name, confined
+
+    return confined(root, "build", check_name(target, "target"), check_name(kernel, "kernel"))
 
 
 def sha256_file(path: Path) -> str:
