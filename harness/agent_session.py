@@ -65,9 +65,11 @@ class Bridge:
 
     def __init__(self, transport, workdir: str, idle_timeout: float):
         t = transport
-        command = t.shell_command([t.python, "-u", "-m", "remote_agent", "bridge", "--workdir", workdir,
-                                   "--idle-timeout", str(idle_timeout)], cwd=t.workdir or None,
-                                  env={"PYTHONPATH": "agent"})
+        from .run import AGENT_ENV, AGENT_PYTHON_FLAGS
+
+        command = t.shell_command([t.python] + AGENT_PYTHON_FLAGS + ["-m", "remote_agent", "bridge", "--workdir",
+                                   workdir, "--idle-timeout", str(idle_timeout)], cwd=t.workdir or None,
+                                  env=AGENT_ENV)
         self.label = t.label
         self.chan = t._channel(command)
         self.out = self.chan.makefile("rb")

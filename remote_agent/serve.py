@@ -41,7 +41,7 @@ import sys
 import time
 import types
 
-from . import contract
+from . import bundlecheck, contract
 from .agent import Agent, AgentError, make_runner
 from .results import ResultsWriteError, ResultsWriter, SchemaMismatch, _drop_torn_tail
 
@@ -131,6 +131,7 @@ class RoundAgent(Agent):
         self.options = options
         self.out = out
         self.log = log
+        bundlecheck.check_manifest_paths(self.bundle, manifest)
         self.manifest = manifest
         import socket
 
@@ -253,6 +254,7 @@ class Server(object):
         round's ``.done`` is written when its own jobs are done."""
         agent = RoundAgent(spec["bundle"], spec["results"], spec["manifest"], options, self.out, self.log)
         agent.round = name
+        agent._verify_data()
         runner = self._runner(agent, options, False)
         try:
             writer = ResultsWriter(spec["results"], agent.header(runner))
@@ -399,8 +401,13 @@ class Stream(object):
                 self.closed = True
                 break
             options = types.SimpleNamespace(**dict(RUN_DEFAULTS, **spec.get("options", {})))
-            agent = RoundAgent(spec["bundle"], spec["results"], spec["manifest"], options, self.server.out,
-                               self.server.log)
+            try:
+                agent = RoundAgent(spec["bundle"], spec["results"], spec["manifest"], options, self.server.out,
+                                   self.server.log)
+                agent._verify_data()
+            except AgentError:  # run on its own next, where its error is reported as for any round
+                self.closed = True
+                break
             agent.round = name
             if agent.header(self.runner) != self.writer.header:
                 self.closed = True
@@ -450,7 +457,7 @@ def start_detached(argv, workdir, clear=False, wait=30.0, out=sys.stdout):
             os.setsid()
             log_fd = os.open(p["serve.log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             devnull = os.open(os.devnull, os.O_RDONLY)
-            subprocess.Popen([sys.executable, "-u", "-m", "remote_agent", "serve"] + list(argv),
+            subprocess.Popen([sys.executable, "-B", "-u", "-m", "remote_agent", "serve"] + list(argv),
                              stdin=devnull, stdout=log_fd, stderr=log_fd, close_fds=True)
         finally:
             os._exit(0)

@@ -78,8 +78,10 @@ def default_dtype(target, kernel, dtype: Optional[str] = None) -> str:
 
 
 def kernel_of(target_name: str, kernel: Optional[str]) -> str:
+    from ..names import check_name
+
     if kernel:
-        return kernel
+        return check_name(kernel, "kernel")
     _, facts = state.get(ROOT, target_name)
     if not facts.get("kernel"):
         raise HarnessError("nothing built for %s yet; run: harness build KERNEL --target %s" % (target_name, target_name))

@@ -279,7 +279,7 @@ def _uplift(df, best, out_dir: Path, kern: str, weights, err_ratio) -> Path:
     from rich.table import Table
 
     from ..report.table import _time
-    from ..report.uplift import library_uplift, write_uplift
+    from ..report.uplift import libraries_words, library_label, library_uplift, write_uplift
 
     path, summary = write_uplift(df, best, out_dir / ("%s.uplift.csv" % kern), weights, err_ratio)
     table, _ = library_uplift(df, best, weights, err_ratio)
@@ -287,7 +287,7 @@ def _uplift(df, best, out_dir: Path, kern: str, weights, err_ratio) -> Path:
     for col in ("shape", "library", "library time", "tuned time", "speedup", "weight", "kept", "reason", "uses"):
         t.add_column(col, justify="left" if col in ("shape", "library", "reason", "uses") else "right")
     for _, r in table.iterrows():
-        t.add_row(r["shape_id"], str(r["library"] or "-"), _time(r["library_ns"]) if r["library_ns"] == r["library_ns"]
+        t.add_row(r["shape_id"], library_label(r["library"], r["library_build"]) or "-", _time(r["library_ns"]) if r["library_ns"] == r["library_ns"]
                   and r["library_ns"] is not None else "-",
                   _time(r["tuned_ns"]) if r["tuned_ns"] == r["tuned_ns"] and r["tuned_ns"] is not None else "-",
                   "%.2fx" % r["speedup"] if r["speedup"] == r["speedup"] and r["speedup"] is not None else "-",
@@ -297,9 +297,9 @@ def _uplift(df, best, out_dir: Path, kern: str, weights, err_ratio) -> Path:
         ui.out.print("%d of %d shapes fall back to the library (no tuned config beat it): %s" % (
             len(summary["fell_back"]), summary["shapes"], ", ".join(summary["fell_back"])))
     if summary["weighted_speedup"]:
-        ui.out.print("weighted speedup over the library: %.3fx (%+.1f %%) on %d shapes; kept %d, dropped %d" % (
+        ui.out.print("weighted speedup over the library: %.3fx (%+.1f %%) on %d shapes; kept %d, dropped %d%s" % (
             summary["weighted_speedup"], summary["weighted_uplift_pct"], summary["compared"], summary["kept"],
-            summary["dropped"]))
+            summary["dropped"], libraries_words(summary)))
     return path
 
 
@@ -364,6 +364,9 @@ def _compare(path, tgt, kernel, library, iters, warmup, timeout, jobs, out) -> N
                       "%.2fx" % r["speedup_vs_library"] if _ok(r["speedup_vs_library"]) else "-"]
         table.add_row(*cells)
     ui.out.print(table)
+    builds = sorted({b for b in result["library_build"] if b}) if library else []
+    if builds:
+        ui.out.print("library: %s" % "; ".join(builds))
     out_dir = Path(out) if out else ROOT / "tuned" / tgt.name
     out_dir.mkdir(parents=True, exist_ok=True)
     dest = out_dir / ("compare-%s.csv" % Path(path).name)

@@ -72,7 +72,8 @@ def fetch_target(target, kernel: str, local: Path) -> int:
             new += fetch_and_merge(transport, target.name, kernel, local)
         except HarnessError as exc:
             failures.append(str(exc))
-            ui.console.print("[yellow]%s[/]" % exc, markup=True)
+            if len(transports) > 1:  # one host of a fleet; a single host's error is the command's one line
+                ui.console.print("[yellow]%s[/]" % exc, markup=True)
         finally:
             transport.close()
     if failures and len(failures) == len(transports):
