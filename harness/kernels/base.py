@@ -132,6 +132,9 @@ class Kernel:
     # first round of every search (harness.strategies.seeded); None: no rules of thumb
     seed_configs: Optional[Callable] = None
     gpu_library: str = "torch.matmul"  # what the GPU agent times as the library to beat (--library)
+    # the library to beat on CPUs: "openblas" (cblas_sgemm computes this kernel's C = A @ B: fp32
+    # shapes are timed against it), else the reference build (lib:reference)
+    cpu_library: Optional[str] = None
     reference_config: Optional[dict] = None  # the library build's config on CPUs (default: first values)
 
     def __post_init__(self):

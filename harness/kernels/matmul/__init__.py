@@ -137,6 +137,7 @@ KERNEL = Kernel(
     default_shapes=DEFAULT_SHAPES,
     device_reference="matmul",
     device_plugin=Path(__file__).with_name("device.py"),
+    cpu_library="openblas",
     strides=strides,
     flops=gemm_tiles.flops,
     bytes_moved=bytes_moved,
