@@ -110,9 +110,8 @@ class TritonGpuCompiler:
 
     # ---- what a variant is specialized for -------------------------------------------------
     def _int_args(self, shape) -> dict:
-        ints = {"M": shape.M, "N": shape.N, "K": shape.K}
-        ints.update(self.kernel.strides(shape))
-        return ints
+        """The integer arguments of a shape: the problem's dimensions, then the kernel's strides."""
+        return self.kernel.scalars(shape)
 
     def pointer_types(self, dtype: str, out_dtype=None) -> dict:
         """Triton pointer type of every pointer argument for a shape of ``dtype``: each operand's
