@@ -157,7 +157,11 @@ class TritonGpuCompiler:
 
     def shared_lower_bound(self, config: dict, dtype: str) -> int:
         """Shared memory the software pipeline needs at least: (num_stages - 1) buffered
-        A and B tiles. Triton allocates more (all stages on sm90, epilogue scratch), never less."""
+        A and B tiles. Triton allocates more (all stages on sm90, epilogue scratch), never less.
+        A config without GEMM tiles (BLOCK_M, BLOCK_N, BLOCK_K) has no bound here: the compiled
+        size decides (compile() prunes a variant over the limit)."""
+        if not all(k in config for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
+            return 0
         stages = max(1, config.get("num_stages", 2) - 1)
         e = DTYPE_BYTES[dtype]
         if self.backend == "hip" and config.get("num_stages", 2) <= 2:
