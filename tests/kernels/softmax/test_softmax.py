@@ -161,3 +161,27 @@ def test_the_triton_kernels_in_the_interpreter_agree_with_numpy(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernel_err, reference_err = json.loads(proc.stdout.strip().splitlines()[-1])
     assert kernel_err < 1e-6 and reference_err < 1e-6
+
+
+def test_tunes_on_the_cpu_stand_in_gpu_with_its_plugin_checking_its_reference(local_workspace):
+    """The GPU path end to end on this machine: the sm90 bundle built from this folder, run by
+    the real GPU agent with the CPU stand-in in the driver's place (standin.py, here): the device
+    plug-in checks the reference kernel against the host, every variant is checked against it,
+    and the library rows are torch.softmax's."""
+    import pytest
+
+    pytest.importorskip("triton")
+    ws = local_workspace
+    with open(ws.path / "targets.yaml", "a") as f:
+        f.write(GPU_TARGET)
+    (ws.path / "gpu.yaml").write_text(GPU_SPACE)
+    ws.env["HARNESS_GPU_API"] = "tests.kernels.softmax.standin:SoftmaxStandinApi"
+    out = ws.harness("tune", "softmax", "--target", "h200", "--shapes", "64x1000:fp16,33x257:bf16", "--space",
+                     "gpu.yaml", "--library", "--strategy", "exhaustive", "--top", "0", "--iters", "3",
+                     "--min-time-ms", "1").stdout
+    df = _results(ws, "h200")
+    assert set(df.status) == {"ok"}, df[["variant_id", "shape_id", "status", "message"]]
+    assert set(df.shape_id) == {"64x1000_fp16", "33x257_bf16"}
+    assert set(df[df.variant_id.str.startswith("lib:")].variant_id) == {"lib:torch.softmax"}
+    assert (df.rel_err <= df["dtype"].map(TOL)).all()
+    assert "against the library" in out
