@@ -2,7 +2,7 @@
 round pays besides measuring, with an agent per round (before) and the long-lived agent (after).
 
 CPU boards (default): two emulated RISC-V boards (qemu-riscv64, VLEN 256) behind two private
-sshd on loopback (tests/sshd.py), one fleet target; a random search of 3 rounds. A warm-up tune
+sshd on loopback (bench/_sshd.py), one fleet target; a random search of 3 rounds. A warm-up tune
 fills the compile cache first, so both measured tunes compile nothing and differ only in how
 rounds reach the boards:
 
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
             (project / "targets.yaml").write_text(gpu_yaml(args.devices))
             target = "node"
         else:
-            from tests.sshd import make_server
+            from bench._sshd import make_server
 
             servers = [make_server(project / "sshd-a"), make_server(project / "sshd-b")]
             (project / "targets.yaml").write_text(board_fleet_yaml(servers, project))

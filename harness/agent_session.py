@@ -38,7 +38,7 @@ MAX_RESTARTS = 3  # per round and host
 
 @dataclass
 class Stats:
-    """Where a tune's time went, for the progress line and bench/tune_throughput.py."""
+    """Where a tune's time went, for the progress line and the throughput benches."""
 
     agent_starts: int = 0
     start_seconds: float = 0.0  # starting serving agents (and the first push to each machine)

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from .. import state, ui
 from ..errors import HarnessError
-from .common import ROOT, pick_build_target, require_triton, shapes_from_options
+from .common import ROOT, default_dtype, pick_build_target, require_triton, shapes_from_options
 
 
 @dataclass
@@ -118,11 +118,11 @@ def read_shapes(tgt, shapes, shapes_file, shapes_format, dtype, thr, summary_csv
             pass
     if summary_csv and fmt not in ("auto", "hipblaslt"):
         raise HarnessError("--summary writes a hipBLASLt log's workload summary; %s reads as %s" % (shapes_file, fmt))
-    shape_list = sources.read(Path(shapes_file), shapes_format, dtype or ("fp16" if tgt.is_gpu else "fp32"),
+    shape_list = sources.read(Path(shapes_file), shapes_format, default_dtype(tgt, kern, dtype),
                               thr=thr, summary_path=summary_csv, problem=kern.problem)
     shares = [dict(s.extra).get("share") for s in shape_list]
     if fmt == "hipblaslt" and all(isinstance(x, (int, float)) for x in shares):
-        ui.out.print("%s: %d shapes kept at --thr %g %%, %.2f %% of the workload's FLOPs x calls%s" % (
+        ui.out.print("%s: %d shapes kept at --thr %g %%, %.2f %% of the workload (the rule is named above)%s" % (
             shapes_file, len(shape_list), thr, sum(shares), "; summary in %s" % summary_csv if summary_csv else ""))
     return shape_list
 

@@ -54,16 +54,27 @@ def shapes_from_options(target, shapes: Optional[str], shapes_file: Optional[str
     none given: the kernel's default shapes for the target's kind."""
     from ..shapes import parse_shape_list, read_shapes_file
 
-    default_dtype = dtype or ("fp16" if target.is_gpu else "fp32")
-    if default_dtype not in kernel.problem.dtypes:  # e.g. fp8 kernels: their first dtype
-        default_dtype = kernel.problem.dtypes[0]
+    dtype = default_dtype(target, kernel, dtype)
     if shapes_file:
-        return read_shapes_file(shapes_file, shapes_format, default_dtype, problem=kernel.problem)
+        return read_shapes_file(shapes_file, shapes_format, dtype, problem=kernel.problem)
     if not shapes:
         shapes = kernel.default_shapes.get("gpu" if target.is_gpu else "cpu")
         if not shapes:
             raise HarnessError("kernel %s has no default shapes; pass --shapes %s" % (kernel.name, kernel.problem.syntax()))
-    return parse_shape_list(shapes, default_dtype, problem=kernel.problem)
+    return parse_shape_list(shapes, dtype, problem=kernel.problem)
+
+
+def default_dtype(target, kernel, dtype: Optional[str] = None) -> str:
+    """The dtype of shapes that name none: ``--dtype``, else fp16 on GPUs and fp32 on CPUs; for a
+    kernel without that dtype (the fp8 kernels) the target's native format, else its first (a
+    shapes list with only M, N, K, such as aiter's blockscale lists, then reads as that kernel's
+    GEMMs)."""
+    chosen = dtype or ("fp16" if target.is_gpu else "fp32")
+    if chosen not in kernel.problem.dtypes:
+        # gfx942's fp8 MMA takes e4m3fnuz; elsewhere the kernel's first format (e4m3fn)
+        native = "fp8e4m3fnuz" if str(getattr(target, "gpu_arch", "") or "") == "gfx942" else None
+        chosen = native if native in kernel.problem.dtypes else kernel.problem.dtypes[0]
+    return chosen
 
 
 def kernel_of(target_name: str, kernel: Optional[str]) -> str:

@@ -10,7 +10,7 @@ from .. import state, ui
 from ..errors import HarnessError
 from .common import ROOT, kernel_of, pick_target
 
-FORMATS = ("aiter", "aiter-blockscale", "triton", "yaml")
+FORMATS = ("aiter", "aiter-blockscale", "triton", "yaml", "vllm", "sglang")
 
 
 @dataclass
@@ -104,7 +104,7 @@ def report(args: ReportArgs):
     everything = df.assign(arch=meta["arch"], device_name=meta["device"], cu_num=meta["cu_num"],
                            driver=meta["driver"], toolchain=meta["toolchain"], triton=meta["triton"])
     json_meta = dict(meta, target=tgt.name, devices=sorted(df["device"].astype(str).unique().tolist()),
-                     hosts=sorted(df["host"].astype(str).unique().tolist()))
+                     hosts=sorted(df["host"].astype(str).unique().tolist()) if "host" in df.columns else [])
     csv_path, json_path = write_tuned(everything, ship, out_dir, kern, json_meta)
     written = [csv_path, json_path]
     ui.out.print(best_table(best, status_counts(df)))
@@ -226,29 +226,52 @@ def _meta_and_shapes(tgt, bundle: Path, refresh: bool, local: Path) -> tuple:
 
 
 def _write_formats(fmts, df, best, meta, out_dir: Path, kern: str, shapes, all_candidates, sort, tag) -> list:
-    written = []
-    if "aiter" in fmts:
+    """Every --format file; a format that can write nothing says why in one line and the others
+    are still written; then exit 2 names the formats that wrote nothing."""
+    from ..report.pick import say_default
+
+    written, failed = [], []
+    if "aiter-blockscale" in fmts:
+        say_default("--format aiter-blockscale: aiter's a8w8 blockscale CSV dispatches libtype ck/cktile only "
+                    "(gemm_op_a8w8: 'Unsupported libtype triton'); a Triton kernel's configs go to aiter's Triton "
+                    "JSON (GEMM-A8W8_BLOCKSCALE): writing --format triton instead")
+        fmts = [f for f in fmts if f != "aiter-blockscale"] + ([] if "triton" in fmts else ["triton"])
+    if "aiter" not in fmts and (all_candidates or sort):
+        ui.out.print("[yellow]--all-candidates and --sort go with --format aiter[/]")
+    for fmt in fmts:
+        try:
+            written += _write_format(fmt, df, best, meta, out_dir, kern, shapes, all_candidates, sort, tag)
+        except HarnessError as exc:
+            failed.append("--format %s: %s" % (fmt, exc))
+    if failed:
+        ui.out.print("wrote %s" % ", ".join(str(p) for p in written))
+        raise HarnessError("; ".join(failed))
+    return written
+
+
+def _write_format(fmt, df, best, meta, out_dir: Path, kern: str, shapes, all_candidates, sort, tag) -> list:
+    if fmt == "aiter":
         from ..report.aiter_csv import write_tuned_csv
 
-        written += write_tuned_csv(df, best, meta, out_dir / ("%s.aiter.csv" % kern),
-                                   all_path=out_dir / ("%s.aiter.all.csv" % kern) if all_candidates else None,
-                                   sort=sort, shapes=shapes)
-    elif all_candidates or sort:
-        ui.out.print("[yellow]--all-candidates and --sort go with --format aiter[/]")
-    if "aiter-blockscale" in fmts:
-        from ..report.aiter_blockscale_csv import write_tuned_csv as write_blockscale_csv
-
-        written.append(write_blockscale_csv(df, best, meta, out_dir / ("%s.aiter_blockscale.csv" % kern)))
-    if "triton" in fmts:
+        paths = write_tuned_csv(df, best, meta, out_dir / ("%s.aiter.csv" % kern),
+                                all_path=out_dir / ("%s.aiter.all.csv" % kern) if all_candidates else None,
+                                sort=sort, shapes=shapes)
+        ui.out.print("aiter: libtype triton rows run aiter's Triton GEMM, whose configs come from its Triton JSON: "
+                     "write --format triton too")
+        return paths
+    if fmt == "triton":
         from ..report.triton_json import write_triton_json
 
         paths = write_triton_json(df, best, meta, out_dir / "triton", tag)
-        written.append("%s (%d files)" % (out_dir / "triton", len(paths)))
-    if "yaml" in fmts:
+        return ["%s (%d files)" % (out_dir / "triton", len(paths))]
+    if fmt == "yaml":
         from ..report.tune_gemm_yaml import write_tuned_yaml
 
-        written.append(write_tuned_yaml(df, best, meta, out_dir / ("%s.yaml" % kern)))
-    return written
+        return [write_tuned_yaml(df, best, meta, out_dir / ("%s.yaml" % kern))]
+    from ..report.vllm_json import write_vllm_json
+
+    paths = write_vllm_json(df, best, meta, out_dir / fmt, consumer=fmt)
+    return ["%s (%d files)" % (out_dir / fmt, len(paths))]
 
 
 def _uplift(df, best, out_dir: Path, kern: str, weights, err_ratio) -> Path:

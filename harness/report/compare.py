@@ -63,6 +63,13 @@ def read_entries(path, kernel, target) -> list:
     if not entries:
         raise HarnessError("no tuned entries in the file", where=str(path))
     names = list(kernel.space_for(target))
+    if suffix in (".yaml", ".yml"):  # tune_gemm's keys the kernel lacks, and its switches the YAML lacks
+        from ..shapes.tune_gemm_yaml import harness_config
+        from .tune_gemm_yaml import HARNESS_ONLY
+
+        for e in entries:
+            e.config = harness_config(e.config, names, e.where)
+            e.config.update({k: 0 for k in HARNESS_ONLY if k in names and k not in e.config})
     for e in entries:
         if set(e.config) != set(names):
             extra = sorted(set(e.config) - set(names))

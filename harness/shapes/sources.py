@@ -4,8 +4,9 @@ Formats (one module each):
   list       one MxNxK[:dtype[:layout]] per line or comma-separated; '#' starts a comment
   tune_gemm  ROCm tune_gemm.py YAML list: - {M: .., N: .., K: .., rowMajorA: T, rowMajorB: N}
              (harness/shapes/tune_gemm_yaml.py)
-  aiter_csv  aiter/CK untuned CSV: M,N,K header plus any columns, kept in Shape.extra
-             (harness/shapes/aiter_csv.py)
+  aiter_csv  aiter untuned CSV: M,N,K header plus any columns, kept in Shape.extra; dtype and
+             quant columns pick the dtype, B weighs the shape, rows the kernel cannot run are
+             listed one line each (harness/shapes/aiter_csv.py)
   hipblaslt  hipBLASLt log of HIPBLASLT_LOG_MASK=64/128 lines, weighted by FLOPs x call_count,
              cut at --thr percent; optional summary CSV (harness/shapes/hipblaslt_log.py)
 """
@@ -37,7 +38,7 @@ def detect(text: str) -> str:
 def read(path: Path, fmt: str, default_dtype: str, thr: Optional[float] = None, summary_path=None,
          warn: Optional[Callable[[str], None]] = None, problem: Problem = MATMUL) -> list:
     """The shapes of a file. ``thr`` (percent) and ``summary_path`` apply to hipBLASLt logs only;
-    ``warn`` receives one line per skipped log line (default: printed on stderr). A kernel whose
+    ``warn`` receives one line per skipped log line or CSV row (default: printed on stderr). A kernel whose
     problem is not M, N, K (``problem``) reads lists only: the other formats hold GEMMs."""
     path = Path(path)
     if fmt not in FORMATS:
@@ -59,7 +60,8 @@ def read(path: Path, fmt: str, default_dtype: str, thr: Optional[float] = None, 
     if fmt == "aiter_csv":
         from . import aiter_csv
 
-        return aiter_csv.read(path, text, default_dtype)
+        return aiter_csv.read(path, text, default_dtype, problem=problem,
+                              warn=_default_warn if warn is None else warn)
     from . import hipblaslt_log
 
     return hipblaslt_log.read(path, text, default_dtype, thr=thr, summary_path=summary_path,

@@ -35,8 +35,8 @@ from .history import load_history, read_rows, row_config, trials_from_rows
 DEFAULT = "exhaustive"
 # Without --strategy: every config where the space is small (CPU spaces: 250 configs), else a
 # budgeted search. Warm-started genetic had the smallest worst pick at a budget of 96 on the
-# recorded H200 full-space runs (python3 bench/search.py --budget 96 --warm [--noise 1]
-# tests/data/gpu_fullspace/*.csv; numbers in docs/gpu.md) and needs no optuna.
+# recorded H200 full-space runs (tests/data/gpu_fullspace; docs/gpu.md, "The default search", has
+# the replay) and needs no optuna.
 DEFAULT_SEARCH = "genetic"
 DEFAULT_BUDGET = 96
 EXHAUSTIVE_UP_TO = 1000

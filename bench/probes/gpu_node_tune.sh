@@ -1,9 +1,9 @@
 #!/bin/bash
 # On the GPU node: tune host-built bundles with the agent, then compare the winners with cuBLAS.
 #
-#   bash bench/gpu_node_tune.sh ROOT OUT NAME [NAME ...]
+#   bash bench/probes/gpu_node_tune.sh ROOT OUT NAME [NAME ...]
 #
-# ROOT holds the bundles built by bench/gpu_device_build.py (ROOT/NAME/build/gpu-node/matmul);
+# ROOT holds the bundles built by bench/probes/gpu_device_build.py (ROOT/NAME/build/gpu-node/matmul);
 # OUT gets NAME.csv and NAME.log per bundle and quality.json. All bundles run in one window, so
 # the winners are picked from measurements taken under the same clocks.
 set -u

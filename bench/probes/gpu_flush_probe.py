@@ -1,7 +1,7 @@
 """The L2 flush, written or read: how much it moves the agent's times, and whether it changes which
 config wins (run on the GPU node, after the agent, with torch and triton there).
 
-    python3 bench/gpu_flush_probe.py --bundle B --results results.csv [--per-shape 8] [--out f.json]
+    python3 -m bench.probes.gpu_flush_probe --bundle B --results results.csv [--per-shape 8] [--out f.json]
 
 For each shape it takes ``--per-shape`` ok variants of the agent's CSV (fastest to slowest) and
 torch.matmul, and times each with the agent's own method (timing_fidelity.AgentMethod: the events
@@ -15,14 +15,10 @@ order of all of them are the same under both.
 
 import argparse
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _gpu_common import (Launcher, geomean, job_grid, load_bundle, make_inputs, open_driver,  # noqa: E402
+from bench._gpu_common import (Launcher, geomean, job_grid, load_bundle, make_inputs, open_driver,
                          palindromic_windows, read_results)
-from timing_fidelity import AgentMethod, pick  # noqa: E402
+from bench.timing_fidelity import AgentMethod, pick
 
 
 def alternate(write, read, time_with):

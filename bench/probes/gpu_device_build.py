@@ -1,7 +1,7 @@
 """Build the GPU bundles for the real-hardware validation on the CPU host, and measure compile
 throughput (configs per second per host core) and how many compiles reuse across shapes saved.
 
-    python bench/gpu_device_build.py --root .devcarry/gpu --jobs 2 [--target gpu-node]
+    python3 -m bench.probes.gpu_device_build --root .devcarry/gpu --jobs 2 [--target gpu-node]
 
 Two bundles (build/<target>/matmul under each root):
   fullspace/  the space of the first full-space run (RECORDED_SPACE below: GPU_SPACE before SWAP_AB,
@@ -40,12 +40,10 @@ import argparse
 import itertools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 FULLSPACE_SHAPES = ["16x4096x4096:fp16:NN", "32x14336x4096:fp16:NN", "4096x4096x4096:fp16:NN",
                     "8192x8192x8192:fp16:NN"]
@@ -90,7 +88,7 @@ LARGE_SHAPES = ["4096x4096x4096:fp16:NN", "8192x8192x8192:fp16:NN", "4096x4096x4
 # PERSISTENT, 2 warps and 6 stages joined it
 RECORDED_SPACE = {"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [32, 64, 128],
                   "GROUP_M": [1, 8], "SPLIT_K": [1, 2, 4, 8], "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]}
-EARLIER_WINNERS = [  # the best config per shape of the first runs (docs/gpu.md)
+EARLIER_WINNERS = [  # the best config per shape of the first runs (docs/notes/2026-11-26-gpu-runs.md)
     dict(BLOCK_M=16, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, SPLIT_K=8, num_warps=4, num_stages=3),
     dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=5),
     dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=5),
@@ -232,7 +230,7 @@ def longk_configs():
 
 
 def winners_configs():
-    """The best config per shape of the fifth run (docs/gpu.md, geomean 1.006), rebuilt with the
+    """The best config per shape of the fifth run (docs/notes/2026-11-26-gpu-runs.md, geomean 1.006), rebuilt with the
     current kernel: on the eight shapes of the earlier runs, a check that nothing regressed."""
     return [dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=4, SWAP_AB=1),
             dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=5),

@@ -2,9 +2,9 @@
 program's tile split over two CTAs of a cluster) against one CTA a program, and torch.matmul
 (cuBLAS), on the prefill shapes (run on the GPU node; about 2 minutes on an H200).
 
-    python3 bench/cluster_probe.py [--out clusters.json] [--budget-s 150]
+    python3 -m bench.probes.cluster_probe [--out clusters.json] [--budget-s 150]
 
-The kernel's source and the launch come from bench/streamk_probe.py (Triton's own JIT, the agent's
+The kernel's source and the launch come from bench/probes/streamk_probe.py (Triton's own JIT, the agent's
 workspace); a persistent grid is min(tiles, SMs / num_ctas) programs. Every launch is checked
 against torch (rel. error under 1e-2). Timing: triton.testing.do_bench, median. Prints per shape
 cuBLAS's time and per config the times with num_ctas 1 and 2 (or why a launch failed), then the
@@ -18,10 +18,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import streamk_probe as sk  # noqa: E402
-from _gpu_common import geomean  # noqa: E402
+from bench._gpu_common import geomean
+from bench.probes import streamk_probe as sk
 
 CONFIGS = [  # TMA tiles (GROUP_M 8): persistent and one program a tile
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3, PERSISTENT=1),

@@ -1,6 +1,6 @@
 """How often do two re-measures of the same candidates agree, under each tie rule?
 
-    python3 bench/tie_rules.py [--shape 128x128x128] [--configs "C1;C2;..."] [--trials 20] [--repeats 5]
+    python3 -m bench.probes.tie_rules [--shape 128x128x128] [--configs "C1;C2;..."] [--trials 20] [--repeats 5]
 
 Builds the candidates (matmul configs, ``NAME=VALUE,...`` separated by ``;``; default: the three
 tiles the README tunes' winners on 128x128x128 came from) for the ``local`` target and re-measures
@@ -26,13 +26,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from cpu_noise import build_space, parse_config  # noqa: E402
-from harness.strategies.history import row_trial  # noqa: E402
-from harness.strategies.winner import pick_winner  # noqa: E402
+from bench.cpu_noise import ROOT, build_space, parse_config
+from harness.strategies.history import row_trial
+from harness.strategies.winner import pick_winner
 
 CONFIGS = "BLOCK_M=64,BLOCK_N=32,BLOCK_K=8,GROUP_M=1;BLOCK_M=64,BLOCK_N=32,BLOCK_K=8,GROUP_M=8;" \
           "BLOCK_M=64,BLOCK_N=128,BLOCK_K=128,GROUP_M=8"

@@ -2,7 +2,7 @@
 torch.matmul (cuBLAS), on wave-quantized prefill shapes (run on the GPU node; about 2 minutes
 on an H200).
 
-    python3 bench/streamk_probe.py [--out streamk.json] [--budget-s 150]
+    python3 -m bench.probes.streamk_probe [--out streamk.json] [--budget-s 150]
 
 Needs torch and triton (the node's 2.11 and 3.6) and this repository, nothing installed: the
 kernel's source is loaded from harness/kernels/matmul/triton_kernel.py and launched with Triton's
@@ -34,12 +34,8 @@ import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _gpu_common import geomean, rel_err  # noqa: E402
-from remote_agent.runners.gpu_memory import workspace_need  # noqa: E402
+from bench._gpu_common import ROOT, geomean, rel_err
+from remote_agent.runners.gpu_memory import workspace_need
 
 EXTRA = [  # M x N x K : dtype : layout  -- model, and why its waves are quantized on 132 SMs
     ("512x6144x4096:bf16:NT", "Llama-3-8B qkv_proj, prefill 512 (192 tiles of 128x128: 1.45 waves)"),

@@ -1,13 +1,13 @@
 """Energy per GEMM: the tuned Triton matmul against torch.matmul (cuBLAS) on prefill shapes,
 sustained at the power cap (run on the GPU node; about 2 minutes on an H200).
 
-    python3 bench/gpu_energy_probe.py [--out energy.json] [--seconds 1.0]
-    python3 bench/gpu_energy_probe.py --warp-specialized --shapes 1536x6144x6144:fp16:NT ...
+    python3 -m bench.probes.gpu_energy_probe [--out energy.json] [--seconds 1.0]
+    python3 -m bench.probes.gpu_energy_probe --warp-specialized --shapes 1536x6144x6144:fp16:NT ...
 
 Why: a sustained GEMM on an H200 runs at its 700 W power cap, the SM clock well under its boost.
 A kernel that spent more energy per GEMM than cuBLAS would run at a lower clock there and lose
 time for that alone; one that spends more SM cycles per GEMM loses it at any clock. This probe
-tells the two apart (docs/gpu.md, "Energy and cycles at the power cap").
+tells the two apart (docs/notes/2026-11-26-gpu-runs.md, "Energy and cycles at the power cap").
 
 Per shape, the config the default search picked in the H200 runs (CONFIGS) and torch.matmul, in
 palindromic order (Triton, cuBLAS, cuBLAS, Triton): each one captured in a CUDA graph of
@@ -20,28 +20,22 @@ Every launch is checked against torch first (rel. error under 1e-2). Needs torch
 NVML (the node's), nothing installed: the kernel's source is loaded by its path.
 
 With --warp-specialized the Triton side is the harness's warp-specialized Gluon kernel (the 192 x 192
-tile of gluon_kernel.py, launched as bench/gluon_probe.py does, its default config) on any shapes
-given (docs/gpu.md, "The warp-specialized tile against cuBLAS, counted").
+tile of gluon_kernel.py, launched as bench/probes/gluon_probe.py does, its default config) on any shapes
+given (docs/notes/2026-11-26-gpu-runs.md, "The warp-specialized tile against cuBLAS, counted").
 """
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _gpu_common import geomean, make_inputs, palindromic, rel_err  # noqa: E402
-from streamk_probe import cdiv, load_matmul_module, parse_shape  # noqa: E402
-from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
-from remote_agent.runners.gpu_memory import strides, workspace_need  # noqa: E402
+from bench._gpu_common import geomean, make_inputs, palindromic, rel_err
+from bench.probes.streamk_probe import cdiv, load_matmul_module, parse_shape
+from remote_agent.runners.gpu_clocks import Clocks
+from remote_agent.runners.gpu_memory import strides, workspace_need
 
 P = dict(TMA=1, PERSISTENT=1)
-CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/gpu.md)
+CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/notes/2026-11-26-gpu-runs.md)
     "512x10240x8192:bf16:NT": dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=6,
                                    STREAM_K=1, **P),
     "1024x4096x4096:fp16:NN": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1),

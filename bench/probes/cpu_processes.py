@@ -1,6 +1,6 @@
 """CPU: how much one config's time depends on the process it runs in.
 
-    python3 bench/cpu_processes.py [--shape 256x256x256] [--config NAME=VALUE,...] [--processes 8] [--seconds 2]
+    python3 -m bench.probes.cpu_processes [--shape 256x256x256] [--config NAME=VALUE,...] [--processes 8] [--seconds 2]
                                    [--rounds 3]
 
 Builds one matmul config (``--config``, default bench/cpu_noise.py's) and OpenBLAS for the
@@ -17,17 +17,12 @@ import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from cpu_noise import CONFIG, build_one_config, quantile  # noqa: E402
-from remote_agent import contract  # noqa: E402
-from remote_agent.profilers.wallclock import WallclockProfiler  # noqa: E402
-from remote_agent.runners.elf import ElfRunner  # noqa: E402
+from bench.cpu_noise import CONFIG, ROOT, build_one_config, quantile
+from remote_agent import contract
+from remote_agent.profilers.wallclock import WallclockProfiler
+from remote_agent.runners.elf import ElfRunner
 
 
 def main():

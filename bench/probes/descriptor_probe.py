@@ -1,7 +1,7 @@
 """Descriptor probe: what making tensor descriptors inside the kernel costs (run on the GPU node;
 about a minute on an H200).
 
-    python3 bench/descriptor_probe.py
+    python3 -m bench.probes.descriptor_probe
 
 One tile a program, the same TMA main loop three ways: given A, B and C descriptors made on the
 host (``host``), making the three itself with ``tl.make_tensor_descriptor`` (``dev``: every program
@@ -12,18 +12,15 @@ launch is checked against torch (rel. error under 1e-2); do_bench medians, all o
 kernels timed in four windows in palindromic order. Prints per shape and tile the three times,
 dev/host, harness/dev and cuBLAS/host, then the geomean of dev/host.
 """
-import os
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
-from _gpu_common import palindromic_windows, rel_err  # noqa: E402
-from streamk_probe import REL_TOL, Probe, load_matmul_module, parse_shape  # noqa: E402
+from bench._gpu_common import palindromic_windows, rel_err
+from bench.probes.streamk_probe import REL_TOL, Probe, load_matmul_module, parse_shape
 
 
 TK = load_matmul_module("triton_kernel")

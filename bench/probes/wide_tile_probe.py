@@ -4,17 +4,17 @@ stream-K, one tile a program) and torch.matmul (cuBLAS), on prefill shapes whose
 the waves of the GPU differently with the wide tiles (run on the GPU node; about two minutes on an
 H200).
 
-    python3 bench/wide_tile_probe.py [--out wide.json] [--budget-s 240] [--shape 3072x3072x4096:fp16:TN ...]
+    python3 -m bench.probes.wide_tile_probe [--out wide.json] [--budget-s 240] [--shape 3072x3072x4096:fp16:TN ...]
                                      [--config '{"BLOCK_M": 128, "BLOCK_N": 192, ...}' ...]
 
-Like bench/streamk_probe.py (whose launcher it uses): torch and Triton only, the kernel's source
+Like bench/probes/streamk_probe.py (whose launcher it uses): torch and Triton only, the kernel's source
 loaded from harness/kernels/matmul/triton_kernel.py and launched with Triton's JIT; every launch
 checked against torch (rel. error under 1e-2); do_bench medians, the library and the configs of a
 shape timed in four windows in palindromic order (A B C, C B A, ...), each time the median of its
 four windows.
 
 For prefill shapes: the launches go through Triton's JIT, whose launch costs more than a decode
-kernel runs (56x2304x9216's winner: 49.8 us here, 22.3 in the agent; docs/gpu.md, stop 35).
+kernel runs (56x2304x9216's winner: 49.8 us here, 22.3 in the agent; docs/notes/2026-11-26-gpu-runs.md, stop 35).
 
 Prints per shape: the waves of 128-row tiles 128 to 320 wide on the GPU's
 multiprocessors, cuBLAS, every config, then cuBLAS/Triton for the best power-of-two config and for
@@ -23,14 +23,11 @@ the best of all, and the geomeans.
 
 import argparse
 import json
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _gpu_common import geomean, rel_err  # noqa: E402
-from streamk_probe import DESCRIPTORS, cdiv, name, open_probe, parse_shape, probe_shapes  # noqa: E402
+from bench._gpu_common import geomean, rel_err
+from bench.probes.streamk_probe import DESCRIPTORS, cdiv, name, open_probe, parse_shape, probe_shapes
 
 SHAPES = [  # M x N x K : dtype : layout -- model, layer
     ("512x6144x4096:bf16:NT", "Llama-3-8B qkv_proj, prefill 512"),
@@ -66,8 +63,8 @@ def parse_config(text):
     """A --config JSON object: the block sizes, warps and stages it must name; STREAM_K defaults to 0,
     PERSISTENT to 1 (persistent) for a power-of-two tile and to 0 for a wide or 192-row one, a split
     or a swapped one, which Triton's kernel runs one tile a program (a tile in parts on the persistent
-    grid is the warp-specialized Gluon kernel: bench/gluon_probe.py, KERNEL "rows");
-    TMA to 1, GROUP_M to 8, SPLIT_K to 1 and SWAP_AB to 0 (bench/streamk_probe.py's launcher)."""
+    grid is the warp-specialized Gluon kernel: bench/probes/gluon_probe.py, KERNEL "rows");
+    TMA to 1, GROUP_M to 8, SPLIT_K to 1 and SWAP_AB to 0 (bench/probes/streamk_probe.py's launcher)."""
     cfg = json.loads(text)  # a JSONDecodeError is a ValueError
     if not isinstance(cfg, dict):
         raise ValueError("%r is not a JSON object" % text)
@@ -77,7 +74,7 @@ def parse_config(text):
     one_tile = DESCRIPTORS.wide_tile(cfg) or cfg.get("SPLIT_K", 1) > 1 or cfg.get("SWAP_AB")
     if one_tile and cfg.get("PERSISTENT"):
         raise ValueError("%s: Triton's kernel runs a tile in parts, split-K or SWAP_AB one tile a program "
-                         "(PERSISTENT 0); a persistent 192 x 192 tile is the Gluon kernel: bench/gluon_probe.py"
+                         "(PERSISTENT 0); a persistent 192 x 192 tile is the Gluon kernel: bench/probes/gluon_probe.py"
                          % text)
     return dict({"STREAM_K": 0, "PERSISTENT": 0 if one_tile else 1}, **cfg)
 

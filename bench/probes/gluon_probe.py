@@ -1,4 +1,4 @@
-"""Probe: warp-specialized Gluon matmuls for Hopper against cuBLAS (docs/gpu.md, "Gluon", stop 37).
+"""Probe: warp-specialized Gluon matmuls for Hopper against cuBLAS (docs/notes/2026-11-26-gpu-runs.md, "Gluon", stop 37).
 
 Triton's pipeliner schedules one program's loads and MMAs itself; Gluon (Triton's lower-level
 language, in Triton 3.6 on the node and 3.9 here) lets a kernel give each warp its own job. Two
@@ -13,11 +13,11 @@ the program's tiles into a ring of STAGES slots:
 - KERNEL "rows": the harness's own warp-specialized kernel (harness/kernels/matmul/gluon_kernel.py),
   a 192 x 192 tile on three warpgroups of 64 rows, each running a 128-wide and a 64-wide MMA on the
   same B tile: the tile cuBLAS runs on the slow few-wave shapes, which Triton's own layouts split
-  into 32- and 64-wide MMAs (docs/gpu.md, "192-row tiles"). Its knobs: BK, STAGES, GROUP_M. (In stop
+  into 32- and 64-wide MMAs (docs/notes/2026-11-26-gpu-runs.md, "192-row tiles"). Its knobs: BK, STAGES, GROUP_M. (In stop
   37 the probe had its own copy, with the warpgroups, the two widths and the registers as knobs.)
 
-    python3 bench/gluon_probe.py --compile-only --layout TN --config '{"KERNEL": "rows"}'   # here, sm90
-    python3 bench/gluon_probe.py --shape 3072x3072x4096:fp16:TN --config '{"KERNEL": "rows", "BK": 64,
+    python3 -m bench.probes.gluon_probe --compile-only --layout TN --config '{"KERNEL": "rows"}'   # here, sm90
+    python3 -m bench.probes.gluon_probe --shape 3072x3072x4096:fp16:TN --config '{"KERNEL": "rows", "BK": 64,
         "STAGES": 3}' [--json OUT]                                                    # on the GPU node
 
 Each launch's C (filled with NaN first) is checked against torch.matmul; times are do_bench medians
@@ -29,18 +29,16 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the harness's kernel
-
-import triton  # noqa: E402
-from triton.experimental import gluon  # noqa: E402
-from triton.experimental.gluon import language as gl  # noqa: E402
-from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 # the harness kernel's TMA copies (named by the Triton version) and its GROUP_M tile order
-from harness.kernels.matmul import descriptors, strides  # noqa: E402
-from harness.kernels.matmul.gluon_kernel import matmul_ws_kernel, tile_of, tma_load, tma_store  # noqa: E402
-from harness.shapes import make_shape  # noqa: E402
+from harness.kernels.matmul import descriptors, strides
+from harness.kernels.matmul.gluon_kernel import matmul_ws_kernel, tile_of, tma_load, tma_store
+from harness.shapes import make_shape
 
 
 @gluon.jit
