@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -183,12 +184,30 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
         tolerances=kernel.tolerances,
         checks=kernel.describe_checks(),
         device_reference=kernel.device_reference,
+        device_plugin=copy_device_plugin(kernel, out) if target.is_gpu else {},
         data_on_device=target.is_gpu,
     )
     summary.seconds = time.monotonic() - start
     for v in manifest_variants:
         summary.statuses[v.status] = summary.statuses.get(v.status, 0) + 1
     return summary
+
+
+def copy_device_plugin(kernel, out: Path) -> dict:
+    """The kernel's device plug-in copied into the bundle under its content hash, as the
+    manifest's ``device_plugin`` records it ({} for a kernel without one)."""
+    if kernel.device_plugin is None:
+        return {}
+    source = Path(kernel.device_plugin).read_bytes()
+    digest = hashlib.sha256(source).hexdigest()
+    rel = "device/%s-%s" % (digest[:16], Path(kernel.device_plugin).name)
+    dest = out / rel
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        tmp.write_bytes(source)
+        tmp.replace(dest)
+    return {"file": rel, "sha256": digest}
 
 
 _pool_lock = threading.Lock()

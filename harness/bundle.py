@@ -109,6 +109,8 @@ class Manifest:
     # GPU bundles: vendor library -> shape ids the GPU agent also measures it on (``lib:<name>`` rows);
     # written only when set, so a bundle without it reads the same to any agent
     library: dict = field(default_factory=dict)
+    # GPU bundles: the kernel's device plug-in the worker loads ({"file", "sha256"}; written only when set)
+    device_plugin: dict = field(default_factory=dict)
     # the pairs of failed compiles (FailedPair), written only when there are some
     failed: list = field(default_factory=list)
     # shape id -> variant ids (``lib:<name>`` included) in the order the GPU agent measures that
@@ -118,7 +120,7 @@ class Manifest:
 
     def to_json(self) -> str:
         data = asdict(self)
-        for optional in ("library", "failed", "order"):
+        for optional in ("library", "device_plugin", "failed", "order"):
             if not data[optional]:
                 del data[optional]
         return json.dumps(data, indent=1, sort_keys=False)
@@ -197,6 +199,8 @@ def pushed_files(bundle: Path, manifest: Manifest) -> list:
     files += [lib["path"] for v in manifest.variants if v.artifact for lib in (v.launch or {}).get("libs", [])]
     # GPU bundles: the agent's support kernels (data fill, error reduction, reference)
     files += [s["artifact"] for s in (manifest.toolchain or {}).get("support", {}).values()]
+    if manifest.device_plugin:  # GPU bundles: the kernel's side of the agent
+        files.append(manifest.device_plugin["file"])
     for shape in manifest.shapes:
         files += list(shape.data.values())
     return sorted(set(files))

@@ -134,7 +134,7 @@ def add_library(kernel, target, shapes: Iterable, manifest, bundle: Path, compil
     shapes = list(shapes)
     if target.is_gpu:
         return request_gpu_library(manifest, shapes, getattr(kernel, "gpu_library", GPU_LIBRARY))
-    if kernel.name != "matmul":  # OpenBLAS serves the matrix product only
+    if kernel.cpu_library != "openblas":  # the kernel declares what OpenBLAS computes for it (the matrix product)
         return add_reference(kernel, target, shapes, manifest, bundle, compile_timeout=compile_timeout,
                              frontend=frontend, from_ir=from_ir)
     blas_build, why = openblas_for(target)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from harness import kernels
-from harness.build import write_test_data
+from harness.build import copy_device_plugin, write_test_data
 from harness.shapes import make_shape
 from remote_agent import contract
 from remote_agent.agent import Agent, AgentError
@@ -125,7 +125,7 @@ def make_bundle(root, faults=(), reference_fault=None):
         "variants": variants, "shapes": shapes, "jobs": jobs, "pruned": [], "seed": 7,
         "config_names": ["BLOCK_M", "fault"],
         "tolerances": matmul.tolerances, "checks": matmul.describe_checks(), "device_reference": "matmul",
-        "data_on_device": True, "schema_version": contract.MANIFEST_SCHEMA, "harness_version": "test", "created": "",
+        "device_plugin": copy_device_plugin(matmul, bundle), "data_on_device": True, "schema_version": contract.MANIFEST_SCHEMA, "harness_version": "test", "created": "",
     }
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     return bundle

@@ -239,9 +239,11 @@ attributes #0 = { nounwind memory(argmem: readwrite) uwtable(sync) "target-cpu"=
         "{tt.divisibility = 16 : i32}, %arg2: !tt.ptr<f16> {tt.divisibility = 16 : i32}, %arg3: i32 "
         "{tt.divisibility = 16 : i32}, %arg4: i32, %arg5: i32 {tt.divisibility = 16 : i32}, %arg6: i32, "
         "%arg7: i32, %arg8: i32) attributes {noinline = false} {\n")
-    from harness.compile.triton_cpu import ALIASES, HARNESS_ARGS, UNIT_ARGS
+    from harness import kernels
+    from harness.compile.triton_cpu import UNIT_ARGS, aliases, harness_args
     from harness.shapes import parse_shape_list
-    ir = ir_import.load_ir_dir(d, "riscv64", HARNESS_ARGS, ALIASES, UNIT_ARGS)
+    matmul = kernels.get("matmul")
+    ir = ir_import.load_ir_dir(d, "riscv64", harness_args(matmul), aliases(matmul), UNIT_ARGS)
     assert ir.config == {"USE_BLOCK_POINTERS": 0, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8}
     assert (ir.dtype, ir.dtype_source, ir.divisibility_from) == ("fp16", "ttcir", "ttcir")
     assert [p.name for p in ir.params if p.divisible] == ["a", "b", "c", "M", "K"]

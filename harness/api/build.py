@@ -35,6 +35,11 @@ class BuildArgs:
     targets_file: Optional[str] = None
 
 
+# the options state records of a build (push builds a missing bundle with them: push.build_like_last)
+RECORDED_OPTIONS = ("shapes", "shapes_file", "shapes_format", "dtype", "space", "jobs", "compile_timeout", "seed",
+                    "frontend", "from_ir", "thr", "library")
+
+
 def build(args: BuildArgs):
     """Generate the search space, prune it per shape, compile every variant in parallel and
     write the bundle (manifest, artifacts, test data) under build/TARGET/KERNEL.
@@ -47,9 +52,7 @@ def build(args: BuildArgs):
     args = dataclasses.replace(args)  # the caller's options stay as given
     from ..space import load_space_file
 
-    options = dict(shapes=args.shapes, shapes_file=args.shapes_file, shapes_format=args.shapes_format, dtype=args.dtype, space=args.space,
-                   jobs=args.jobs, compile_timeout=args.compile_timeout, seed=args.seed, frontend=args.frontend, from_ir=args.from_ir,
-                   thr=args.thr, library=args.library)
+    options = {name: getattr(args, name) for name in RECORDED_OPTIONS}  # what a later build repeats
     tgt = pick_build_target(args.target, args.targets_file)
     kern = kernels.get(args.kernel)
     if tgt.is_gpu:
@@ -58,11 +61,12 @@ def build(args: BuildArgs):
         from ..compile.ir_import import recorded_shapes
 
         args.shapes = ",".join(recorded_shapes(args.from_ir, kern.name)) or None
-    shape_list = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, args.dtype, args.thr, args.summary_csv, kern)
+    shape_list = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, args.dtype, args.thr,
+                             args.summary_csv, kern)
     space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else None
-    summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout,
-                                                                 seed=args.seed, space=space_dict, frontend=args.frontend,
-                                                                 from_ir=args.from_ir))
+    summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(
+        jobs=args.jobs, compile_timeout=args.compile_timeout, seed=args.seed, space=space_dict,
+        frontend=args.frontend, from_ir=args.from_ir))
     ui.out.print("built %s for %s: %d variants (%d compiled, %d cached%s, %d failed), %d shapes, %d jobs, "
                  "%d pruned pairs, in %.1fs -> %s" % (
                      kern.name, tgt.name, len(summary.manifest.variants), summary.compiled, summary.cached,

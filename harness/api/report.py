@@ -53,7 +53,8 @@ def report(args: ReportArgs):
         raise HarnessError("--err-ratio is a share of output elements, 0 to 1 (got %g)" % args.err_ratio)
     tgt = pick_target(args.target, args.targets_file, "report", last="last_run")
     if args.compare_wo_tuning:
-        return _compare(args.compare_wo_tuning, tgt, args.kernel, args.library, args.iters, args.warmup, args.timeout, args.jobs, args.out)
+        return _compare(args.compare_wo_tuning, tgt, args.kernel, args.library, args.iters, args.warmup,
+                        args.timeout, args.jobs, args.out)
 
     from ..report.aggregate import best_per_shape, load_results, status_counts
     from ..report.common import kernel_rows, library_rows

@@ -97,7 +97,8 @@ def tune(args: TuneArgs):
     if args.batch_size < 1:
         raise HarnessError("--batch-size must be at least 1 (got %d)" % args.batch_size)
     if args.top < 0 or (args.top and args.repeats < 2):
-        raise HarnessError("--top must be 0 or more and --repeats at least 2 (got --top %d --repeats %d)" % (args.top, args.repeats))
+        raise HarnessError("--top must be 0 or more and --repeats at least 2 (got --top %d --repeats %d)" % (
+            args.top, args.repeats))
     seconds = parse_duration(args.time_limit) if args.time_limit is not None else None
     if args.strategy == "bayes":
         require("optuna", "--strategy bayes", "pip install 'optuna>=4'")
@@ -171,8 +172,8 @@ def tune(args: TuneArgs):
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
             with clock("search"):
-                searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size, budget=args.budget,
-                                  time_limit=seconds, on_round=_round_printer(session),
+                searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size,
+                                  budget=args.budget, time_limit=seconds, on_round=_round_printer(session),
                                   warm_start=args.warm_start, **strategy_options)
             timings["search"] = session.timing()
             configs = sum(len(s.new) for s in searches)

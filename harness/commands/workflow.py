@@ -10,8 +10,8 @@ from typing import List, Optional
 
 import typer
 
-from ..run import DEFAULT_INTERLEAVE, ESTIMATOR_HELP, INTERLEAVE_HELP, MAX_TIME_HELP
 from ..errors import HarnessError
+from ..run import DEFAULT_INTERLEAVE, ESTIMATOR_HELP, INTERLEAVE_HELP, MAX_TIME_HELP
 from .common import TargetsOpt, targets_file_of
 
 
@@ -59,7 +59,11 @@ def build(
     which. A second build compiles only what changed (artifacts are content-addressed)."""
     from ..api.build import BuildArgs, build as run_build
 
-    return run_build(BuildArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, dtype=dtype, space=space, jobs=jobs, compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir, thr=thr, summary_csv=summary_csv, library=library, targets_file=targets_file_of(targets_file)))
+    return run_build(BuildArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file,
+                               shapes_format=shapes_format, dtype=dtype, space=space, jobs=jobs,
+                               compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir,
+                               thr=thr, summary_csv=summary_csv, library=library,
+                               targets_file=targets_file_of(targets_file)))
 
 
 def push(
@@ -102,7 +106,10 @@ def run(
     target's run_under, e.g. qemu). An interrupted run resumes where it stopped."""
     from ..api.run import RunArgs, run as run_run
 
-    return run_run(RunArgs(name=name, remote=remote, target=target, kernel=kernel, warmup=warmup, iters=iters, max_noise=max_noise, max_time=max_time, estimator=estimator, interleave=interleave, timeout=timeout, rerun_all=rerun_all, profiler=profiler, devices=devices, min_time_ms=min_time_ms, targets_file=targets_file_of(targets_file)))
+    return run_run(RunArgs(name=name, remote=remote, target=target, kernel=kernel, warmup=warmup, iters=iters,
+                           max_noise=max_noise, max_time=max_time, estimator=estimator, interleave=interleave,
+                           timeout=timeout, rerun_all=rerun_all, profiler=profiler, devices=devices,
+                           min_time_ms=min_time_ms, targets_file=targets_file_of(targets_file)))
 
 
 def report(
@@ -135,7 +142,13 @@ def report(
     .json (plus --format files) and print a table. Library rows (lib:...) give the uplift."""
     from ..api.report import ReportArgs, report as run_report
 
-    failed = run_report(ReportArgs(target=target, kernel=kernel, no_fetch=no_fetch, formats=formats, all_candidates=all_candidates, sort=sort, tag=tag, out=out, html=html, weights=weights, err_ratio=err_ratio, only_faster=only_faster, threshold=threshold, merge=merge, force=force, compare_wo_tuning=compare_wo_tuning, library=library, iters=iters, warmup=warmup, timeout=timeout, jobs=jobs, targets_file=targets_file_of(targets_file)))
+    failed = run_report(ReportArgs(target=target, kernel=kernel, no_fetch=no_fetch, formats=formats,
+                                   all_candidates=all_candidates, sort=sort, tag=tag, out=out, html=html,
+                                   weights=weights, err_ratio=err_ratio, only_faster=only_faster,
+                                   threshold=threshold, merge=merge, force=force,
+                                   compare_wo_tuning=compare_wo_tuning, library=library, iters=iters,
+                                   warmup=warmup, timeout=timeout, jobs=jobs,
+                                   targets_file=targets_file_of(targets_file)))
     if failed:
         raise typer.Exit(1)
 
@@ -192,4 +205,12 @@ def tune(
     more than the measured spread (else the tie rule decides)."""
     from ..api.tune import TuneArgs, tune as run_tune
 
-    return run_tune(TuneArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, thr=thr, space=space, jobs=jobs, compile_timeout=compile_timeout, warmup=warmup, iters=iters, max_noise=max_noise, max_time=max_time, estimator=estimator, interleave=interleave, timeout=timeout, strategy=strategy, strategy_options=strategy_options, budget=budget, time_limit=time_limit, batch_size=batch_size, seed=seed, warm_start=warm_start, top=top, repeats=repeats, agent=agent, in_flight=in_flight, min_time_ms=min_time_ms, library=library, formats=formats, html=html, targets_file=targets_file_of(targets_file)))
+    return run_tune(TuneArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file,
+                             shapes_format=shapes_format, thr=thr, space=space, jobs=jobs,
+                             compile_timeout=compile_timeout, warmup=warmup, iters=iters, max_noise=max_noise,
+                             max_time=max_time, estimator=estimator, interleave=interleave, timeout=timeout,
+                             strategy=strategy, strategy_options=strategy_options, budget=budget,
+                             time_limit=time_limit, batch_size=batch_size, seed=seed, warm_start=warm_start,
+                             top=top, repeats=repeats, agent=agent, in_flight=in_flight,
+                             min_time_ms=min_time_ms, library=library, formats=formats, html=html,
+                             targets_file=targets_file_of(targets_file)))

@@ -49,15 +49,26 @@ from . import disasm, ir_import
 from .common import CompileResult, first_error_line, run_compiler, run_python_child
 from .cpp import compile_objects, render_main, toolchain_for
 
-# the matmul's C++ arguments (harness/kernels/matmul's declaration: pointers, dims, strides)
-MATMUL_PARAMS = [
-    ("const void*", "a"), ("const void*", "b"), ("void*", "c"),
-    ("int32_t", "M"), ("int32_t", "N"), ("int32_t", "K"),
-    ("int32_t", "stride_am"), ("int32_t", "stride_ak"), ("int32_t", "stride_bk"),
-    ("int32_t", "stride_bn"), ("int32_t", "stride_cm"), ("int32_t", "stride_cn"),
-]
-HARNESS_ARGS = [name for _, name in MATMUL_PARAMS]  # the matmul main passes these, in this order
-ALIASES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "c"}
+
+def kernel_c_params(kernel) -> list:
+    """The kernel's C++ arguments as its declaration gives them (pointers, dims, strides):
+    the launcher's parameters, in the order the harness's main passes them. Their names do not
+    depend on the shape, so a unit shape of the kernel's problem gives them."""
+    from ..shapes import make_problem_shape
+
+    problem = kernel.problem
+    return kernel.cpu_params(make_problem_shape(problem, {d: 1 for d in problem.dims}, problem.dtypes[0]))
+
+
+def harness_args(kernel) -> list:
+    """The names of ``kernel_c_params``: what the main passes, in order."""
+    return [name for _, name in kernel_c_params(kernel)]
+
+
+def aliases(kernel) -> dict:
+    """Triton's pointer argument names -> the kernel's operand names (``a_ptr`` -> ``a``)."""
+    return {"%s_ptr" % op.name: op.name for op in kernel.pointer_operands()}
+
 UNIT_ARGS = ("stride_ak", "stride_bn", "stride_cn")  # equal to 1 in the NN layout: Triton drops them
 NULL_ARGS = ("ws_ptr", "lock_ptr")  # the split-K workspace of the harness's Triton matmul; SPLIT_K = 1 here
 LLC_TRIPLES = {"riscv64": "riscv64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu",
@@ -256,11 +267,12 @@ class TritonCpuCompiler:
     # ---- imported IR -------------------------------------------------------------------------
     def _import(self, jobs: int) -> None:
         dirs = ir_import.find_ir_dirs(self.from_ir, self.kernel.name)
-        load = lambda d: ir_import.load_ir_dir(d, self.builder.arch, HARNESS_ARGS, ALIASES, UNIT_ARGS)
+        load = lambda d: ir_import.load_ir_dir(d, self.builder.arch, harness_args(self.kernel), aliases(self.kernel),
+                                               UNIT_ARGS)
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
             self.irs = list(pool.map(load, dirs))  # the first unusable directory raises, by name
         for ir in self.irs:
-            kernel_params(ir, MATMUL_PARAMS)  # every argument has a value, or a clear error now
+            kernel_params(ir, kernel_c_params(self.kernel))  # every argument has a value, or a clear error now
             missing = [k for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k not in ir.config]
             if missing:
                 raise HarnessError("no %s among the block constants (the grid is cdiv(M, BLOCK_M) * cdiv(N, "
@@ -321,7 +333,7 @@ class TritonCpuCompiler:
             ir = self._pick(config, shape)
             name = self._names[ir.name]
         support = {
-            "launcher.cpp": render_launcher(ir, MATMUL_PARAMS, self.target.threads, self.env),
+            "launcher.cpp": render_launcher(ir, kernel_c_params(self.kernel), self.target.threads, self.env),
             "main.cpp": render_main(self.env, self.kernel, shape, dtype=ir.dtype),
         }
         digest = self._digest(ir, support)
@@ -411,7 +423,8 @@ class TritonCpuCompiler:
             if result is not None:
                 return result
         try:
-            return ir_import.load_ir_dir(out, self.builder.arch, HARNESS_ARGS + list(NULL_ARGS), ALIASES, ())
+            return ir_import.load_ir_dir(out, self.builder.arch, harness_args(self.kernel) + list(NULL_ARGS),
+                                         aliases(self.kernel), ())
         except HarnessError as exc:
             return CompileResult("compile_error", None, str(exc)[:400])
 

@@ -110,9 +110,8 @@ class TritonGpuCompiler:
 
     # ---- what a variant is specialized for -------------------------------------------------
     def _int_args(self, shape) -> dict:
-        ints = {"M": shape.M, "N": shape.N, "K": shape.K}
-        ints.update(self.kernel.strides(shape))
-        return ints
+        """The integer arguments of a shape: the problem's dimensions, then the kernel's strides."""
+        return self.kernel.scalars(shape)
 
     def pointer_types(self, dtype: str, out_dtype=None) -> dict:
         """Triton pointer type of every pointer argument for a shape of ``dtype``: each operand's
@@ -158,7 +157,11 @@ class TritonGpuCompiler:
 
     def shared_lower_bound(self, config: dict, dtype: str) -> int:
         """Shared memory the software pipeline needs at least: (num_stages - 1) buffered
-        A and B tiles. Triton allocates more (all stages on sm90, epilogue scratch), never less."""
+        A and B tiles. Triton allocates more (all stages on sm90, epilogue scratch), never less.
+        A config without GEMM tiles (BLOCK_M, BLOCK_N, BLOCK_K) has no bound here: the compiled
+        size decides (compile() prunes a variant over the limit)."""
+        if not all(k in config for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
+            return 0
         stages = max(1, config.get("num_stages", 2) - 1)
         e = DTYPE_BYTES[dtype]
         if self.backend == "hip" and config.get("num_stages", 2) <= 2:

@@ -114,6 +114,9 @@ class Kernel:
     entry: str = ""  # the C++ template's function name; default <name>_kernel
     device_reference: str = ""  # how the GPU worker computes the reference on the device ("matmul": torch or
     # the bundle's reference kernel, C = A @ B); GPU bundles need one, CPU bundles ship the reference
+    # the kernel's side of the GPU agent (its folder's device.py: torch reference, the check of its
+    # reference kernel, library launchers), shipped in GPU bundles; None: GPU bundles cannot be checked
+    device_plugin: Optional[Path] = None
     gpu_space: dict = field(default_factory=dict)
     gpu_space_cuda: dict = field(default_factory=dict)  # extra parameters on NVIDIA
     gpu_space_hip: dict = field(default_factory=dict)  # extra parameters on AMD
@@ -129,6 +132,9 @@ class Kernel:
     # first round of every search (harness.strategies.seeded); None: no rules of thumb
     seed_configs: Optional[Callable] = None
     gpu_library: str = "torch.matmul"  # what the GPU agent times as the library to beat (--library)
+    # the library to beat on CPUs: "openblas" (cblas_sgemm computes this kernel's C = A @ B: fp32
+    # shapes are timed against it), else the reference build (lib:reference)
+    cpu_library: Optional[str] = None
     reference_config: Optional[dict] = None  # the library build's config on CPUs (default: first values)
 
     def __post_init__(self):

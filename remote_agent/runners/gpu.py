@@ -4,8 +4,8 @@ The agent process (``GpuRunner``) never touches a GPU context: it hands jobs to 
 process per device (gpu_worker.py) through ``remote_agent.supervisor`` and yields their results.
 A worker that crashes or hangs is replaced by the supervisor; the job in flight is recorded
 ``crash`` or ``timeout``. With several devices, each job runs once, on whichever worker is free;
-its row names that device. Library jobs (``lib:torch.matmul``, gpu_library.py) are spread the
-same way.
+its row names that device. Library jobs (``lib:<name>``, gpu_library.py) are spread the same
+way. The agent names no kernel: what depends on one comes from the bundle's device plug-in.
 
 The rest of the GPU runner, one module per concept:
   gpu_api.py       the driver API interface and GpuError (cuda.py, hip.py implement it)
@@ -15,7 +15,8 @@ The rest of the GPU runner, one module per concept:
   gpu_launch.py    a loaded function and its packed arguments (Kernel, Params)
   gpu_timing.py    L2 flush, check around the measurement (the sample loop: profilers/events.py)
   gpu_reference.py the fp32 reference (torch or the bundle's kernel) and its self-check
-  gpu_library.py   library jobs (library_plan) and timing torch.matmul
+  gpu_plugin.py    the kernel's device plug-in from the bundle (reference, library launchers)
+  gpu_library.py   library jobs (library_plan) and timing the library
   gpu_artifact.py  ELF facts of a cubin / hsaco
 """
 

@@ -10,15 +10,8 @@ from ..contract import DTYPE_BYTES, NAN_BITS
 from .gpu_api import GpuError
 
 
-def strides(M, N, K, layout):
-    """Element strides of A (MxK), B (KxN), C (MxN) for a layout (same as harness.kernels.matmul)."""
-    a_t, b_t = layout[0] == "T", layout[1] == "T"
-    return {"stride_am": 1 if a_t else K, "stride_ak": M if a_t else 1,
-            "stride_bk": 1 if b_t else N, "stride_bn": K if b_t else 1, "stride_cm": N, "stride_cn": 1}
-
-
 def data_seed(seed, shape, role):
-    """The fill kernel's seed of one operand of a shape (matmul: the text it always was)."""
+    """The fill kernel's seed of one operand of a shape (from its dims, dtype, layout and role)."""
     dims = ":".join("%d" % v for v in shape["dims"].values())
     text = "%d:%s:%s:%s:%s" % (seed, dims, shape["dtype"], shape["layout"], role)
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
@@ -115,15 +108,16 @@ class ShapeData(object):
             (self.api.memset16 if width == 2 else self.api.memset32)(self.ptr(op["name"]), bits, op["elements"])
 
     def torch_operands(self, torch, rotation=0):
-        """A (MxK) and B (KxN) of a matmul shape as torch views of the device buffers, in its
-        layout (a T operand is the transpose of a row-major view: no copy)."""
-        s = self.shape
-        d, dtype, layout = s["dims"], s["dtype"], s["layout"]
-        M, N, K = d["M"], d["N"], d["K"]
-        a_ptr, b_ptr = self.ptr("a", rotation), self.ptr("b", rotation)
-        a = torch_view(torch, a_ptr, K if layout[0] == "T" else M, M if layout[0] == "T" else K, dtype)
-        b = torch_view(torch, b_ptr, N if layout[1] == "T" else K, K if layout[1] == "T" else N, dtype)
-        return (a.t() if layout[0] == "T" else a), (b.t() if layout[1] == "T" else b)
+        """Every input operand as a torch view of its device buffer (copy ``rotation``; no copy
+        made), with the logical shape, element strides and dtype the manifest declares: a
+        transposed operand is a strided view of what lies row-major in memory."""
+        views = {}
+        for op in self.shape["operands"]:
+            if op["role"] != "input":
+                continue
+            flat = torch_view(torch, self.ptr(op["name"], rotation), 1, op["elements"], op["dtype"])
+            views[op["name"]] = flat.view(-1).as_strided(op["shape"], op.get("strides") or _row_major(op["shape"]))
+        return views
 
     def release(self):
         for ptr in self.buffers:
@@ -134,13 +128,27 @@ class ShapeData(object):
         self.buffers = []
 
 
+# dtype -> (the array interface's typestr, the torch dtype to view it as, where that differs)
+TORCH_TYPES = {"fp16": ("<f2", None), "bf16": ("<i2", "bfloat16"), "fp32": ("<f4", None), "u8": ("|u1", None),
+               "i32": ("<i4", None), "i8": ("|i1", None), "fp8e4m3fn": ("|u1", "float8_e4m3fn"),
+               "fp8e4m3fnuz": ("|u1", "float8_e4m3fnuz")}
+
+
 def torch_view(torch, ptr, rows, cols, dtype):
     """A row-major rows x cols torch tensor on the device memory at ``ptr`` (no copy)."""
-    typestr = {"fp16": "<f2", "bf16": "<i2", "fp32": "<f4", "u8": "|u1"}[dtype]
+    typestr, view_as = TORCH_TYPES[dtype]
 
     class _CAI(object):
         __cuda_array_interface__ = {"shape": (rows, cols), "typestr": typestr, "data": (ptr, False),
                                     "version": 2, "strides": None}
 
     t = torch.as_tensor(_CAI(), device="cuda")
-    return t.view(torch.bfloat16) if dtype == "bf16" else t
+    return t.view(getattr(torch, view_as)) if view_as else t
+
+
+def _row_major(shape):
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= d
+    return strides

@@ -5,8 +5,9 @@ It opens its device through ctypes (cuda.py on libcuda.so.1, hip.py on libamdhip
 the shape's inputs on the device from the bundle's seed with the bundle's fill kernel, computes
 the reference (gpu_reference.py), and for each variant: poisons C with NaN, launches once,
 reduces the error figures on the device, then times it with the selected profiler and checks the
-answer again (gpu_timing.py). Library rows (``lib:torch.matmul``) are timed the same way
-(gpu_library.py). Errors that leave a CUDA context unusable make the worker report the job and
+answer again (gpu_timing.py). Library rows (``lib:<name>``) are timed the same way
+(gpu_library.py). What depends on the kernel (its torch reference, the check of its reference
+kernel, its library launchers) comes from the bundle's device plug-in (gpu_plugin.py). Errors that leave a CUDA context unusable make the worker report the job and
 exit, so the next job gets a fresh process.
 
 Under ncu or rocprof the worker opens no device: each job runs in a child process
@@ -27,6 +28,7 @@ from .gpu_backends import api_for
 from .gpu_launch import Kernel, cdiv, specialization_problem
 from .gpu_library import run_library
 from .gpu_memory import ShapeData, data_seed, input_bytes
+from .gpu_plugin import load_device_plugin
 from .gpu_reference import check_reference_kernel, compute_reference, pick_reference
 from .gpu_flush import L2Flush
 from .gpu_timing import check_and_time
@@ -48,6 +50,7 @@ class Worker(object):
         self.l2_flush = L2Flush(self.api, self.device.get("l2_bytes"), self.device.get("sm_count"))
         self.torch = None
         self.torch_error = None
+        self.device_plugin = load_device_plugin(bundle, manifest)
         self.reference_mode = pick_reference(self, options.get("reference", "auto"))
         from ..profilers.events import gpu_profiler
 

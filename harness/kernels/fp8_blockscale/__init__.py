@@ -9,6 +9,8 @@ C is M x N bf16. GPU only (Triton). The shape's dtype is the e4m3 format of A an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ...shapes import Problem
@@ -109,5 +111,6 @@ KERNEL = Kernel(
     triton_module="harness.kernels.fp8_blockscale.triton_kernel:fp8_blockscale_kernel",
     seed_configs=seeds.seed_configs,
     device_reference="fp8_blockscale",
+    device_plugin=Path(__file__).with_name("device.py"),
     gpu_library="torch._scaled_mm",
 )

@@ -6,6 +6,8 @@ The layout string gives the storage of A and B: ``N`` as written, ``T`` transpos
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ...shapes import Problem
@@ -134,6 +136,8 @@ KERNEL = Kernel(
     problem=PROBLEM,
     default_shapes=DEFAULT_SHAPES,
     device_reference="matmul",
+    device_plugin=Path(__file__).with_name("device.py"),
+    cpu_library="openblas",
     strides=strides,
     flops=gemm_tiles.flops,
     bytes_moved=bytes_moved,

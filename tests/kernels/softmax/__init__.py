@@ -2,7 +2,8 @@
 
 A kernel of another shape than matmul, declared only here: two problem dimensions ROWS x COLS
 (shapes are written ``ROWSxCOLS[:dtype]``, no layout), one input, one output, an fp32
-reference, row strides as scalar arguments. Tests only (its test is test_softmax.py beside it).
+reference, row strides as scalar arguments. CPUs: templates/cpu/softmax_kernel.cpp.j2; GPUs:
+triton_kernel.py and the agent's side, device.py. Tests only (its test is test_softmax.py beside it).
 """
 
 from pathlib import Path
@@ -70,5 +71,11 @@ KERNEL = Kernel(
     flops=lambda s: 5 * s.ROWS * s.COLS,
     bytes_moved=lambda s: 2 * ELEM_BYTES[s.dtype] * s.ROWS * s.COLS,
     grid=grid,
-    default_shapes={"cpu": "8x100,33x257:fp16,64x64:bf16"},
+    default_shapes={"cpu": "8x100,33x257:fp16,64x64:bf16", "gpu": "4096x4096:fp16,8192x1000:bf16,1000x32000:fp16"},
+    gpu_space={"BLOCK_ROWS": [1, 2, 4, 8], "BLOCK_COLS": [256, 1024, 4096], "num_warps": [4, 8, 16],
+               "num_stages": [1]},
+    gpu_rules=RULES,
+    triton_module="tests.kernels.softmax.triton_kernel:softmax_kernel",
+    device_plugin=Path(__file__).with_name("device.py"),
+    gpu_library="torch.softmax",
 )

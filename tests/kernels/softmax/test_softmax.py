@@ -2,7 +2,9 @@
 RVV board over the loopback sshd. Its operands, dims and check come from its declaration."""
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +96,92 @@ def test_this_folder_is_the_only_place_that_names_the_kernel():
         if b"softmax" in path.read_bytes().lower():
             naming.append(rel)
     assert naming == []
+
+
+GPU_TARGET = ("h200:\n  backend: cuda\n  arch: x86_64\n  gpu_arch: 90\n  shared_mem_max: 232448\n"
+              "  multiprocessors: 132\n  profiler: events\n")
+GPU_SPACE = "BLOCK_ROWS: [1, 4]\nBLOCK_COLS: [256]\nnum_warps: [4]\nnum_stages: [1]\n"
+
+
+def test_builds_for_an_sm90_gpu_from_this_folder_with_its_device_plugin(local_workspace):
+    """The GPU bundle (Triton compiles for sm90 here, no GPU needed) carries the folder's Triton
+    kernel, its reference kernel and its device plug-in, and asks for its library."""
+    import pytest
+
+    pytest.importorskip("triton")
+    ws = local_workspace
+    with open(ws.path / "targets.yaml", "a") as f:
+        f.write(GPU_TARGET)
+    (ws.path / "gpu.yaml").write_text(GPU_SPACE)
+    ws.harness("build", "softmax", "--target", "h200", "--shapes", "64x1000:fp16,33x257:bf16", "--space", "gpu.yaml",
+               "--library")
+    manifest = json.loads((ws.path / "build/h200/softmax/manifest.json").read_text())
+    assert {v["status"] for v in manifest["variants"]} == {"ok"} and len(manifest["variants"]) >= 2
+    assert {v["launch"]["entry"] for v in manifest["variants"]} == {"softmax_kernel"}
+    assert sorted(manifest["toolchain"]["support"]) == ["error_bf16", "error_fp16", "error_fp32", "fill_bf16",
+                                                        "fill_fp16", "reference_bf16", "reference_fp16"]
+    plugin = manifest["device_plugin"]
+    assert (ws.path / "build/h200/softmax" / plugin["file"]).read_bytes() == (HERE / "device.py").read_bytes()
+    assert manifest["library"] == {"torch.softmax": ["64x1000_fp16", "33x257_bf16"]}
+
+
+def test_the_triton_kernels_in_the_interpreter_agree_with_numpy(tmp_path):
+    """softmax_kernel (several rows per program, column blocks narrower than a row) and
+    softmax_reference, run by Triton's CPU interpreter on numpy buffers."""
+    import pytest
+
+    pytest.importorskip("triton")
+    script = (
+        "import json\nimport numpy as np\nimport triton.language as tl\n"
+        "from triton.runtime import interpreter\n"
+        "from tests.triton_interp import _i32, _ptr\n"
+        "from tests.kernels.softmax.triton_kernel import softmax_kernel, softmax_reference\n"
+        "rows, cols = 5, 300\n"
+        "x = np.random.default_rng(3).uniform(-4, 4, (rows, cols)).astype(np.float32)\n"
+        "def launch(fn, programs, y, **constexprs):\n"
+        "    args = dict(x_ptr=_ptr(x, tl.float32), y_ptr=_ptr(y, tl.float32), ROWS=_i32(rows), COLS=_i32(cols),\n"
+        "                stride_x=_i32(cols), stride_y=_i32(cols), **constexprs)\n"
+        "    scope = interpreter._patch_lang(fn.fn)\n"
+        "    try:\n"
+        "        interpreter.interpreter_builder.set_grid_dim(programs, 1, 1)\n"
+        "        for p in range(programs):\n"
+        "            interpreter.interpreter_builder.set_grid_idx(p, 0, 0)\n"
+        "            fn.fn(**args)\n"
+        "    finally:\n"
+        "        scope.restore()\n"
+        "y = np.full_like(x, np.nan)\n"
+        "launch(softmax_kernel, 2, y, BLOCK_ROWS=4, BLOCK_COLS=128)\n"
+        "r = np.full_like(x, np.nan)\n"
+        "launch(softmax_reference, rows, r, BLOCK_COLS=128)\n"
+        "e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))\n"
+        "want = e / e.sum(axis=1, keepdims=True)\n"
+        "print(json.dumps([float(abs(y - want).max()), float(abs(r - want).max())]))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernel_err, reference_err = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert kernel_err < 1e-6 and reference_err < 1e-6
+
+
+def test_tunes_on_the_cpu_stand_in_gpu_with_its_plugin_checking_its_reference(local_workspace):
+    """The GPU path end to end on this machine: the sm90 bundle built from this folder, run by
+    the real GPU agent with the CPU stand-in in the driver's place (standin.py, here): the device
+    plug-in checks the reference kernel against the host, every variant is checked against it,
+    and the library rows are torch.softmax's."""
+    import pytest
+
+    pytest.importorskip("triton")
+    ws = local_workspace
+    with open(ws.path / "targets.yaml", "a") as f:
+        f.write(GPU_TARGET)
+    (ws.path / "gpu.yaml").write_text(GPU_SPACE)
+    ws.env["HARNESS_GPU_API"] = "tests.kernels.softmax.standin:SoftmaxStandinApi"
+    out = ws.harness("tune", "softmax", "--target", "h200", "--shapes", "64x1000:fp16,33x257:bf16", "--space",
+                     "gpu.yaml", "--library", "--strategy", "exhaustive", "--top", "0", "--iters", "3",
+                     "--min-time-ms", "1").stdout
+    df = _results(ws, "h200")
+    assert set(df.status) == {"ok"}, df[["variant_id", "shape_id", "status", "message"]]
+    assert set(df.shape_id) == {"64x1000_fp16", "33x257_bf16"}
+    assert set(df[df.variant_id.str.startswith("lib:")].variant_id) == {"lib:torch.softmax"}
+    assert (df.rel_err <= df["dtype"].map(TOL)).all()
+    assert "against the library" in out

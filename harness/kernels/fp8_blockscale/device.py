@@ -1,18 +1,23 @@
-"""The reference of the fp8 block-scaled GEMM (harness/kernels/fp8_blockscale; the manifest's
-``device_reference: fp8_blockscale``): C = dequantize(A) @ dequantize(B)^T in fp32, with A fp8
-M x K and one fp32 scale per 1 x 128 block, B fp8 N x K and one fp32 scale per 128 x 128 block.
+"""The fp8 block-scaled GEMM's side of the GPU agent: shipped in the bundle (the manifest's
+``device_plugin``, hash-checked) and loaded by the GPU worker on the node, which knows no kernel
+by name.
 
-torch computes it where the node has it (the fp8 codes widened to fp32, times their scales, an
-fp32 product without TF32); the host check of the bundle's reference kernel decodes the fp8 codes
-here (numpy where present, else plain Python). Standard library only."""
+The reference is C = dequantize(A) @ dequantize(B)^T in fp32, with A fp8 M x K and one fp32 scale
+per 1 x 128 block, B fp8 N x K and one fp32 scale per 128 x 128 block. torch computes it where
+the node has it (the fp8 codes widened to fp32, times their scales, an fp32 product without
+TF32); the host check of the bundle's reference kernel decodes the fp8 codes here (numpy where
+present, else plain Python). The library is ``torch._scaled_mm`` with blockwise scales. Runs on
+the node: Python >= 3.8 standard library, torch and numpy where present."""
 
 import array
 import math
 
-from ..contract import DTYPE_BYTES
-from .gpu_memory import torch_view
+from remote_agent.contract import DTYPE_BYTES
+from remote_agent.runners.gpu_api import GpuError
+from remote_agent.runners.gpu_library import torch_runtime
+from remote_agent.runners.gpu_memory import ShapeData, torch_view
+from remote_agent.runners.gpu_reference import fatal, run_reference_kernel
 
-NAME = "fp8_blockscale"
 SCALE_BLOCK = 128
 # e4m3 formats: exponent bias and the NaN codes
 FORMATS = {"fp8e4m3fn": (7, (0x7F, 0xFF)), "fp8e4m3fnuz": (8, (0x80,))}
@@ -62,15 +67,14 @@ def shape(M, N, K, dtype, shape_id="selfcheck"):
 def torch_operands(torch, data, rotation=0):
     """(A, B, a_scale, b_scale) of the shape as torch views of the device buffers (no copy):
     A M x K and B N x K in their fp8 type, the scales fp32."""
-    d = data.shape["dims"]
-    M, N, K = d["M"], d["N"], d["K"]
-    sk, sn = cdiv(K, SCALE_BLOCK), cdiv(N, SCALE_BLOCK)
-    fp8 = getattr(torch, TORCH_DTYPES[data.shape["dtype"]])
-    a = torch_view(torch, data.ptr("a", rotation), M, K, "u8").view(fp8)
-    b = torch_view(torch, data.ptr("b", rotation), N, K, "u8").view(fp8)
-    a_scale = torch_view(torch, data.ptr("a_scale", rotation), M, sk, "fp32")
-    b_scale = torch_view(torch, data.ptr("b_scale", rotation), sn, sk, "fp32")
-    return a, b, a_scale, b_scale
+    ops = data.torch_operands(torch, rotation)
+    return ops["a"], ops["b"], ops["a_scale"], ops["b_scale"]
+
+
+def reference_grid(shape, config):
+    """The bundle's reference kernel's grid: one program per BLOCK_M x BLOCK_N tile of C."""
+    d = shape["dims"]
+    return (cdiv(d["M"], config["BLOCK_M"]) * cdiv(d["N"], config["BLOCK_N"]), 1, 1)
 
 
 def torch_reference(torch, data):
@@ -118,12 +122,25 @@ def floats(raw):
     return list(out)
 
 
-def self_check(worker, data_cls, run_reference_kernel, dtype, M=67, N=45, K=300):
+def check_reference_kernel(worker):
+    """The bundle's reference kernel against the host on a 67x45x300 product per dtype in the
+    bundle; a failure stops the run. Returns the errors."""
+    report = {}
+    for dtype in sorted({s["dtype"] for s in worker.manifest["shapes"]}):
+        rel = self_check(worker, dtype)
+        report[dtype] = rel
+        if not rel <= 1e-5:
+            raise fatal("the reference kernel disagrees with the host on a 67x45x300 %s product (relative "
+                        "error %.3g); no answer can be checked" % (dtype, rel))
+    return report
+
+
+def self_check(worker, dtype, M=67, N=45, K=300):
     """The bundle's reference kernel against the host on a small odd shape (partial tiles and a
     partial last scale block): the relative error norm."""
     api = worker.api
     small = shape(M, N, K, dtype)
-    data = data_cls(api, small, 1)
+    data = ShapeData(api, small, 1)
     try:
         for seed, op in enumerate(o for o in small["operands"] if o["role"] == "input"):
             worker.fill(data.ptr(op["name"]), op["elements"], op["dtype"], 11 + seed)
@@ -139,3 +156,43 @@ def self_check(worker, data_cls, run_reference_kernel, dtype, M=67, N=45, K=300)
     r2 = math.fsum(w * w for w in want)
     return math.sqrt(d2 / r2) if r2 else float("inf")
 
+
+
+def torch_scaled_mm_launcher(torch, stream, data):
+    """``torch._scaled_mm`` with blockwise scales (1 x 128 on A, 128 x 128 on B: cuBLASLt's
+    DeepSeek-style scaling, CUDA 12.9+ on sm90) on the kernel's buffers: A (M x K), B (N x K,
+    given as its K x N transpose), C in bf16, no fast accumulation (torch refuses it with block
+    scales). torch wants A's scales M-major and the rows of B's scales padded to a multiple of 4:
+    those copies are made here, once per input copy, outside the timing. One product runs here
+    first: where this torch cannot do it, its error is the row's load_error."""
+    d = data.shape["dims"]
+    M, N = d["M"], d["N"]
+    c = torch_view(torch, data.ptr("c"), M, N, "bf16")
+    stream = torch.cuda.ExternalStream(stream)
+    operands = []
+    with torch.cuda.stream(stream):
+        for r in range(data.sets):
+            a, b, a_scale, b_scale = torch_operands(torch, data, r)
+            sn, sk = b_scale.shape
+            padded = torch.zeros((sn, cdiv(sk, 4) * 4), dtype=torch.float32, device=b_scale.device)[:, :sk]
+            padded.copy_(b_scale)
+            operands.append((a, b.t(), a_scale.t().contiguous().t(), padded.t()))
+
+        def launch(i, stream_=None):
+            a, b, sa, sb = operands[i % len(operands)]
+            torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, out=c)
+
+        try:
+            launch(0)
+            torch.cuda.synchronize()
+        except Exception as exc:  # this torch, GPU or shape has no blockwise-scaled product
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            raise GpuError("torch %s cannot do this blockwise-scaled product: %s" % (torch.__version__, lines[0][:240]),
+                           load=True)
+    note = "torch %s (%s), blockwise 1x%d / %dx%d scales" % (torch.__version__, torch_runtime(torch), SCALE_BLOCK,
+                                                           SCALE_BLOCK, SCALE_BLOCK)
+    return launch, torch.cuda.stream(stream), note
+
+
+# library name (the manifest's ``library``, a row's ``lib:<name>``) -> launcher(torch, stream, data)
+LIBRARIES = {"torch._scaled_mm": torch_scaled_mm_launcher}
