@@ -1,6 +1,7 @@
 """The row-wise softmax end to end, declared in this folder only: natively, and on the emulated
 RVV board over the loopback sshd. Its operands, dims and check come from its declaration."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -56,6 +57,13 @@ def test_tune_on_the_local_target_and_the_check_reads_the_declared_reference(loc
     ref = np.fromfile(ref_file, dtype=np.float32)
     assert np.allclose(ref.reshape(33, 257).sum(axis=1), 1.0, atol=1e-5)
     (ref * 2).tofile(ref_file)
+    # the manifest names the new bytes (the agent refuses data that does not match its sha256)
+    manifest_path = ws.path / "build/local/softmax/manifest.json"
+    doubled = json.loads(manifest_path.read_text())
+    for s in doubled["shapes"]:
+        if s["id"] == "33x257_fp16":
+            s["sha256"]["ref"] = hashlib.sha256(ref_file.read_bytes()).hexdigest()
+    manifest_path.write_text(json.dumps(doubled))
     (ws.path / "results/local/softmax/results.csv").unlink()
     ws.harness("run", "--iters", "2")
     df = _results(ws, "local")
