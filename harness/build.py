@@ -204,7 +204,8 @@ def copy_device_plugin(kernel, out: Path) -> dict:
     dest = out / rel
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_suffix(".tmp")
+        # a name of this writer's own: rounds of one tune build bundles concurrently
+        tmp = dest.with_name("%s.%d.%d.tmp" % (dest.name, os.getpid(), threading.get_ident()))
         tmp.write_bytes(source)
         tmp.replace(dest)
     return {"file": rel, "sha256": digest}

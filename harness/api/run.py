@@ -55,7 +55,8 @@ def run(args: RunArgs):
     args = dataclasses.replace(args)  # the caller's options stay as given
     tgt = _target(args.name, args.remote, args.target, args.targets_file)
     args.estimator, args.max_time = timing_choice(tgt, args.estimator, args.max_time)
-    options = _run_options(args.warmup, args.iters, args.timeout, args.rerun_all, args.profiler, args.devices,
+    devices = args.devices or getattr(tgt, "devices", None)  # --devices, else the target's `devices:`
+    options = _run_options(args.warmup, args.iters, args.timeout, args.rerun_all, args.profiler, devices,
                            args.min_time_ms, args.max_noise, args.max_time, args.estimator, args.interleave)
     if not (args.remote and tgt.is_remote):
         _check_perf_here(tgt, args.profiler)
