@@ -10,6 +10,7 @@ import typer
 from .. import state, ui
 from ..errors import HarnessError
 from .common import ROOT, TargetsOpt, kernel_of, pick_target
+from ..report.common import safe_frame  # CSV cells a spreadsheet would take for formulas
 
 FORMATS = ("aiter", "aiter-blockscale", "triton", "yaml")
 
@@ -66,14 +67,15 @@ def report(
     if fetched:
         new = fetch_target(tgt, kern, local)
         ui.console.print("fetched %d new rows from %s" % (new, tgt.name))
-    df = load_results([local])
+    from ..bundle import bundle_dir
+    from ..compile.disasm import with_vector_counts
+    from ..report.results_reader import Known
+
+    bundle = bundle_dir(ROOT, tgt.name, kern)
+    df = load_results([local], known=Known.from_bundle(bundle), say=lambda line: ui.out.print(line, markup=False, soft_wrap=True))
     best = best_per_shape(kernel_rows(df))
     winners = load_winners(local)["shapes"]
     best = apply_winners(best, df, winners)
-    from ..bundle import bundle_dir
-    from ..compile.disasm import with_vector_counts
-
-    bundle = bundle_dir(ROOT, tgt.name, kern)
     best = with_vector_counts(best, bundle)  # vector instructions, when counted
     meta, shape_objs = _meta_and_shapes(tgt, bundle, refresh=fetched or not tgt.is_remote, local=local)
     out_dir = Path(out) if out else ROOT / "tuned" / tgt.name
@@ -288,7 +290,7 @@ def _counters(df, out_dir: Path, kern: str, threshold: float) -> list:
         return []
     path = out_dir / ("%s.counters.csv" % kern)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
+    safe_frame(table).to_csv(path, index=False)
     listed = table[table["listed"]]
     if len(listed):
         ui.out.print("counters explaining the time differences among configs (|r| >= %g; time-like counters left out): %s" % (threshold, ", ".join(
@@ -338,7 +340,7 @@ def _compare(path, tgt, kernel, library, iters, warmup, timeout, jobs, out) -> N
     out_dir = Path(out) if out else ROOT / "tuned" / tgt.name
     out_dir.mkdir(parents=True, exist_ok=True)
     dest = out_dir / ("compare-%s.csv" % Path(path).name)
-    result.to_csv(dest, index=False)
+    safe_frame(result).to_csv(dest, index=False)
     bad = result[result["status"] != "ok"]
     counts = result["status"].value_counts().to_dict()
     ui.out.print("%d entries: %s; wrote %s" % (len(result), ", ".join("%s %d" % kv for kv in sorted(counts.items())),

@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..errors import HarnessError
 from .common import Meta, config_of, deciding_time, kernel_name, plain, tuned_best
+from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 
 KEYS = ["gfx", "cu_num", "M", "N", "K"]
 RESULTS = ["libtype", "kernelId", "splitK", "us", "kernelName", "tflops", "bw", "errRatio"]
@@ -66,7 +67,7 @@ def write_tuned_csv(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path) 
     out = out.sort_values(["gfx", "cu_num", "N", "M", "K"], kind="stable")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    out.to_csv(path, index=False, na_rep="Null")
+    safe_frame(out).to_csv(path, index=False, na_rep="Null")
     return path
 
 

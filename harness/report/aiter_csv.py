@@ -31,6 +31,7 @@ from remote_agent.contract import OK, PRUNED
 
 from ..errors import HarnessError
 from .common import Meta, config_of, deciding_time, deciding_times, kernel_name, kernel_rows, plain, tuned_best
+from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 
 KEY_COLUMNS = ["arch", "cu_num", "M", "N", "K"]
 RESULT_COLUMNS = ["kernelId", "splitK", "us", "kernelName", "tflops", "bw", "errRatio"]
@@ -177,5 +178,5 @@ def _num(value):
 def _write(frame: pd.DataFrame, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(path, index=False)
+    safe_frame(frame).to_csv(path, index=False)
     return path
