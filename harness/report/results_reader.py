@@ -36,9 +36,9 @@ from typing import Optional
 from remote_agent.contract import (CONFIG_PREFIX, COUNTER_PREFIX, FIXED_COLUMNS, MATMUL_DIMS, OK,
                                    READABLE_RESULTS_SCHEMAS, STATUSES)
 
+from ..bundle import KNOWN_FILE, read_known
 from ..errors import HarnessError
 
-KNOWN_FILE = "known.json"  # in the bundle folder: every variant and shape built there
 REQUIRED = ("schema_version", "variant_id", "shape_id", "status")
 # ids, devices: what agents write (v0123456789, lib:openblas:fp32, 64x64x64_fp16_NT, cuda:0)
 PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,199}$")
@@ -92,51 +92,22 @@ class Known:
 
     @staticmethod
     def from_bundle(bundle: Path) -> Optional["Known"]:
-        """The ledger ``known.json`` and the current ``manifest.json`` of a bundle folder, merged;
-        None where neither exists (then rows are checked for form only)."""
+        """The bundle folder's ledger (bundle.KNOWN_FILE) and its current ``manifest.json``,
+        merged; None where neither exists (then rows are checked for form only)."""
         bundle = Path(bundle)
         known, found = Known(source=str(bundle / "manifest.json")), False
-        for name in (KNOWN_FILE, "manifest.json"):
-            path = bundle / name
-            if not path.is_file():
-                continue
+        if (bundle / KNOWN_FILE).is_file():
+            ledger = read_known(bundle)
+            known.variants.update(ledger["variants"])
+            known.shapes.update(ledger["shapes"])
+            found = True
+        if (bundle / "manifest.json").is_file():
             try:
-                known.update(Known.from_manifest_data(json.loads(path.read_text())))
+                known.update(Known.from_manifest_data(json.loads((bundle / "manifest.json").read_text())))
                 found = True
             except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # a broken ledger or manifest is someone else's error to report
+                pass  # a broken manifest is reported by whoever runs it
         return known if found else None
-
-    @staticmethod
-    def ledger(bundle: Path) -> "Known":
-        """The bundle's ledger alone (empty where there is none or it cannot be read)."""
-        try:
-            return Known.from_manifest_data(json.loads((Path(bundle) / KNOWN_FILE).read_text()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return Known()
-
-    def to_json(self) -> str:
-        return json.dumps({"variants": [{"id": k, "config": v} for k, v in sorted(self.variants.items())],
-                           "shapes": [dict(id=k, **v) for k, v in sorted(self.shapes.items())]}, indent=0)
-
-
-def remember_built(bundle: Path, manifest_data: dict) -> None:
-    """Add a manifest's variants and shapes to the bundle's ledger ``known.json`` (a tune's rounds
-    each overwrite manifest.json; the ledger keeps what every round built, so their rows stay
-    known). Written atomically."""
-    import os
-
-    bundle = Path(bundle)
-    known = Known.ledger(bundle)
-    before = (len(known.variants), len(known.shapes))
-    new = Known.from_manifest_data(manifest_data)
-    known.update(new)
-    if (len(known.variants), len(known.shapes)) == before and (bundle / KNOWN_FILE).exists():
-        return
-    bundle.mkdir(parents=True, exist_ok=True)
-    tmp = bundle / (KNOWN_FILE + ".tmp%d" % os.getpid())
-    tmp.write_text(known.to_json())
-    os.replace(tmp, bundle / KNOWN_FILE)
 
 
 def bundle_of_results(results: Path) -> Optional[Path]:
@@ -221,24 +192,26 @@ def canonical_header(header: list) -> list:
             + [c for c in rest if not c.startswith((CONFIG_PREFIX, COUNTER_PREFIX))])
 
 
-def read_results(path, known: Optional[Known] = None) -> ResultsFile:
+def read_results(path, known: Optional[Known] = None, label: Optional[str] = None) -> ResultsFile:
     """Read and check a results file (see the module's docstring). A file that cannot be read as a
-    results CSV at all is a HarnessError naming file:line; bad rows are set aside, not raised."""
+    results CSV at all is a HarnessError naming file:line; bad rows are set aside, not raised.
+    ``label``: how messages name the file (e.g. HOST:PATH for a fetched copy); default its path."""
     path = Path(path)
+    name = label or str(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise HarnessError("cannot read results: %s" % (exc.strerror or exc), where=str(path))
+        raise HarnessError("cannot read results: %s" % (exc.strerror or exc), where=name)
     text = data.decode("utf-8", errors="surrogateescape")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader, None)
     except csv.Error as exc:
-        raise HarnessError("malformed results CSV: %s" % exc, where="%s:1" % path)
+        raise HarnessError("malformed results CSV: %s" % exc, where="%s:1" % name)
     if header is None:
-        return ResultsFile(str(path), [])
-    check_header(header, path)
-    out = ResultsFile(str(path), header, checked_against=known.source if known else "")
+        return ResultsFile(name, [])
+    check_header(header, name)
+    out = ResultsFile(name, header, checked_against=known.source if known else "")
     checker = RowChecker(header, known)
     torn = bool(text) and not text.endswith("\n")
     last_line = text.count("\n") + (1 if torn else 0)
@@ -249,7 +222,7 @@ def read_results(path, known: Optional[Known] = None) -> ResultsFile:
         except StopIteration:
             break
         except csv.Error as exc:
-            raise HarnessError("malformed results CSV: %s" % exc, where="%s:%d" % (path, reader.line_num))
+            raise HarnessError("malformed results CSV: %s" % exc, where="%s:%d" % (name, reader.line_num))
         if not fields:
             continue  # a blank line is no row
         reason = "cut short: the last line has no end (written while it was fetched?)" \
