@@ -32,7 +32,7 @@ import sys
 import time
 import types
 
-from . import contract
+from . import contract, limits
 from .agent import Agent, AgentError, make_runner
 from .results import ResultsWriteError, _drop_torn_tail
 
@@ -188,6 +188,7 @@ class Server(object):
         if manifest.get("schema_version") != contract.MANIFEST_SCHEMA:
             raise AgentError("round %s: manifest schema %s, this agent reads %s"
                              % (name, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+        limits.check_manifest(manifest, "round %s" % name)  # sizes before anything runs
         self._lock_results(results)
         if os.path.exists(files["start"]):  # resumed after a kill: its measured jobs stay measured
             offset = read_json(files["start"])["offset"]

@@ -1,0 +1,94 @@
+"""The manifest's sizes, checked before anything runs (standard library only).
+
+A manifest comes from the host, but it crosses a network and a disk, and whatever it says the
+agent turns into processes and allocations. Unchecked, a shape with M = 0 or -5 ran and died on
+SIGFPE, M = 10^12 was cut to 32 bits by the launcher (int32 arguments) and reported
+``wrong_answer``, and a shape larger than the board's memory died in the allocator. So every
+shape's dimensions are whole numbers from 1 to 2^31-1, its scalars fit the launcher's int32, its
+operands' element counts and bytes agree with their shapes, the target's thread count is sane,
+and on CPU boards the largest shape's operands fit the memory available. A failed check is one
+AgentError line (exit 2) naming the manifest and the shape.
+"""
+
+import os
+
+from . import contract
+from .errors import AgentError
+
+INT32_MAX = 2 ** 31 - 1
+INT32_MIN = -2 ** 31
+MAX_THREADS = 1024
+GIB = float(1 << 30)
+
+
+def check_manifest(manifest, where):
+    """Raise AgentError (one line, naming ``where``) for the first size the agent cannot run."""
+    if not isinstance(manifest.get("shapes"), list) or not isinstance(manifest.get("target"), dict):
+        raise AgentError("%s: the manifest has no shapes list or target; rebuild the bundle" % where)
+    threads = manifest["target"].get("threads") or 1
+    if not _whole(threads) or not 1 <= threads <= MAX_THREADS:
+        raise AgentError("%s: target threads %r is not 1 to %d; rebuild the bundle" % (where, threads, MAX_THREADS))
+    for shape in manifest["shapes"]:
+        check_shape(shape, where)
+    if manifest["target"].get("backend", "cpu") == "cpu":
+        check_memory(manifest["shapes"], where)
+
+
+def check_shape(shape, where):
+    if not isinstance(shape, dict) or not isinstance(shape.get("dims"), dict) or not shape["dims"]:
+        raise AgentError("%s: a shape without dims: %.80r; rebuild the bundle" % (where, shape))
+    sid = shape.get("id")
+    for name, value in shape["dims"].items():
+        if not _whole(value) or not 1 <= value <= INT32_MAX:
+            raise AgentError("%s: shape %s: %s=%r is not a whole number from 1 to %d; rebuild the bundle "
+                             "with shapes in the kernel's range" % (where, sid, name, value, INT32_MAX))
+    for name, value in (shape.get("scalars") or {}).items():
+        if not _whole(value) or not INT32_MIN <= value <= INT32_MAX:
+            raise AgentError("%s: shape %s: scalar %s=%r does not fit the kernel's 32-bit argument"
+                             % (where, sid, name, value))
+    for op in shape.get("operands") or []:
+        elements, dims = op.get("elements"), op.get("shape") or []
+        size = contract.DTYPE_BYTES.get(op.get("dtype"))
+        if not _whole(elements) or elements < 1 or not all(_whole(d) and d >= 1 for d in dims) \
+                or _product(dims) != elements or size is None or op.get("bytes") != elements * size:
+            raise AgentError("%s: shape %s: operand %s's size (%r elements of %r, %r bytes, shape %r) does not add up"
+                             % (where, sid, op.get("name"), elements, op.get("dtype"), op.get("bytes"), dims))
+
+
+def check_memory(shapes, where):
+    """The largest shape's operands (inputs, outputs, references: what one job holds) against
+    the memory this machine has available (Linux MemAvailable; unchecked where it is unknown)."""
+    available = memory_available()
+    if available is None or not shapes:
+        return
+    biggest = max(shapes, key=operand_bytes)
+    need = operand_bytes(biggest)
+    if need > available:
+        raise AgentError("%s: shape %s needs %.1f GiB for its operands; this machine has %.1f GiB of memory "
+                         "available" % (where, biggest.get("id"), need / GIB, available / GIB))
+
+
+def operand_bytes(shape):
+    return sum(op.get("bytes") or 0 for op in shape.get("operands") or [])
+
+
+def memory_available():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _product(values):
+    out = 1
+    for v in values:
+        out *= v
+    return out
