@@ -127,17 +127,23 @@ class Manifest:
             data = json.loads(Path(path).read_text())
         except FileNotFoundError:
             raise HarnessError("no bundle at %s; run harness build first" % Path(path).parent)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, or not UTF-8
             raise HarnessError("manifest is not valid JSON (%s)" % exc, where=str(path))
+        if not isinstance(data, dict):
+            raise HarnessError("manifest is not a JSON object; rebuild the bundle", where=str(path))
         if data.get("schema_version") != MANIFEST_SCHEMA:
             raise HarnessError("manifest schema %s, this harness reads %s; rebuild the bundle"
                                % (data.get("schema_version"), MANIFEST_SCHEMA), where=str(path))
-        data["variants"] = [Variant(**v) for v in data["variants"]]
-        data["shapes"] = [ShapeEntry(**s) for s in data["shapes"]]
-        data["jobs"] = [Job(**j) for j in data["jobs"]]
-        data["pruned"] = [PrunedEntry(**p) for p in data["pruned"]]
-        data["failed"] = [FailedPair(**f) for f in data.get("failed", [])]
-        return Manifest(**data)
+        try:
+            data["variants"] = [Variant(**v) for v in data["variants"]]
+            data["shapes"] = [ShapeEntry(**s) for s in data["shapes"]]
+            data["jobs"] = [Job(**j) for j in data["jobs"]]
+            data["pruned"] = [PrunedEntry(**p) for p in data["pruned"]]
+            data["failed"] = [FailedPair(**f) for f in data.get("failed", [])]
+            return Manifest(**data)
+        except (TypeError, KeyError, AttributeError) as exc:  # a field missing, unknown or of the wrong kind
+            raise HarnessError("manifest does not have this harness's fields (%s); rebuild the bundle"
+                               % str(exc).replace("\n", " "), where=str(path))
 
     def save(self, bundle_dir: Path) -> Path:
         """Write manifest.json, unless the one there says the same (then a push sends nothing)."""

@@ -101,7 +101,7 @@ def report(
     everything = df.assign(arch=meta["arch"], device_name=meta["device"], cu_num=meta["cu_num"],
                            driver=meta["driver"], toolchain=meta["toolchain"], triton=meta["triton"])
     json_meta = dict(meta, target=tgt.name, devices=sorted(df["device"].astype(str).unique().tolist()),
-                     hosts=sorted(df["host"].astype(str).unique().tolist()))
+                     hosts=sorted(df["host"].dropna().astype(str).unique().tolist()))
     csv_path, json_path = write_tuned(everything, ship, out_dir, kern, json_meta)
     written = [csv_path, json_path]
     ui.out.print(best_table(best, status_counts(df)))

@@ -146,7 +146,7 @@ class ResultsFile:
                 kind = s.reason.split(": ", 1)[0]
                 by_kind.setdefault(kind, []).append(s)
             text += " (%s)" % "; ".join("%d %s, first at line %d: %s" % (
-                len(v), k, v[0].line, v[0].reason.split(": ", 1)[-1]) for k, v in list(by_kind.items())[:4])
+                len(v), k, v[0].line, v[0].reason.split(": ", 1)[-1]) for k, v in by_kind.items())
         if not self.checked_against and self.read:
             text += "; no bundle manifest here, so variants and shapes were not checked"
         return text
