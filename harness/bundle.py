@@ -132,7 +132,7 @@ class Manifest:
         if not isinstance(data, dict):
             raise HarnessError("manifest is not a JSON object; rebuild the bundle", where=str(path))
         if data.get("schema_version") != MANIFEST_SCHEMA:
-            raise HarnessError("manifest schema %s, this harness reads %s; rebuild the bundle"
+            raise HarnessError("manifest schema %.40r, this harness reads %s; rebuild the bundle"
                                % (data.get("schema_version"), MANIFEST_SCHEMA), where=str(path))
         try:
             data["variants"] = [Variant(**v) for v in data["variants"]]

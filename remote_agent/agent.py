@@ -23,7 +23,7 @@ def load_manifest(bundle):
     if not isinstance(manifest, dict):
         raise AgentError("%s is not a manifest (a JSON object); rebuild the bundle" % path)
     if manifest.get("schema_version") != contract.MANIFEST_SCHEMA:
-        raise AgentError("%s has manifest schema %s, this agent reads schema %s; rebuild the bundle with "
+        raise AgentError("%s has manifest schema %.40r, this agent reads schema %s; rebuild the bundle with "
                          "this harness (harness build) and push it again"
                          % (path, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
     limits.check_manifest(manifest, path)  # sizes before anything runs: one line, not a crash

@@ -37,22 +37,28 @@ def check_manifest(manifest, where):
 def check_shape(shape, where):
     if not isinstance(shape, dict) or not isinstance(shape.get("dims"), dict) or not shape["dims"]:
         raise AgentError("%s: a shape without dims: %.80r; rebuild the bundle" % (where, shape))
-    sid = shape.get("id")
+    sid = _name(shape.get("id"))
     for name, value in shape["dims"].items():
         if not _whole(value) or not 1 <= value <= INT32_MAX:
             raise AgentError("%s: shape %s: %s=%r is not a whole number from 1 to %d; rebuild the bundle "
                              "with shapes in the kernel's range" % (where, sid, name, value, INT32_MAX))
-    for name, value in (shape.get("scalars") or {}).items():
+    scalars, operands = shape.get("scalars") or {}, shape.get("operands") or []
+    if not isinstance(scalars, dict) or not isinstance(operands, list) or not all(isinstance(o, dict) for o in operands):
+        raise AgentError("%s: shape %s: scalars must be a mapping and operands a list of mappings; rebuild the bundle"
+                         % (where, sid))
+    for name, value in scalars.items():
         if not _whole(value) or not INT32_MIN <= value <= INT32_MAX:
             raise AgentError("%s: shape %s: scalar %s=%r does not fit the kernel's 32-bit argument"
                              % (where, sid, name, value))
-    for op in shape.get("operands") or []:
+    for op in operands:
         elements, dims = op.get("elements"), op.get("shape") or []
-        size = contract.DTYPE_BYTES.get(op.get("dtype"))
+        if not isinstance(dims, list):
+            dims = [None]
+        size = contract.DTYPE_BYTES.get(op.get("dtype")) if isinstance(op.get("dtype"), str) else None
         if not _whole(elements) or elements < 1 or not all(_whole(d) and d >= 1 for d in dims) \
                 or _product(dims) != elements or size is None or op.get("bytes") != elements * size:
             raise AgentError("%s: shape %s: operand %s's size (%r elements of %r, %r bytes, shape %r) does not add up"
-                             % (where, sid, op.get("name"), elements, op.get("dtype"), op.get("bytes"), dims))
+                             % (where, sid, _name(op.get("name")), elements, op.get("dtype"), op.get("bytes"), dims))
 
 
 def check_memory(shapes, where):
@@ -65,7 +71,7 @@ def check_memory(shapes, where):
     need = operand_bytes(biggest)
     if need > available:
         raise AgentError("%s: shape %s needs %.1f GiB for its operands; this machine has %.1f GiB of memory "
-                         "available" % (where, biggest.get("id"), need / GIB, available / GIB))
+                         "available" % (where, _name(biggest.get("id")), need / GIB, available / GIB))
 
 
 def operand_bytes(shape):
@@ -81,6 +87,12 @@ def memory_available():
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _name(value):
+    """An id for a message: as it is when plain text on one line, else its repr (cut at 80)."""
+    text = value if isinstance(value, str) else repr(value)
+    return text[:80] if text.isprintable() else repr(text)[:80]
 
 
 def _whole(value):
