@@ -44,6 +44,7 @@ REQUIRED = ("schema_version", "variant_id", "shape_id", "status")
 PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,199}$")
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 INTEGER = re.compile(r"^[+-]?\d{1,30}$")
+WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # config values that are names (True, none, crash)
 # numeric columns; the error figures may be nan/inf on a wrong answer, the others are finite
 NUMBERS = ("time_ns", "time_ns_median", "time_ns_min", "time_ns_p20", "time_ns_p80", "iterations",
            "samples", "noise", "preempted", "pinned_cpu", "clock_mhz_before", "clock_mhz_after", "remeasured",
@@ -326,8 +327,8 @@ class RowChecker:
     def _configs(self, row: dict) -> str:
         for name in self.configs:
             text = row[name].strip()
-            if text and not (INTEGER.match(text) or text in ("True", "False")):
-                return "bad config value: %s=%r is not a whole number" % (name, _short(row[name]))
+            if text and not (INTEGER.match(text) or WORD.match(text)):
+                return "bad config value: %s=%r is not a whole number or a word" % (name, _short(row[name]))
         if row["variant_id"].startswith("lib:") and any(row[c].strip() for c in self.configs):
             return "library row with a config: %s" % row["variant_id"]
         return ""
