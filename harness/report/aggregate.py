@@ -30,7 +30,7 @@ def load_results(paths, known=None, say=None) -> pd.DataFrame:
         if results.rows:
             frames.append(results.frame())
         elif results.set_aside:
-            raise HarnessError("no usable rows: %s" % results.summary(), where=str(path))
+            raise HarnessError("no row can be used: %s" % results.summary())
     if not frames:
         raise HarnessError("no results yet; run: harness run")
     df = pd.concat(frames, ignore_index=True)

@@ -239,11 +239,12 @@ def read_results(path, known: Optional[Known] = None, label: Optional[str] = Non
 def check_header(header: list, path) -> None:
     """A header this harness can read, or one line naming the file."""
     where = "%s:1" % path
-    if header[:1] != ["schema_version"] or any(c not in header for c in REQUIRED):
-        raise HarnessError("results written by another schema version (this harness reads %s; the header "
-                           "lacks %s)" % (", ".join(map(str, READABLE_RESULTS_SCHEMAS)),
-                                          ", ".join(c for c in REQUIRED if c not in header) or "schema_version first"),
-                           where=where)
+    missing = [c for c in REQUIRED if c not in header]
+    if header[:1] != ["schema_version"] or missing:
+        raise HarnessError("results written by another schema version (this harness reads %s; %s)" % (
+            ", ".join(map(str, READABLE_RESULTS_SCHEMAS)),
+            "the header lacks %s" % ", ".join(missing) if missing else "schema_version is not the first column"),
+            where=where)
     seen = set()
     for name in header:
         if name in seen:
