@@ -17,7 +17,7 @@ from harness.kernels.matmul import CPU_SPACE
 from harness.kernels.matmul.rules import CPU_RULES
 from harness.shapes import parse_shape
 from harness.space import expand, first_pruning_rule
-from harness.strategies import (STRATEGIES, Trial, get_strategy, key, load_history, pruning_predicate,
+from harness.strategies import (Trial, get_strategy, key, load_history, names, pruning_predicate,
                                 trials_from_rows, tune_rounds)
 from harness.strategies.base import StrategyError, config_id
 from harness.strategies.driver import STOP_BUDGET, STOP_FINISHED, STOP_NO_RESULTS, STOP_TIME
@@ -32,7 +32,7 @@ DATA = Path(__file__).resolve().parent / "data" / "cpu_fullspace" / "matmul_loca
 PRUNED_SHAPE = "64x192x96_fp32_NN"
 NO_OPTUNA = importlib.util.find_spec("optuna") is None
 ALL = [pytest.param(n, marks=pytest.mark.skipif(NO_OPTUNA, reason="bayes needs optuna"))
-       if n == "bayes" else n for n in STRATEGIES]
+       if n == "bayes" else n for n in names()]
 MODEL_BASED = [p for p in ALL if p in ("random", "genetic") or getattr(p, "values", ("",))[0] == "bayes"]
 
 

@@ -17,7 +17,7 @@ from it or writes it into a tuned file:
 A row that fails a check is set aside with a one-line reason; ``rows kept + rows set aside ==
 rows read`` always holds, and ``ResultsFile.summary()`` says so. Nothing is dropped silently: the
 local file keeps what it holds, and rows fetched from a remote that are set aside go to
-``set_aside.csv`` next to the results (fetch.merge_results).
+``set_aside.csv`` next to the results (transport/fetch.py: merge_results).
 
 Older schemas read with the columns they lack empty (``host``, ``estimator``, ``time_ns``...).
 """
