@@ -68,7 +68,7 @@ def _add_box(ws):
 def test_hostile_remote_rows_are_set_aside_on_fetch_not_merged(workspace):
     ws = workspace
     _add_box(ws)
-    ws.harness("build", "matmul", "--target", "box", "--shapes", "32x32x32", "--space", "space.yaml")
+    ws.harness("build", "matmul", "--target", "box", "--shapes", "32x32x32:fp32:NT", "--space", "space.yaml")
     ws.harness("push", "box")
     ws.harness("run", "--remote", "box", "--iters", "2")
     remote = ws.path / "box/results/box/matmul/results.csv"
@@ -93,7 +93,7 @@ def test_hostile_remote_rows_are_set_aside_on_fetch_not_merged(workspace):
     assert len(aside) == 6 and all(a["reason"] for a in aside)
     assert "v0000000bad" in " ".join(a["row"] for a in aside)
     # the winner is one of the built variants, at a measured time
-    best = _winners(ws, "box")["32x32x32_fp32_NN"]
+    best = _winners(ws, "box")["32x32x32_fp32_NT"]
     assert best["variant_id"] in built and best["time_ns"] > 1
     assert "'" + FORMULA in (ws.path / "tuned/box/matmul.csv").read_text()
     _no_formula_cells(ws.path / "tuned")
@@ -102,7 +102,7 @@ def test_hostile_remote_rows_are_set_aside_on_fetch_not_merged(workspace):
 
 def test_hostile_local_results_are_counted_and_kept_on_disk(local_workspace):
     ws = local_workspace
-    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32:fp16:NT", "--space", "space.yaml")
     ws.harness("run", "--iters", "2")
     path = ws.path / "results/local/matmul/results.csv"
     header, rows = _read(path)
@@ -114,7 +114,7 @@ def test_hostile_local_results_are_counted_and_kept_on_disk(local_workspace):
     assert len(summary) == 1 and "%d rows read, %d kept, 7 set aside" % (len(rows) + 7, len(rows)) in summary[0]
     assert "first at line %d" % (len(rows) + 2) in summary[0]  # the unknown variant, by its line
     assert path.read_bytes() == before  # the file is left as it is
-    best = _winners(ws, "local")["32x32x32_fp32_NN"]
+    best = _winners(ws, "local")["32x32x32_fp16_NT"]
     assert best["variant_id"] in {r["variant_id"] for r in rows} and best["config"]["BLOCK_M"] in (8, 16)
     triton = [json.loads(p.read_text()) for p in (ws.path / "tuned/local/triton").glob("*.json")]
     assert triton and all(c["BLOCK_SIZE_M"] in (8, 16) for doc in triton for k, c in doc.items() if k != "_harness")
