@@ -26,8 +26,8 @@ def load_manifest(bundle):
         raise AgentError("%s has manifest schema %.40r, this agent reads schema %s; rebuild the bundle with "
                          "this harness (harness build) and push it again"
                          % (path, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+    limits.check_manifest(manifest, path)  # kinds and sizes before anything runs: one line, not a crash
     bundlecheck.check_manifest_paths(bundle, manifest)
-    limits.check_manifest(manifest, path)  # sizes before anything runs: one line, not a crash
     return manifest
 
 

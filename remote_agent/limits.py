@@ -22,9 +22,9 @@ GIB = float(1 << 30)
 
 
 def check_manifest(manifest, where):
-    """Raise AgentError (one line, naming ``where``) for the first size the agent cannot run."""
-    if not isinstance(manifest.get("shapes"), list) or not isinstance(manifest.get("target"), dict):
-        raise AgentError("%s: the manifest has no shapes list or target; rebuild the bundle" % where)
+    """Raise AgentError (one line, naming ``where``) for the first part of the manifest the agent
+    cannot read (``check_structure``) or size it cannot run."""
+    check_structure(manifest, where)
     threads = manifest["target"].get("threads") or 1
     if not _whole(threads) or not 1 <= threads <= MAX_THREADS:
         raise AgentError("%s: target threads %r is not 1 to %d; rebuild the bundle" % (where, threads, MAX_THREADS))
@@ -32,6 +32,43 @@ def check_manifest(manifest, where):
         check_shape(shape, where)
     if manifest["target"].get("backend", "cpu") == "cpu":
         check_memory(manifest["shapes"], where)
+
+
+def check_structure(manifest, where):
+    """The containers the agent walks are of the kinds it expects: target and toolchain mappings;
+    variants, shapes, jobs, pruned lists of mappings; ids and file paths strings; every job names
+    a variant and a shape of the manifest. Otherwise a hostile or damaged manifest ends in an
+    AttributeError or KeyError traceback somewhere later."""
+    def fail(what):
+        raise AgentError("%s: %s; rebuild the bundle" % (where, what))
+
+    if not isinstance(manifest.get("target"), dict):
+        fail("the manifest has no target mapping")
+    toolchain = manifest.get("toolchain") or {}
+    support = toolchain.get("support") or {} if isinstance(toolchain, dict) else None
+    if not isinstance(toolchain, dict) or not isinstance(support, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("artifact") or "", str) for v in support.values()):
+        fail("the manifest's toolchain is not a mapping of the expected kinds")
+    for key in ("variants", "shapes", "jobs", "pruned", "failed"):
+        items = manifest.get(key, None if key in ("variants", "shapes", "jobs") else [])
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            fail("%s is not a list of mappings" % key)
+    for v in manifest["variants"]:
+        if not isinstance(v.get("id"), str) or not isinstance(v.get("artifact") or "", str) \
+                or not isinstance(v.get("config") or {}, dict):
+            fail("variant %s has an id, artifact or config of the wrong kind" % _name(v.get("id")))
+    for shape in manifest["shapes"]:
+        data = shape.get("data") or {}
+        if not isinstance(shape.get("id"), str) or not isinstance(data, dict) \
+                or not all(isinstance(rel, str) for rel in data.values()):
+            fail("shape %s has an id or data files of the wrong kind" % _name(shape.get("id")))
+    variants = {v["id"] for v in manifest["variants"]}
+    shapes = {s["id"] for s in manifest["shapes"]}
+    for job in manifest["jobs"]:
+        if not isinstance(job.get("variant"), str) or job.get("variant") not in variants \
+                or not isinstance(job.get("shape"), str) or job.get("shape") not in shapes:
+            fail("a job names variant %s and shape %s, not both in the manifest"
+                 % (_name(job.get("variant")), _name(job.get("shape"))))
 
 
 def check_shape(shape, where):
