@@ -14,6 +14,7 @@ from remote_agent.contract import DTYPE_BYTES
 
 from . import state, ui
 from .errors import HarnessError
+from .limits import check_shapes
 from .bundle import (FailedPair, Job, Manifest, PrunedEntry, ShapeEntry, Variant, bundle_dir, sha256_file,
                      write_data_file)
 from .space import config_id, expand, first_pruning_rule
@@ -139,6 +140,7 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
     start = time.monotonic()
     out = bundle_dir(root, target.name, kernel.name)
     out.mkdir(parents=True, exist_ok=True)
+    check_shapes(kernel, target, shapes)  # dimensions and test data memory, before any compile
     compiler = compiler_for(kernel, target, out, options.frontend, options.from_ir, options.jobs)
     space = options.space or kernel.space_for(target)
     wanted = _wanted_pairs(options, shapes, getattr(compiler, "fixed_configs", None))

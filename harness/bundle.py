@@ -131,21 +131,28 @@ class Manifest:
             data = json.loads(Path(path).read_text())
         except FileNotFoundError:
             raise HarnessError("no bundle at %s; run harness build first" % Path(path).parent)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, or not UTF-8
             raise HarnessError("manifest is not valid JSON (%s)" % exc, where=str(path))
+        if not isinstance(data, dict):
+            raise HarnessError("manifest is not a JSON object; rebuild the bundle", where=str(path))
         if data.get("schema_version") != MANIFEST_SCHEMA:
-            raise HarnessError("manifest schema %s, this harness reads %s; rebuild the bundle"
+            raise HarnessError("manifest schema %.40r, this harness reads %s; rebuild the bundle"
                                % (data.get("schema_version"), MANIFEST_SCHEMA), where=str(path))
-        data["variants"] = [Variant(**v) for v in data["variants"]]
-        data["shapes"] = [ShapeEntry(**s) for s in data["shapes"]]
-        data["jobs"] = [Job(**j) for j in data["jobs"]]
-        data["pruned"] = [PrunedEntry(**p) for p in data["pruned"]]
-        data["failed"] = [FailedPair(**f) for f in data.get("failed", [])]
-        return Manifest(**data)
+        try:
+            data["variants"] = [Variant(**v) for v in data["variants"]]
+            data["shapes"] = [ShapeEntry(**s) for s in data["shapes"]]
+            data["jobs"] = [Job(**j) for j in data["jobs"]]
+            data["pruned"] = [PrunedEntry(**p) for p in data["pruned"]]
+            data["failed"] = [FailedPair(**f) for f in data.get("failed", [])]
+            return Manifest(**data)
+        except (TypeError, KeyError, AttributeError) as exc:  # a field missing, unknown or of the wrong kind
+            raise HarnessError("manifest does not have this harness's fields (%s); rebuild the bundle"
+                               % str(exc).replace("\n", " "), where=str(path))
 
     def save(self, bundle_dir: Path) -> Path:
         """Write manifest.json, unless the one there says the same (then a push sends nothing)."""
         path = Path(bundle_dir) / "manifest.json"
+        remember_built(bundle_dir, self)  # report.results_reader checks results rows against it
         if path.exists():
             try:
                 old = json.loads(path.read_text())
@@ -157,6 +164,41 @@ class Manifest:
         self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_atomic(path, self.to_json().encode())
         return path
+
+
+KNOWN_FILE = "known.json"  # every variant and shape built in a bundle folder, across rebuilds and rounds
+
+
+def read_known(bundle_dir: Path) -> dict:
+    """The bundle folder's ledger: {"variants": {id: config}, "shapes": {id: {dims, dtype,
+    layout}}}; empty where there is none or it cannot be read."""
+    try:
+        data = json.loads((Path(bundle_dir) / KNOWN_FILE).read_text())
+        if isinstance(data.get("variants"), dict) and isinstance(data.get("shapes"), dict):
+            return data
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {"variants": {}, "shapes": {}}
+
+
+def remember_built(bundle_dir: Path, manifest: "Manifest") -> None:
+    """Add a manifest's variants (built, failed, pruned, library) and shapes to the ledger. A
+    tune's rounds each overwrite manifest.json; the ledger keeps what every round built, so that
+    the host can tell the rows of its own variants from rows a remote made up."""
+    known = read_known(bundle_dir)
+    variants, shapes = known["variants"], known["shapes"]
+    before = (len(variants), len(shapes))
+    for v in manifest.variants:
+        variants.setdefault(v.id, dict(v.config))
+    for p in manifest.pruned:
+        variants.setdefault(p.variant, dict(p.config))
+    for name in manifest.library or ():
+        variants.setdefault("lib:%s" % name, {})
+    for sh in manifest.shapes:
+        shapes.setdefault(sh.id, {"dims": dict(sh.dims), "dtype": sh.dtype, "layout": sh.layout})
+    path = Path(bundle_dir) / KNOWN_FILE
+    if before != (len(variants), len(shapes)) or not path.exists():
+        write_atomic(path, json.dumps(known, indent=0, sort_keys=True).encode())
 
 
 def bundle_dir(root: Path, target: str, kernel: str) -> Path:

@@ -69,8 +69,29 @@ def load_space_file(path: str, base: dict) -> dict:
             values = [values]
         if not values:
             raise HarnessError("parameter %r has no values" % name, where="%s:%d" % (file, _line_of(file, name)))
+        _check_values(name, values, base[name], "%s:%d" % (file, _line_of(file, name)))
         space[name] = values
     return space
+
+
+def _check_values(name, values: list, kernel_values: list, where: str) -> None:
+    """Each value of the kernel's own kind: whole numbers where the kernel's are (no smaller than
+    its smallest when that is 0 or 1: a block of 0 would divide by zero), true/false where its are."""
+    kinds = {type(v) for v in kernel_values}
+    ints = [v for v in kernel_values if type(v) is int]
+    for value in values:
+        if type(value) not in kinds:
+            raise HarnessError("%s: %r is not %s like the kernel's values (%s)" % (
+                name, value, _kind_words(kinds), ", ".join(map(str, kernel_values[:6]))), where=where)
+        floor = min(min(ints), 1) if ints and min(ints) >= 0 else None
+        if type(value) is int and floor is not None and value < floor:
+            raise HarnessError("%s: %r is below %d (the kernel's values start at %d)" % (name, value, floor, min(ints)),
+                               where=where)
+
+
+def _kind_words(kinds) -> str:
+    words = {int: "a whole number", bool: "true or false", float: "a number", str: "a string"}
+    return " or ".join(sorted(words.get(k, k.__name__) for k in kinds))
 
 
 def _line_of(file: Path, key) -> int:

@@ -26,6 +26,8 @@ SETTINGS = ("default",)  # top-level keys that are settings of the file, not tar
 BACKENDS = ("cpu", "cuda", "hip")
 PROFILERS = ("perf", "wallclock", "events", "ncu", "rocprof")
 ESTIMATORS = measure.ESTIMATORS  # the time that decides (remote_agent/stats.py)
+MAX_THREADS = 1024  # OpenMP threads of a CPU build; a billion built, then crashed in libgomp
+MAX_VLEN = 65536  # the largest VLEN RVV allows
 
 
 @dataclass
@@ -278,6 +280,8 @@ def _build_target(path, name, key_node, node) -> Target:
     if "ssh" in values:
         ssh_node = dict((_scalar(k), v) for k, v in node.value)["ssh"]
         values["ssh"] = SSH(**_check_mapping(path, ssh_node, _SSH_KEYS, "%s.ssh" % name))
+        _check_port(values["ssh"].port, "%s.ssh.port" % name,
+                    _where(path, dict((_scalar(k), v) for k, v in ssh_node.value).get("port", ssh_node)))
     where = lambda key: _where(path, dict((_scalar(k), v) for k, v in node.value).get(key, node))
     if "slurm" in values:
         values["slurm"] = _build_slurm(path, name, dict((_scalar(k), v) for k, v in node.value)["slurm"])
@@ -293,6 +297,9 @@ def _build_target(path, name, key_node, node) -> Target:
     for key in ("vlen", "threads", "max_threads", "shared_mem_max", "multiprocessors"):
         if key in values and values[key] <= 0:
             raise HarnessError("%s.%s must be positive, got %r" % (name, key, values[key]), where=where(key))
+    for key, cap in (("threads", MAX_THREADS), ("vlen", MAX_VLEN)):
+        if key in values and values[key] > cap:
+            raise HarnessError("%s.%s is %r; at most %d" % (name, key, values[key], cap), where=where(key))
     if "vlen" in values and values["vlen"] & (values["vlen"] - 1):
         raise HarnessError("%s.vlen must be a power of two, got %r" % (name, values["vlen"]), where=where("vlen"))
     if "gpu_arch" in values:
@@ -317,6 +324,7 @@ def _build_target(path, name, key_node, node) -> Target:
         port = text.rpartition(":")[2] if ":" in text else "22"
         if not text.strip() or not port.isdigit():
             raise HarnessError("%s.hosts: %r is not HOST or HOST:PORT" % (name, entry), where=where("hosts"))
+        _check_port(int(port), "%s.hosts: %r" % (name, entry), where("hosts"))
     backend = values.get("backend", "cpu")
     if backend != "cpu" and not values.get("gpu_arch"):
         raise HarnessError("%s: backend %s needs gpu_arch (e.g. 90 or gfx942)" % (name, backend),
@@ -324,6 +332,12 @@ def _build_target(path, name, key_node, node) -> Target:
     if backend != "cpu" and "profiler" not in values:
         values["profiler"] = "events"
     return Target(name=name, source=_where(path, key_node), **values)
+
+
+def _check_port(port, what: str, where: str) -> None:
+    """A TCP port: a whole number from 1 to 65535 (a larger one overflowed in the socket call)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise HarnessError("%s: port %r is not 1 to 65535" % (what, port), where=where)
 
 
 def _build_slurm(path, name, node) -> Slurm:

@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from . import bundlecheck, contract
+from . import bundlecheck, contract, limits
 from .errors import AgentError
 from .results import ResultsWriter, ResultsWriteError, SchemaMismatch
 
@@ -20,10 +20,13 @@ def load_manifest(bundle):
             manifest = json.load(f)
     except (OSError, ValueError) as exc:
         raise AgentError("cannot read %s: %s" % (path, exc))
+    if not isinstance(manifest, dict):
+        raise AgentError("%s is not a manifest (a JSON object); rebuild the bundle" % path)
     if manifest.get("schema_version") != contract.MANIFEST_SCHEMA:
-        raise AgentError("%s has manifest schema %s, this agent reads schema %s; rebuild the bundle with "
+        raise AgentError("%s has manifest schema %.40r, this agent reads schema %s; rebuild the bundle with "
                          "this harness (harness build) and push it again"
                          % (path, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+    limits.check_manifest(manifest, path)  # kinds and sizes before anything runs: one line, not a crash
     bundlecheck.check_manifest_paths(bundle, manifest)
     return manifest
 

@@ -41,7 +41,7 @@ import sys
 import time
 import types
 
-from . import bundlecheck, contract
+from . import bundlecheck, contract, limits
 from .agent import Agent, AgentError, make_runner
 from .results import ResultsWriteError, ResultsWriter, SchemaMismatch, _drop_torn_tail
 
@@ -203,6 +203,7 @@ class Server(object):
         if manifest.get("schema_version") != contract.MANIFEST_SCHEMA:
             raise AgentError("round %s: manifest schema %s, this agent reads %s"
                              % (name, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+        limits.check_manifest(manifest, "round %s" % name)  # sizes before anything runs
         self._lock_results(results)
         if os.path.exists(results) and not os.path.exists(files["start"]):
             _drop_torn_tail(results)

@@ -9,6 +9,7 @@ from typing import List, Optional
 from .. import state, ui
 from ..errors import HarnessError
 from .common import ROOT, kernel_of, pick_target
+from ..report.common import safe_frame  # CSV cells a spreadsheet would take for formulas
 
 FORMATS = ("aiter", "aiter-blockscale", "triton", "yaml", "vllm", "sglang")
 
@@ -71,14 +72,16 @@ def report(args: ReportArgs):
     if fetched:
         new = fetch_target(tgt, kern, local)
         ui.console.print("fetched %d new rows from %s" % (new, tgt.name))
-    df = load_results([local])
+    from ..bundle import bundle_dir
+    from ..compile.disasm import with_vector_counts
+    from ..report.results_reader import Known
+
+    bundle = bundle_dir(ROOT, tgt.name, kern)
+    df = load_results([local], known=Known.from_bundle(bundle),
+                      say=lambda line: ui.out.print(line, markup=False, soft_wrap=True))
     best = best_per_shape(kernel_rows(df))
     winners = load_winners(local)["shapes"]
     best = apply_winners(best, df, winners)
-    from ..bundle import bundle_dir
-    from ..compile.disasm import with_vector_counts
-
-    bundle = bundle_dir(ROOT, tgt.name, kern)
     best = with_vector_counts(best, bundle)  # vector instructions, when counted
     meta, shape_objs = _meta_and_shapes(tgt, bundle, refresh=fetched or not tgt.is_remote, local=local)
     out_dir = Path(args.out) if args.out else ROOT / "tuned" / tgt.name
@@ -104,7 +107,7 @@ def report(args: ReportArgs):
     everything = df.assign(arch=meta["arch"], device_name=meta["device"], cu_num=meta["cu_num"],
                            driver=meta["driver"], toolchain=meta["toolchain"], triton=meta["triton"])
     json_meta = dict(meta, target=tgt.name, devices=sorted(df["device"].astype(str).unique().tolist()),
-                     hosts=sorted(df["host"].astype(str).unique().tolist()) if "host" in df.columns else [])
+                     hosts=sorted(df["host"].dropna().astype(str).unique().tolist()) if "host" in df.columns else [])
     csv_path, json_path = write_tuned(everything, ship, out_dir, kern, json_meta)
     written = [csv_path, json_path]
     ui.out.print(best_table(best, status_counts(df)))
@@ -318,7 +321,7 @@ def _counters(df, out_dir: Path, kern: str, threshold: float) -> list:
         return []
     path = out_dir / ("%s.counters.csv" % kern)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
+    safe_frame(table).to_csv(path, index=False)
     listed = table[table["listed"]]
     if len(listed):
         ui.out.print("counters explaining the time differences among configs (|r| >= %g; time-like counters left out): %s" % (threshold, ", ".join(
@@ -371,7 +374,7 @@ def _compare(path, tgt, kernel, library, iters, warmup, timeout, jobs, out) -> N
     out_dir = Path(out) if out else ROOT / "tuned" / tgt.name
     out_dir.mkdir(parents=True, exist_ok=True)
     dest = out_dir / ("compare-%s.csv" % Path(path).name)
-    result.to_csv(dest, index=False)
+    safe_frame(result).to_csv(dest, index=False)
     bad = result[result["status"] != "ok"]
     counts = result["status"].value_counts().to_dict()
     ui.out.print("%d entries: %s; wrote %s" % (len(result), ", ".join("%s %d" % kv for kv in sorted(counts.items())),

@@ -6,32 +6,31 @@ from pathlib import Path
 
 import pandas as pd
 
-from remote_agent.contract import ADDED_SINCE_SCHEMA_1, CONFIG_PREFIX, OK, READABLE_RESULTS_SCHEMAS, TIME
+from remote_agent.contract import CONFIG_PREFIX, OK, TIME
 
 from ..errors import HarnessError
 from .common import deciding_spreads, deciding_times
+from .results_reader import read_results
 
 KEY = ["variant_id", "shape_id", "device"]
 
 
-def load_results(paths) -> pd.DataFrame:
-    """Every row of the given results files; a re-measured key keeps its latest row."""
+def load_results(paths, known=None, say=None) -> pd.DataFrame:
+    """Every row of the given results files that passes results_reader's checks (against
+    ``known``, the bundle's variants and shapes, where given); a re-measured key keeps its latest
+    row. ``say`` gets each file's one-line summary (rows read, kept, set aside and why)."""
     frames = []
     for path in paths:
         path = Path(path)
         if not path.exists() or path.stat().st_size == 0:
             continue
-        frame = pd.read_csv(path, dtype={"variant_id": str, "shape_id": str, "device": str})
-        missing = [c for c in ("schema_version",) + tuple(KEY) if c not in frame.columns]
-        schemas = set(pd.to_numeric(frame["schema_version"], errors="coerce").dropna().astype(int)) \
-            if not missing else set()
-        if missing or not schemas <= set(READABLE_RESULTS_SCHEMAS):
-            raise HarnessError("results written by another schema version (this harness reads %s)"
-                               % ", ".join(map(str, READABLE_RESULTS_SCHEMAS)), where=str(path))
-        for col in ADDED_SINCE_SCHEMA_1:  # older files: the columns they lack are empty
-            if col not in frame.columns:
-                frame[col] = None
-        frames.append(frame)
+        results = read_results(path, known)
+        if say is not None:
+            say(results.summary())
+        if results.rows:
+            frames.append(results.frame())
+        elif results.set_aside:
+            raise HarnessError("no row can be used: %s" % results.summary())
     if not frames:
         raise HarnessError("no results yet; run: harness run")
     df = pd.concat(frames, ignore_index=True)

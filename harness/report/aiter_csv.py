@@ -45,6 +45,7 @@ from remote_agent.contract import OK, PRUNED
 
 from ..errors import HarnessError
 from .common import Meta, config_of, deciding_time, deciding_times, kernel_name, kernel_rows, plain
+from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 from .pick import is_power_of_two, pick_rows, say_default
 
 KEY_COLUMNS = ["gfx", "cu_num", "M", "N", "K", "bias", "dtype", "outdtype", "scaleAB", "bpreshuffle"]
@@ -238,5 +239,5 @@ def _num(value):
 def _write(frame: pd.DataFrame, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(path, index=False)
+    safe_frame(frame).to_csv(path, index=False)
     return path

@@ -202,3 +202,30 @@ def require_columns(df: pd.DataFrame, columns, what: str) -> None:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise HarnessError("%s needs results columns %s" % (what, ", ".join(missing)))
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may take for a formula (OWASP)
+
+
+def safe_cell(value):
+    """A value for a CSV cell that a spreadsheet will not run: text starting with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return gets a leading ``'`` (OWASP's advice against CSV
+    injection), unless it is a plain number (aiter's files hold ``-1``). Numbers, None and other
+    values are returned as they are."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def safe_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``safe_cell`` applied to every text cell (numeric columns are left alone), for
+    writing a CSV that people open in spreadsheets."""
+    out = df.copy()
+    for col in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[col]) and not pd.api.types.is_bool_dtype(out[col]):
+            out[col] = out[col].map(safe_cell)
+    return out

@@ -25,6 +25,7 @@ import pandas as pd
 from remote_agent.contract import COUNTER_PREFIX, OK
 
 from .common import counter_columns, deciding_times, kernel_rows
+from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 
 COLUMNS = ["shape_id", "counter", "r", "abs_r", "n", "listed"]
 FIXED_FREQUENCY_CV = 0.05
@@ -92,5 +93,5 @@ def write_counter_correlation(df: pd.DataFrame, path, threshold: float = 0.8, mi
         table = table[table["listed"]]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
+    safe_frame(table).to_csv(path, index=False)
     return path

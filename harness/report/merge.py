@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..errors import HarnessError
 from .aiter_csv import ALL_EXTRA, META_COLUMNS, RESULT_COLUMNS, read_tuned_csv
+from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 from .tune_gemm_yaml import HEADER, read_tuned_yaml
 
 MEASURED = set(RESULT_COLUMNS) | set(ALL_EXTRA) | (set(META_COLUMNS) - {"dtype", "layout"}) | {
@@ -94,7 +95,7 @@ def _merge_csv(paths, out: Path, force: bool) -> Path:
     if used_gfx:
         df = df.rename(columns={"arch": "gfx"})
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
+    safe_frame(df).to_csv(out, index=False)
     return out
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from .aggregate import config_columns
 from .common import deciding_time, dim_columns
+from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 from remote_agent.contract import deciding_estimator
 
 
@@ -16,7 +17,7 @@ def write_tuned(df: pd.DataFrame, best: pd.DataFrame, out_dir: Path, kernel: str
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / ("%s.csv" % kernel)
     json_path = out_dir / ("%s.json" % kernel)
-    df.to_csv(csv_path, index=False)
+    safe_frame(df).to_csv(csv_path, index=False)
     cfg_cols = config_columns(best)
     dims = dim_columns(df)
     entries = []

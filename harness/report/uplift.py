@@ -37,6 +37,7 @@ from remote_agent.contract import OK
 
 from ..errors import HarnessError
 from .common import deciding_time, dim_columns, fastest_row, library_rows, tuned_best
+from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 
 COLUMNS = ["shape_id", "M", "N", "K", "dtype", "layout", "weight", "library", "library_build", "library_ns",
            "tuned_variant",
@@ -127,7 +128,7 @@ def write_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame], path, weights=N
     table, summary = library_uplift(df, best, weights, max_err_ratio)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.round({"speedup": 4, "uplift_pct": 2}).to_csv(path, index=False)
+    safe_frame(table.round({"speedup": 4, "uplift_pct": 2})).to_csv(path, index=False)
     return path, summary
 
 

@@ -28,6 +28,7 @@ class Problem:
     dims: tuple = ("M", "N", "K")
     dtypes: tuple = DTYPES
     layouts: tuple = LAYOUTS
+    max_dim: int = MAX_DIM  # the largest dimension the kernel computes correctly
 
     @property
     def default_layout(self) -> str:
@@ -91,7 +92,7 @@ def make_problem_shape(problem: Problem, dims: dict, dtype: str, layout: str = N
                        where=None, text=None) -> Shape:
     """A checked Shape of ``problem`` from ``{dim name: value}``."""
     text = text or "x".join(str(dims.get(d)) for d in problem.dims)
-    values = tuple((d, _dim(dims.get(d), d, text, where)) for d in problem.dims)
+    values = tuple((d, _dim(dims.get(d), d, text, where, problem.max_dim)) for d in problem.dims)
     layout = problem.default_layout if layout is None else layout
     if dtype not in problem.dtypes:
         raise HarnessError("unknown dtype %r in shape %r (known: %s)" % (dtype, text, ", ".join(problem.dtypes)),
@@ -108,7 +109,7 @@ def make_shape(M, N, K, dtype="fp32", layout="NN", weight=1.0, extra=(), where=N
                               text or "%sx%sx%s" % (M, N, K))
 
 
-def _dim(value, name, text, where) -> int:
+def _dim(value, name, text, where, limit: int = MAX_DIM) -> int:
     try:
         dim = int(str(value).strip())
     except ValueError:
@@ -117,6 +118,9 @@ def _dim(value, name, text, where) -> int:
         raise HarnessError("%s=%d in shape %r must be positive" % (name, dim, text), where=where)
     if dim > MAX_DIM:
         raise HarnessError("%s=%d in shape %r is absurdly large (limit %d)" % (name, dim, text, MAX_DIM),
+                           where=where)
+    if dim > limit:
+        raise HarnessError("%s=%d in shape %r is past the kernel's range (1 to %d)" % (name, dim, text, limit),
                            where=where)
     return dim
 

@@ -53,7 +53,8 @@ GPU_SPACE_HIP = {
 }
 
 
-PROBLEM = Problem(dims=("M", "N", "K"), dtypes=("fp32", "fp16", "bf16"), layouts=("NN", "NT", "TN", "TT"))
+PROBLEM = Problem(dims=("M", "N", "K"), dtypes=("fp32", "fp16", "bf16"), layouts=("NN", "NT", "TN", "TT"),
+                  max_dim=65536)  # the README's range: edges masked, offsets 64-bit
 OPERANDS = (
     Operand("a", "input", ("M", "K"), transposed=lambda s: s.layout[0] == "T"),
     Operand("b", "input", ("K", "N"), transposed=lambda s: s.layout[1] == "T"),
