@@ -34,6 +34,33 @@ def test_a_gpu_kernel_ships_its_device_plugin_under_its_hash(tmp_path, name):
     assert copy_device_plugin(kernel, tmp_path) == facts  # content-addressed: the same file again
 
 
+def test_concurrent_builds_copy_the_plugin_without_racing(tmp_path):
+    """Rounds of one tune build their bundles in threads at once (seen failing on an H200 node:
+    one writer renamed the other's temporary file away)."""
+    import threading
+
+    kernel = kernels.get("matmul")
+    for attempt in range(20):  # the race is a matter of timing: give it many chances
+        out = tmp_path / str(attempt)
+        start, errors, facts = threading.Barrier(16), [], []
+
+        def copy():
+            start.wait()
+            try:
+                facts.append(copy_device_plugin(kernel, out))
+            except Exception as exc:  # noqa: BLE001 - the test reports whatever escaped
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=copy) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and len(facts) == 16 and all(f == facts[0] for f in facts)
+        assert (out / facts[0]["file"]).read_bytes() == kernel.device_plugin.read_bytes()
+        assert not list((out / "device").glob("*.tmp"))
+
+
 def test_the_plugin_is_pushed_with_the_bundle(tmp_path):
     bundle = make_bundle(tmp_path / "b")
     manifest = Manifest.load(bundle / "manifest.json")
