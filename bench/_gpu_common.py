@@ -9,7 +9,8 @@ import os
 from remote_agent.contract import deciding_time
 from remote_agent.runners.cuda import CudaApi
 from remote_agent.runners.gpu_launch import Kernel, cdiv
-from remote_agent.runners.gpu_memory import strides, workspace_need
+from harness.kernels.matmul.device import strides
+from remote_agent.runners.gpu_memory import workspace_need
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 

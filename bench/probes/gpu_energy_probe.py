@@ -32,7 +32,8 @@ import time
 from bench._gpu_common import geomean, make_inputs, palindromic, rel_err
 from bench.probes.streamk_probe import cdiv, load_matmul_module, parse_shape
 from remote_agent.runners.gpu_clocks import Clocks
-from remote_agent.runners.gpu_memory import strides, workspace_need
+from harness.kernels.matmul.device import strides
+from remote_agent.runners.gpu_memory import workspace_need
 
 P = dict(TMA=1, PERSISTENT=1)
 CONFIGS = {  # shape -> the winner of the default search in H200 run 13 (docs/notes/2026-11-26-gpu-runs.md)
