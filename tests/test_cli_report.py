@@ -16,7 +16,7 @@ from tests.conftest import Workspace
 from tests.test_shapes_sources import gemm_line
 
 TARGET = "native-qemu-free"  # this machine, wall-clock timing
-SPACE = "BLOCK_M: [8, 16]\nBLOCK_N: [16, 32]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+SPACE = "MR: [1, 2]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 LOG = "\n".join([
     gemm_line(64, 32, 32, "T", "N", "f32_r", 100),    # 1: 90.8 % of FLOPs x calls
     gemm_line(32, 32, 32, "T", "N", "f32_r", 20),     # 2: 9.1 %
@@ -76,8 +76,8 @@ def test_report_writes_every_format_with_metadata_and_uplift(ws):
     cfgs = triton_json.read_triton_json(tuned / "triton" / "x86_64-GEMM-A32W32-N=32-K=32.json")
     for sid, M in ((SHAPES[0], 64), (SHAPES[1], 32)):
         picked = triton_json.pick_config(cfgs, M)
-        assert picked == {"BLOCK_SIZE_" + k[-1] if k.startswith("BLOCK") else "GROUP_SIZE_M": v
-                          for k, v in chosen[sid]["config"].items()}
+        assert picked == {"BLOCK_SIZE_" + k[-1] if k.startswith("BLOCK") else "GROUP_SIZE_M" if k == "GROUP_M" else k: v
+                          for k, v in chosen[sid]["config"].items()}  # Triton's names; the CPU kernel's as they are
     # tune_gemm YAML loads; the header records the metadata
     text = (tuned / "matmul.yaml").read_text()
     assert len(yaml.safe_load(text)) == 2 and "# arch: x86_64" in text and "# cu_num: " in text
@@ -133,7 +133,7 @@ def test_compare_without_tuning_rebuilds_exactly_the_tuned_configs(ws):
 def test_compare_without_tuning_catches_a_wrong_answer(tmp_path):
     ws = Workspace(tmp_path)
     entry = {"M": 32, "N": 32, "K": 32, "dtype": "fp32", "layout": "NN", "time_ns_median": 2000.0,
-             "config": {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "FAULT": "none"}}
+             "config": {"MR": 1, "NR": 16, "KC": 64, "MC": 16, "NC": 64, "PACK_B": 1, "FAULT": "none"}}
     wrong = dict(entry, config=dict(entry["config"], FAULT="wrong"))
     (tmp_path / "theirs.json").write_text(json.dumps({"kernel": "faulty_matmul", "best": [entry, wrong]}))
     proc = ws.harness("report", "--target", TARGET, "--kernel", "faulty_matmul", "--compare-wo-tuning",
@@ -148,8 +148,8 @@ def test_compare_without_tuning_catches_a_wrong_answer(tmp_path):
 def test_compare_refuses_configs_the_kernel_does_not_have(ws):
     (ws.path / "gpu.yaml").write_text(
         "# harness tuned configs\n"
-        "- {'M': 32, 'N': 32, 'K': 32, 'rowMajorA': 'T', 'rowMajorB': 'T', 'dtype': 'fp32', 'BLOCK_SIZE_M': 32, "
-        "'BLOCK_SIZE_N': 32, 'BLOCK_SIZE_K': 32, 'GROUP_SIZE_M': 1, 'num_warps': 4} # TFLOPS: 1.00 time(us): 2.00\n")
+        "- {'M': 32, 'N': 32, 'K': 32, 'rowMajorA': 'T', 'rowMajorB': 'T', 'dtype': 'fp32', 'MR': 2, 'NR': 32, "
+        "'KC': 64, 'MC': 16, 'NC': 64, 'PACK_B': 1, 'num_warps': 4} # TFLOPS: 1.00 time(us): 2.00\n")
     proc = ws.harness("report", "--compare-wo-tuning", "gpu.yaml", check=False)
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "gpu.yaml:2" in lines[0] and "unknown: num_warps" in lines[0]

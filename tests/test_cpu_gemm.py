@@ -21,7 +21,7 @@ from tests.conftest import needs
 # M, N and K off every block and micro-tile, one-element and one-row products, the four layouts,
 # fp16 and bf16 inputs (packed to fp32)
 RAGGED = "37x51x29,1x1x1,7x13x1000,24x40x56:fp16,33x70x129:bf16:TN,64x64x64:fp32:NT,5x200x300:fp32:TT"
-SPACE = "MR: [1, 6, 8]\nNR: [8, 16, 24, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n"
+SPACE = "MR: [1, 6]\nNR: [8, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n"
 FMA = {"riscv64": re.compile(r"\bvfmacc\.v[vf]\b"), "aarch64": re.compile(r"\bfmla\s+v\d+\.4s"),
        "x86_64": re.compile(r"\bvfmadd\d+ps\s+.*%?[yz]mm")}
 
@@ -61,6 +61,7 @@ def test_ragged_shapes_on_an_rvv_board(workspace):
     ws.harness("build", "matmul", "--target", "rv", "--shapes", RAGGED, "--space", "space.yaml")
     ws.harness("push", "rv")
     ws.harness("run", "--remote", "rv", "--iters", "2")
+    ws.harness("report")  # brings the results home
     manifest = check_board_results(ws, "rv", "riscv64")
     assert manifest["target"]["vlen"] == 256
     src = next((ws.path / "build" / "rv" / "matmul" / "src").glob("*.cpp")).read_text()
@@ -74,6 +75,7 @@ def test_ragged_shapes_on_an_aarch64_board(workspace):
     ws.harness("build", "matmul", "--target", "arm", "--shapes", RAGGED, "--space", "space.yaml")
     ws.harness("push", "arm")
     ws.harness("run", "--remote", "arm", "--iters", "2")
+    ws.harness("report")
     check_board_results(ws, "arm", "aarch64")
 
 

@@ -22,8 +22,8 @@ def test_crash_hang_wrong_are_statuses_and_the_rest_is_measured(local_workspace)
     assert by_fault == {"none": {"ok"}, "crash": {"crash"}, "hang": {"timeout"}, "wrong": {"wrong_answer"}}
     assert df[df.cfg_FAULT == "crash"].message.str.contains("SIGSEGV|Segmentation", regex=True).all()
     # every variant on every shape has its row: the faults did not end the run
-    assert len(df) == 2 * 4 * 2  # (BLOCK_M 8, 16) x 4 faults x 2 shapes
-    assert df[df.status == "ok"].shape[0] == 4  # BLOCK_M 8 and 16, two shapes
+    assert len(df) == 2 * 4 * 2  # (MR 1, 2) x 4 faults x 2 shapes
+    assert df[df.status == "ok"].shape[0] == 4  # MR 1 and 2, two shapes
     report = ws.harness("report").stdout
     assert "crash 4" in report and "timeout 4" in report and "wrong_answer 4" in report
 

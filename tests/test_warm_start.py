@@ -56,9 +56,11 @@ def matches(cfg, want):
 def test_default_is_a_budgeted_search_on_gpus_and_exhaustive_on_small_cpu_spaces():
     assert default_for(H200, MATMUL.space_for(H200)) == ("genetic", DEFAULT_BUDGET)
     assert default_for(MI300, MATMUL.space_for(MI300)) == ("genetic", DEFAULT_BUDGET)
-    assert len(MATMUL.space_for(CPU)) and default_for(CPU, MATMUL.space_for(CPU)) == ("exhaustive", None)
-    big_cpu = dict(MATMUL.space_for(CPU), UNROLL=list(range(8)))  # 2000 configs
-    assert default_for(CPU, big_cpu) == ("genetic", DEFAULT_BUDGET)
+    # the packed CPU matmul's space (MR x NR x KC x MC x NC x PACK_B) is over 1000 configs: budgeted too
+    assert default_for(CPU, MATMUL.space_for(CPU)) == ("genetic", DEFAULT_BUDGET)
+    small_cpu = {"MR": [1, 2, 4, 6], "NR": [16, 32], "KC": [64, 128, 256], "MC": [16, 64], "NC": [256, 1024],
+                 "PACK_B": [1, 0]}  # 384 configs
+    assert default_for(CPU, small_cpu) == ("exhaustive", None)
 
 
 def test_first_round_of_a_big_shape_holds_the_persistent_tma_tile(tmp_path):

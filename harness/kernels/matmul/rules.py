@@ -22,11 +22,16 @@ def _nr_off_vectors(c, s, t):
     return c["NR"] % _lanes(t) != 0
 
 
+def vector_registers_needed(mr: int, nv: int) -> int:
+    """Vector registers of an MR x NV-vector micro-tile: the accumulators, one broadcast of A and the NV
+    vectors of B that every row reuses; a single row uses each B vector once, so two registers take
+    B's loads in turn (x86 folds them into the FMA)."""
+    return mr * nv + 1 + (nv if mr > 1 else 1)
+
+
 def _registers_exceeded(c, s, t):
-    # MR x NR/lanes accumulators, NR/lanes vectors of B and one broadcast of A in the ISA's registers
     isa = vector_isa(t)
-    nv = c["NR"] // isa.lanes(4)
-    return c["MR"] * nv + nv + 1 > isa.registers
+    return vector_registers_needed(c["MR"], c["NR"] // isa.lanes(4)) > isa.registers
 
 
 def _over_dim(param: str, dim: str, floor: int):
@@ -38,7 +43,8 @@ def _b_panel_over_l1(c, s, t):
     # the KC x NR micro-panel of B is reused by every MR-row micro-kernel of an MC block, from L1 where it
     # fits; a panel somewhat over L1 still streams well from L2 (KC 256 x NR 64, 64 KiB, ran fastest on a
     # 48 KiB L1d at 128^3 to 384^3), one over twice L1d is not tried
-    return c["KC"] * c["NR"] * 4 > 2 * cache_sizes(t).l1d
+    # (M within one MR tile: no reuse, no rule)
+    return s.M > c["MR"] and c["KC"] * c["NR"] * 4 > 2 * cache_sizes(t).l1d
 
 
 def _a_block_over_l2(c, s, t):
@@ -53,8 +59,8 @@ def _pack_b_moot(c, s, t):
 
 CPU_RULES = [
     Rule("nr_off_vectors", "NR is not a multiple of the target's fp32 vector lanes", _nr_off_vectors),
-    Rule("registers_exceeded", "MR x NR/lanes accumulators, NR/lanes vectors of B and a broadcast of A need more "
-         "vector registers than the ISA has", _registers_exceeded),
+    Rule("registers_exceeded", "MR x NR/lanes accumulators, NR/lanes vectors of B (two for one row) and a broadcast "
+         "of A need more vector registers than the ISA has", _registers_exceeded),
     Rule("mr_exceeds_m", "MR larger than the next power of two of M", _over_dim("MR", "M", 1)),
     Rule("nr_exceeds_n", "NR larger than the next power of two of N (and than 16)", _over_dim("NR", "N", 16)),
     Rule("kc_exceeds_k", "KC larger than the next power of two of K (and than 64)", _over_dim("KC", "K", 64)),

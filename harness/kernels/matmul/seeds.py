@@ -336,6 +336,9 @@ def seed_configs(shape, target) -> List[dict]:
     return complete_seeds([deepest(s, shape, target, most) for s in seeds], KERNEL, shape, target)
 
 
+from .rules import vector_registers_needed  # noqa: E402  (rules imports nothing of this module)
+
+
 def register_tiles(isa) -> List[tuple]:
     """(MR, NR) micro-tiles that fill the ISA's vector registers: MR x NR/lanes accumulators, NR/lanes
     vectors of B and one broadcast, widest rows of C first (fewest broadcasts per FMA), then the
@@ -346,7 +349,7 @@ def register_tiles(isa) -> List[tuple]:
     for nv in (4, 3, 2, 1):
         if nv * lanes not in CPU_SPACE["NR"]:
             continue
-        fits = [mr for mr in CPU_SPACE["MR"] if mr * nv + nv + 1 <= isa.registers]
+        fits = [mr for mr in CPU_SPACE["MR"] if mr > 1 and vector_registers_needed(mr, nv) <= isa.registers]
         if fits:
             out.append((max(fits), nv * lanes))
     return out
@@ -379,8 +382,8 @@ def cpu_seeds(shape, target) -> List[dict]:
     seeds = [cfg(mr, nr, 256, 128, 1024, pb) for mr, nr in register_tiles(isa) for pb in ((0, 1) if small_m else (1, 0))]
     if small_m:
         mr = min((v for v in CPU_SPACE["MR"] if v >= shape.M), default=max(CPU_SPACE["MR"]))
-        for nv in (4, 3, 2, 1):
-            if mr * nv + nv + 1 <= isa.registers:
-                seeds += [cfg(mr, nv * isa.lanes(4), kc, 16, nc, 0) for kc in (256, 512) for nc in (1024, 4096)]
-                break
+        widths = [nr for nr in CPU_SPACE["NR"] if nr % isa.lanes(4) == 0
+                  and vector_registers_needed(mr, nr // isa.lanes(4)) <= isa.registers]
+        for nr in sorted(widths, reverse=True)[:2]:  # the widest rows of C the registers hold
+            seeds += [cfg(mr, nr, kc, 16, nc, 0) for kc in (64, 256) for nc in (1024, 4096)]
     return seeds
