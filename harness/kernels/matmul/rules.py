@@ -57,7 +57,7 @@ def _pack_b_moot(c, s, t):
     return not c["PACK_B"] and (s.dtype != "fp32" or s.layout[1] != "N")
 
 
-CPU_RULES = [
+PACKED_RULES = [
     Rule("nr_off_vectors", "NR is not a multiple of the target's fp32 vector lanes", _nr_off_vectors),
     Rule("registers_exceeded", "MR x NR/lanes accumulators, NR/lanes vectors of B (two for one row) and a broadcast "
          "of A need more vector registers than the ISA has", _registers_exceeded),
@@ -74,6 +74,31 @@ CPU_RULES = [
     Rule("pack_b_moot", "PACK_B 0 where B cannot be read in place (not fp32, or B transposed): it repeats PACK_B 1",
          _pack_b_moot),
 ]
+
+
+def _narrower_than_vector(c, s, t):
+    # only where N itself fills a vector register: a narrower N has no full-vector tile at all
+    vlen = t.vlen or 0
+    bits = ELEM_BITS[s.dtype]
+    return vlen > 0 and c["BLOCK_N"] * bits < vlen and s.N * bits >= vlen
+
+
+# Triton-CPU matmuls (--frontend triton-cpu, --from-ir) are tiles of BLOCK_M x BLOCK_N x BLOCK_K
+TILE_RULES = [
+    *tile_rules(m_floor=4, n_floor=8, k_floor=8),
+    Rule("narrower_than_vector", "a row of the tile (BLOCK_N elements) is narrower than one vector register (VLEN), "
+         "and N is not", _narrower_than_vector),
+    GROUP_M_USELESS,
+]
+
+
+def _for_configs_with(key: str, rule: Rule) -> Rule:
+    """``rule`` judging only the configs that have ``key`` (the other family's rules let them pass)."""
+    return Rule(rule.name, rule.why, lambda c, s, t: key in c and rule.prunes(c, s, t))
+
+
+# the C++ template's packed GEMM (MR, NR, ...) and Triton-CPU's tiles (BLOCK_M, ...), each by its own rules
+CPU_RULES = [_for_configs_with("MR", r) for r in PACKED_RULES] + [_for_configs_with("BLOCK_M", r) for r in TILE_RULES]
 
 
 def _tma_rows_unaligned(c, s, t):
