@@ -121,7 +121,9 @@ def test_seeds_respect_the_target():
             assert first_pruning_rule(MATMUL.rules_for(MI300), cfg, shape, MI300) is None
         cuda = MATMUL.seed_configs(shape, H200)
         assert cuda and all(first_pruning_rule(MATMUL.rules_for(H200), c, shape, H200) is None for c in cuda)
-        assert MATMUL.seed_configs(shape, CPU) == []
+        cpu = MATMUL.seed_configs(shape, CPU)  # the packed CPU kernel's register tiles, in its own space
+        assert cpu and all(set(c) == set(MATMUL.space_for(CPU)) for c in cpu)
+        assert all(first_pruning_rule(MATMUL.rules_for(CPU), c, shape, CPU) is None for c in cpu)
     # split-K seeds split the long K of a small output; skinny ones swap A and B
     assert any(c["SPLIT_K"] > 1 for c in MATMUL.seed_configs(shapes[2], H200))
     assert all(c["SWAP_AB"] or c["BLOCK_M"] <= 64 for c in MATMUL.seed_configs(shapes[1], H200))
@@ -158,7 +160,7 @@ def test_cpu_search_seeds_only_cpu_configs_from_its_own_tuned_file(tmp_path):
     space = MATMUL.space_for(CPU)
     tuned = tmp_path / "tuned" / CPU.name
     tuned.mkdir(parents=True)
-    good = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1}
+    good = {"MR": 4, "NR": 32, "KC": 128, "MC": 64, "NC": 128, "PACK_B": 1}
     gpu_cfg = {p: v[0] for p, v in MATMUL.space_for(H200).items()}
     (tuned / "matmul.json").write_text(json.dumps({"best": [
         {"M": 64, "N": 64, "K": 64, "dtype": "fp32", "layout": "NN", "config": gpu_cfg},
