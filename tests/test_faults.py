@@ -35,7 +35,9 @@ def _agent(bundle, results, *extra):
 
 def test_agent_killed_mid_run_resumes_without_redoing_or_losing_rows(local_workspace):
     ws = local_workspace
-    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32,64x64x64,96x64x32")
+    # the workspace's small space (4 configs, 12 jobs): the full packed space is some 200 compiles here
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32,64x64x64,96x64x32", "--space",
+               "space.yaml")
     bundle = ws.path / "build/local/matmul"
     results = ws.path / "results.csv"
     quick = ("--max-time", "0.05")  # this test is about resuming, not timing: short jobs

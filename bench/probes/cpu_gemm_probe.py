@@ -105,6 +105,8 @@ def main() -> int:
 
     from harness.compile.cpp import CppCompiler
     from harness.kernels import get
+    from harness.shapes import make_shape
+    from harness.space import first_pruning_rule
     from harness.targets import load_targets
 
     kernel = get("matmul")
@@ -146,9 +148,17 @@ def main() -> int:
                 wrong[i] = "" if err < 1e-5 else " WRONG %.1e" % err
         np_gf = 0.0 if args.no_numpy else flop / np_best / 1e9
         line = "%-16s numpy %7.1f" % (shape, np_gf)
-        for i in range(len(exes)):
+        allowed = []
+        for i, (cfg, _) in enumerate(exes):
             gf = flop / best[i] / 1e9
-            line += " | %7.1f (%.2fx)%s" % (gf, gf / np_gf if np_gf else 0, wrong[i])
+            pruned = first_pruning_rule(kernel.rules_for(target), cfg, make_shape(M, N, K), target)
+            mark = " pruned:%s" % pruned.name if pruned else ""
+            if not pruned and not wrong[i]:
+                allowed.append((gf, i))
+            line += " | %7.1f (%.2fx)%s%s" % (gf, gf / np_gf if np_gf else 0, wrong[i], mark)
+        if allowed and np_gf:
+            gf, i = max(allowed)
+            line += " || best allowed: config %d, %.2fx" % (i, gf / np_gf)
         print(line, flush=True)
     for i, (cfg, _) in enumerate(exes):
         print("config %d: %s" % (i, ",".join("%s=%d" % kv for kv in cfg.items())))
