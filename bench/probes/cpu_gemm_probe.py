@@ -69,6 +69,17 @@ def parse_config(text: str) -> dict:
     return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
 
 
+def as_in_space(cfg: dict, M: int, N: int, K: int) -> dict:
+    """The config of the space that runs exactly like ``cfg`` on this shape: a KC, MC or NC past its
+    dimension acts as the dimension (the template clamps each block), so the space's smallest value
+    covering the dimension stands for it (larger ones are pruned as repeats)."""
+    from harness.kernels.matmul import CPU_SPACE
+    from harness.kernels.matmul.seeds import _block
+
+    return dict(cfg, KC=_block(CPU_SPACE["KC"], cfg["KC"], K, 64), MC=_block(CPU_SPACE["MC"], cfg["MC"], M, 16),
+                NC=_block(CPU_SPACE["NC"], cfg["NC"], N, 64))
+
+
 def numpy_seconds(M, N, K, seconds):
     import numpy as np
 
@@ -151,7 +162,8 @@ def main() -> int:
         allowed = []
         for i, (cfg, _) in enumerate(exes):
             gf = flop / best[i] / 1e9
-            pruned = first_pruning_rule(kernel.rules_for(target), cfg, make_shape(M, N, K), target)
+            pruned = first_pruning_rule(kernel.rules_for(target), as_in_space(cfg, M, N, K), make_shape(M, N, K),
+                                        target)
             mark = " pruned:%s" % pruned.name if pruned else ""
             if not pruned and not wrong[i]:
                 allowed.append((gf, i))
