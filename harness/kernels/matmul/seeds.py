@@ -106,6 +106,7 @@ from remote_agent.contract import DTYPE_BYTES
 
 from .. import gemm_tiles
 from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+from .rules import vector_registers_needed
 from .stream_k import steps_saved
 
 DEEPEST = "deepest"  # num_stages of a seed: as many stages as the target's shared memory holds (deepest())
@@ -334,9 +335,6 @@ def seed_configs(shape, target) -> List[dict]:
                  + _split_wave_seeds(shape, multiprocessors) + _warp_specialized_seeds(shape, multiprocessors))
     most = max(KERNEL.space_for(target)["num_stages"])
     return complete_seeds([deepest(s, shape, target, most) for s in seeds], KERNEL, shape, target)
-
-
-from .rules import vector_registers_needed  # noqa: E402  (rules imports nothing of this module)
 
 
 def register_tiles(isa) -> List[tuple]:
