@@ -166,8 +166,10 @@ def _cpu_seconds(pid):
 
 def test_a_cpu_hog_on_the_same_core_makes_the_agent_sample_more_and_agree_with_the_quiet_runs(local_workspace):
     ws = local_workspace
+    # one packed config on a product of some 60 us a call here (the tile kernel took as long at 64^3): a
+    # call long enough for the hog's bursts to land inside samples
     (ws.path / "one.yaml").write_text("MR: [4]\nNR: [32]\nKC: [64]\nMC: [64]\nNC: [64]\nPACK_B: [1]\n")
-    ws.harness("build", "matmul", "--target", "local", "--shapes", "64x64x64", "--space", "one.yaml")
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "128x128x256", "--space", "one.yaml")
     bundle = ws.path / "build/local/matmul"
     cpu = sorted(os.sched_getaffinity(0))[-1]
     opts = ("--max-noise", "0.01", "--max-time", "2", "--iters", "10")  # the minimum decides: the CPU default
