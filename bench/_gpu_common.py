@@ -5,15 +5,13 @@ import csv
 import json
 import math
 import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from remote_agent.contract import deciding_time
+from remote_agent.runners.cuda import CudaApi
+from remote_agent.runners.gpu_launch import Kernel, cdiv
+from remote_agent.runners.gpu_memory import strides, workspace_need
 
-from remote_agent.contract import deciding_time  # noqa: E402
-from remote_agent.runners.cuda import CudaApi  # noqa: E402
-from remote_agent.runners.gpu_launch import Kernel, cdiv  # noqa: E402
-from remote_agent.runners.gpu_memory import strides, workspace_need  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 

@@ -15,9 +15,9 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script: the repository root
 
-from _gpu_common import candidate_rows, read_results  # noqa: E402  (puts the repo on the path)
+from bench._gpu_common import candidate_rows, read_results  # noqa: E402
 
 
 def candidate_pairs(rows, space, top, results_path=None):
@@ -36,8 +36,8 @@ def candidate_pairs(rows, space, top, results_path=None):
 def main(argv=None):
     from harness import kernels
     from harness.build import BuildOptions, build
-    from harness.commands.build import read_shapes
-    from harness.commands.common import pick_build_target
+    from harness.api.build import read_shapes
+    from harness.api.common import pick_build_target
     from harness.run import local_results_path
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -23,10 +23,8 @@ import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _gpu_common import ROOT, do_bench_median_ms, geomean, interleaved_medians, make_inputs, rel_err  # noqa: E402
-
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script: the repository root
+from bench._gpu_common import do_bench_median_ms, geomean, interleaved_medians, make_inputs, rel_err  # noqa: E402
 
 COMPUTE_32F = 68  # cublasComputeType_t
 CUDA_TYPES = {"fp16": 2, "bf16": 14, "fp32": 0}  # cudaDataType_t

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.sshd import make_server  # noqa: E402
+from bench._sshd import make_server  # noqa: E402
 
 SPACE = "BLOCK_M: [8, 16, 32]\nBLOCK_N: [16, 32, 64]\nBLOCK_K: [16, 32]\nGROUP_M: [1]\n"
 

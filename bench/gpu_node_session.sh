@@ -12,7 +12,7 @@
 # space for the shapes, `harness run` (every config, one agent), then bench/timing_fidelity.py
 # (agent median against do_bench and torch.matmul on the same kernels; FIDELITY_ARGS adds options
 # to it, e.g. "--max-time 0.1"). OUT gets fidelity.log/json. With PROBE=flush as well it runs
-# bench/gpu_flush_probe.py (the written against the read L2 flush) instead: flush.log/json.
+# bench/probes/gpu_flush_probe.py (the written against the read L2 flush) instead: flush.log/json.
 # QUALITY=0 skips the quality bench (throughput runs).
 set -u
 OUT=$(realpath -m "$1"); SHAPES=$(realpath "$2"); KERNEL=${3:-matmul}; shift 2; [ $# -gt 0 ] && shift
@@ -29,7 +29,7 @@ if [ -n "${SPACE:-}" ]; then
   python3 -m harness run --target node 2>&1 | tail -3 | tee "$OUT/run.log"
   cp "results/node/$KERNEL/results.csv" "$OUT/results.csv"
   if [ "${PROBE:-}" = flush ]; then
-    python3 "$REPO/bench/gpu_flush_probe.py" --bundle "build/node/$KERNEL" --results "results/node/$KERNEL/results.csv" \
+    python3 -m bench.probes.gpu_flush_probe --bundle "build/node/$KERNEL" --results "results/node/$KERNEL/results.csv" \
       --out "$OUT/flush.json" 2>&1 | tee "$OUT/flush.log"
     exit
   fi

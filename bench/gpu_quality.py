@@ -31,11 +31,11 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script: the repository root
 
-from _gpu_common import (Launcher, candidate_rows, do_bench_median_ms, geomean, interleaved_medians,  # noqa: E402
-                         job_grid, load_bundle, make_inputs, open_driver, read_results, rel_err)
-from remote_agent.contract import deciding_time  # noqa: E402  (_gpu_common put the repo on the path)
+from bench._gpu_common import (Launcher, candidate_rows, do_bench_median_ms, geomean, interleaved_medians,  # noqa: E402
+                               job_grid, load_bundle, make_inputs, open_driver, read_results, rel_err)
+from remote_agent.contract import deciding_time  # noqa: E402
 
 
 def ceilings():

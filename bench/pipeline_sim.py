@@ -59,7 +59,7 @@ class Setup:
     def __init__(self, shapes_file: str, workdir: Path):
         from harness import kernels
         from harness.build import compiler_for
-        from harness.commands.build import read_shapes
+        from harness.api.build import read_shapes
         from harness.targets import get_target
 
         (workdir / "targets.yaml").write_text(NODE_YAML)

@@ -24,7 +24,7 @@ from harness.push import push  # noqa: E402
 from harness.shapes import parse_shape_list  # noqa: E402
 from harness.targets import SSH, Target  # noqa: E402
 from harness.transport.ssh import SSHTransport  # noqa: E402
-from tests.sshd import make_server  # noqa: E402
+from bench._sshd import make_server  # noqa: E402
 
 
 def make_bundle(root: Path, count: int) -> tuple:

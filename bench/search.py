@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from harness.strategies import STRATEGIES  # noqa: E402
+from harness.strategies import names as strategy_names  # noqa: E402
 from harness.strategies.simulate import load_recorded, median_to_target, sweep  # noqa: E402
 
 GOAL = 0.15
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--within", type=float, default=0.03)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--strategies", default=",".join(strategy_names()))
     parser.add_argument("--budget", type=int, default=None, help="evaluations per shape: report the picks at the end")
     parser.add_argument("--warm", action="store_true", help="with --budget: also warm-started (matmul's seeds)")
     parser.add_argument("--noise", type=float, default=0.0, help="with --budget: replay noise, x each row's spread")

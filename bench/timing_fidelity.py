@@ -31,10 +31,10 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script: the repository root
 
-from _gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, make_inputs,  # noqa: E402
-                         open_driver, palindromic_windows, read_results)
+from bench._gpu_common import (Launcher, do_bench_median_ms, job_grid, load_bundle, make_inputs,  # noqa: E402
+                               open_driver, palindromic_windows, read_results)
 from remote_agent.runners.gpu_clocks import Clocks  # noqa: E402
 from remote_agent.runners.gpu_flush import L2Flush  # noqa: E402
 from remote_agent.runners.gpu_timing import timed_unthrottled  # noqa: E402

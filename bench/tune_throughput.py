@@ -2,7 +2,7 @@
 round pays besides measuring, with an agent per round (before) and the long-lived agent (after).
 
 CPU boards (default): two emulated RISC-V boards (qemu-riscv64, VLEN 256) behind two private
-sshd on loopback (tests/sshd.py), one fleet target; a random search of 3 rounds. A warm-up tune
+sshd on loopback (bench/_sshd.py), one fleet target; a random search of 3 rounds. A warm-up tune
 fills the compile cache first, so both measured tunes compile nothing and differ only in how
 rounds reach the boards:
 
@@ -86,7 +86,7 @@ def clear_results(project: Path, target) -> None:
 def tune(project: Path, target_name: str, shapes: str, mode: str, args, spans: Spans) -> dict:
     from harness import kernels, ui
     from harness.build import BuildOptions
-    from harness.commands.build import read_shapes
+    from harness.api.build import read_shapes
     from harness.rounds import Session, remeasure_winners, search
     from harness.run import RunOptions
     from harness.targets import get_target
@@ -154,7 +154,7 @@ def compile_rate(project: Path, shapes: str, configs: int, jobs: int) -> None:
     and how many (config, shape) pairs share an artifact (a specialization compiled once)."""
     from harness import kernels
     from harness.build import BuildOptions, build
-    from harness.commands.build import read_shapes
+    from harness.api.build import read_shapes
     from harness.space import expand
     from harness.targets import get_target
 
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
             (project / "targets.yaml").write_text(gpu_yaml(args.devices))
             target = "node"
         else:
-            from tests.sshd import make_server
+            from bench._sshd import make_server
 
             servers = [make_server(project / "sshd-a"), make_server(project / "sshd-b")]
             (project / "targets.yaml").write_text(board_fleet_yaml(servers, project))

@@ -38,7 +38,7 @@ MAX_RESTARTS = 3  # per round and host
 
 @dataclass
 class Stats:
-    """Where a tune's time went, for the progress line and bench/tune_throughput.py."""
+    """Where a tune's time went, for the progress line and the throughput benches."""
 
     agent_starts: int = 0
     start_seconds: float = 0.0  # starting serving agents (and the first push to each machine)
@@ -64,9 +64,11 @@ class Bridge:
 
     def __init__(self, transport, workdir: str, idle_timeout: float):
         t = transport
-        command = t.shell_command([t.python, "-u", "-m", "remote_agent", "bridge", "--workdir", workdir,
-                                   "--idle-timeout", str(idle_timeout)], cwd=t.workdir or None,
-                                  env={"PYTHONPATH": "agent"})
+        from .run import AGENT_ENV, AGENT_PYTHON_FLAGS
+
+        command = t.shell_command([t.python] + AGENT_PYTHON_FLAGS + ["-m", "remote_agent", "bridge", "--workdir",
+                                   workdir, "--idle-timeout", str(idle_timeout)], cwd=t.workdir or None,
+                                  env=AGENT_ENV)
         self.label = t.label
         self.chan = t._channel(command)
         self.out = self.chan.makefile("rb")
@@ -334,8 +336,8 @@ def split(manifest, parts: int) -> list:
 
 
 def merge_rows(header: list, rows: list, local: Path) -> int:
-    """Merge rows brought back by ``wait`` into the local results file (report.fetch's rules)."""
-    from .report.fetch import merge_results
+    """Merge rows brought back by ``wait`` into the local results file (transport.fetch's rules)."""
+    from .transport.fetch import merge_results
 
     with tempfile.TemporaryDirectory(prefix="harness-rows-") as tmp:
         path = Path(tmp) / "results.csv"

@@ -4,6 +4,8 @@ Layout of ``build/<target>/<kernel>/`` (docs/contracts.md has every field):
 
     manifest.json          what to run: target, variants, shapes, jobs, pruned configs
     artifacts/<hash>.elf   one per variant (or .cubin / .hsaco on GPUs); named by content hash
+    artifacts/lib-<hash>/  a shared library an artifact loads through its rpath (the library row's
+                           OpenBLAS), listed with its hash in the variant's ``launch["libs"]``
     data/<sha256>.bin      test data, named by the sha256 of its bytes
     src/, objs/            rendered sources and objects, kept for inspection (not pushed)
 """
@@ -156,7 +158,10 @@ class Manifest:
 
 
 def bundle_dir(root: Path, target: str, kernel: str) -> Path:
-    return Path(root) / "build" / target / kernel
+    """build/<target>/<kernel> under root; both names checked (harness/names.py)."""
+    from .names import check_name, confined
+
+    return confined(root, "build", check_name(target, "target"), check_name(kernel, "kernel"))
 
 
 def sha256_file(path: Path) -> str:
@@ -188,6 +193,8 @@ def write_data_file(bundle: Path, array) -> tuple:
 def pushed_files(bundle: Path, manifest: Manifest) -> list:
     """Every file the remote needs, relative to the bundle: artifacts and data of this manifest."""
     files = [v.artifact for v in manifest.variants if v.artifact]
+    # shared libraries an artifact loads (the library row's OpenBLAS: artifacts/lib-<hash>/)
+    files += [lib["path"] for v in manifest.variants if v.artifact for lib in (v.launch or {}).get("libs", [])]
     # GPU bundles: the agent's support kernels (data fill, error reduction, reference)
     files += [s["artifact"] for s in (manifest.toolchain or {}).get("support", {}).values()]
     for shape in manifest.shapes:

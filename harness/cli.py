@@ -1,6 +1,7 @@
 """The harness command line: build, push, run, report, tune, targets.
 
-Each command lives in harness/commands/<name>.py; this module puts them on one Typer app.
+Each command's options live in harness/commands/ (build, push, run, report and tune in
+workflow.py, which call harness/api/); this module puts them on one Typer app.
 Bad input ends with one line on stderr and exit code 2; nothing measured is lost.
 """
 
@@ -12,7 +13,7 @@ from typing import Optional
 import typer
 
 from . import ui
-from .commands import build, common, push, report, run, status, targets, tune
+from .commands import common, status, targets, workflow
 from .errors import HarnessError
 
 # optional dependencies: the top-level module -> what to install
@@ -38,11 +39,11 @@ def _before_command(targets_file: Optional[str] = common.TargetsOpt):
     common.targets_before_command = targets_file
 
 
-app.command()(build.build)
-app.command()(push.push)
-app.command()(run.run)
-app.command()(report.report)
-app.command()(tune.tune)
+app.command()(workflow.build)
+app.command()(workflow.push)
+app.command()(workflow.run)
+app.command()(workflow.report)
+app.command()(workflow.tune)
 from .commands import simulate  # noqa: E402
 app.command()(simulate.simulate)
 app.command()(status.status)

@@ -104,13 +104,14 @@ def probe_remote(target) -> dict:
     """The probe on the target's (first) machine; {} when it cannot be reached."""
     from .errors import HarnessError
     from .transport import for_target
+    from .transport.base import DEVICE_FACTS, can
 
     try:
         transport = for_target(target).open()
     except HarnessError:
         return {}
     try:
-        command = (transport.device_facts_command() if hasattr(transport, "device_facts_command")  # Slurm
+        command = (transport.device_facts_command() if can(transport, DEVICE_FACTS)  # Slurm: a compute node's
                    else transport.shell_command([target.python, "-c", PROBE]))
         rc, out, _ = transport.run_capture(command)
     except Exception:  # a dropped connection: the tuned files say less, nothing else is lost

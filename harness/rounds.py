@@ -101,7 +101,7 @@ class Session:
         _, facts = state.get(self.root, self.target.name)
         if not (facts.get("pushed") or facts.get("results_remote")):
             return 0  # nothing was ever sent there from this project
-        from .report.fetch import fetch_and_merge
+        from .transport.fetch import fetch_and_merge
 
         return fetch_and_merge(self.transport(), self.target.name, self.kernel.name, self.results_path)
 
@@ -260,7 +260,7 @@ class Session:
         with _quiet(self.quiet):
             if self.target.is_remote:
                 from .push import push
-                from .report.fetch import fetch_and_merge
+                from .transport.fetch import fetch_and_merge
                 from .run import run_remote
 
                 transport = self.transport()

@@ -24,6 +24,11 @@ class ConnectionLost(HarnessError):
 
 
 DEFAULT_INTERLEAVE = measure.DEFAULT_INTERLEAVE
+# how a remote runs the agent: its pushed code on the path, no .pyc written (one cut short by a
+# full disk would stop every later run), and ``--pushed``: the run checks the push's marker
+# against its manifest and its own code before it runs anything (docs/security.md)
+AGENT_ENV = {"PYTHONPATH": "agent", "PYTHONDONTWRITEBYTECODE": "1"}
+AGENT_PYTHON_FLAGS = ["-B", "-u"]
 
 
 @dataclass
@@ -84,7 +89,9 @@ def agent_args(bundle: str, results: str, options: RunOptions) -> list:
 
 
 def local_results_path(root: Path, target: str, kernel: str) -> Path:
-    return Path(root) / "results" / target / kernel / "results.csv"
+    from .names import check_name, confined
+
+    return confined(root, "results", check_name(target, "target"), check_name(kernel, "kernel"), "results.csv")
 
 
 def run_local(root: Path, target, kernel: str, options: RunOptions) -> Path:
@@ -92,7 +99,9 @@ def run_local(root: Path, target, kernel: str, options: RunOptions) -> Path:
     from .transport.local import LocalTransport
 
     transport = LocalTransport(target)
-    bundle = (Path(root) / "build" / target.name / kernel).resolve()
+    from .bundle import bundle_dir
+
+    bundle = bundle_dir(root, target.name, kernel).resolve()
     if not (bundle / "manifest.json").exists():
         raise HarnessError("no bundle for %s on %s; run: harness build %s --target %s"
                            % (kernel, target.name, kernel, target.name))
@@ -108,29 +117,35 @@ def run_remote(target, kernel: str, options: RunOptions, transport, on_progress=
     """One SSH command starts the agent detached in the remote workdir (or attaches to the run
     in progress) and streams its log; progress lines drive ``on_progress``. A transport with
     a scheduler of its own (Slurm) runs the jobs its way."""
-    if hasattr(transport, "run_jobs"):
+    from .transport.base import SCHEDULER, can
+
+    if can(transport, SCHEDULER):
         return transport.run_jobs(target, kernel, options, on_progress)
     results = "%s/results.csv" % remote_results_dir(target.name, kernel)
-    argv = [transport.python, "-u", "-m", "remote_agent", "start", "--results", results, "--"] + \
-        agent_args(remote_bundle_dir(target.name, kernel), results, options)
+    argv = [transport.python] + AGENT_PYTHON_FLAGS + ["-m", "remote_agent", "start", "--results", results, "--"] + \
+        agent_args(remote_bundle_dir(target.name, kernel), results, options) + ["--pushed"]
     if on_progress is None:
         with ui.progress() as bar:
-            follow(transport, argv, cwd=transport.workdir or None, env={"PYTHONPATH": "agent"},
+            follow(transport, argv, cwd=transport.workdir or None, env=AGENT_ENV,
                    label=transport.label, on_progress=ProgressBar(bar, target.name))
     else:
-        follow(transport, argv, cwd=transport.workdir or None, env={"PYTHONPATH": "agent"},
+        follow(transport, argv, cwd=transport.workdir or None, env=AGENT_ENV,
                label=transport.label, on_progress=on_progress)
     return results
 
 
 def remote_status(target, kernel: str, transport) -> dict:
     results = "%s/results.csv" % remote_results_dir(target.name, kernel)
-    command = transport.shell_command([transport.python, "-m", "remote_agent", "status", "--results", results],
-                                      cwd=transport.workdir or None, env={"PYTHONPATH": "agent"})
+    command = transport.shell_command([transport.python, "-B", "-m", "remote_agent", "status", "--results", results],
+                                      cwd=transport.workdir or None, env=AGENT_ENV)
     rc, out, err = transport.run_capture(command)
     if rc != 0:
-        raise HarnessError("cannot read the status on %s: %s" % (transport.label, err.strip()[-200:]))
-    return json.loads(out.decode())
+        lines = err.strip().splitlines()
+        raise HarnessError("cannot read the status on %s: %s" % (transport.label, lines[-1][-200:] if lines else "exit %d" % rc))
+    try:
+        return json.loads(out.decode("utf-8", "replace"))
+    except ValueError:
+        raise HarnessError("cannot read the status on %s: it answered %r" % (transport.label, out[:80]))
 
 
 class ProgressBar:
@@ -157,7 +172,8 @@ def follow(transport, argv, cwd, env, label, on_progress: Callable[[dict], None]
             on_progress(json.loads(line[len(PROGRESS_PREFIX):]))
         elif line.strip():
             messages.append(line)
-            ui.console.print(line, markup=False)
+            if not line.startswith("agent: error: "):  # the command's own error line says it once
+                ui.console.print(line, markup=False)
 
     try:
         rc, err = transport.run(argv, on_line=on_line, cwd=cwd, env=env)

@@ -15,6 +15,7 @@ import yaml
 from remote_agent import measure
 
 from .errors import HarnessError
+from .names import check_name
 
 TARGETS_ENV = "HARNESS_TARGETS"
 DEFAULT_FILE = "targets.yaml"
@@ -232,6 +233,7 @@ def load_file(path: Path) -> tuple:
             continue
         if not isinstance(name, str) or not name.strip():
             raise HarnessError("empty target name", where=_where(path, key_node))
+        check_name(name, "target", where=_where(path, key_node))  # it becomes a folder name here and there
         if name in targets:
             raise HarnessError("duplicate target name %r" % name, where=_where(path, key_node))
         targets[name] = _build_target(path, name, key_node, value_node)

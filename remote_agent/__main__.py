@@ -37,6 +37,9 @@ def main(argv=None):
     run.add_argument("--devices", default=None, help="GPU indices, e.g. 0,1 (default: all)")
     run.add_argument("--min-time-ms", type=float, default=100.0, help="GPU: measure at least this long")
     run.add_argument("--select", default=None, help="only these job indices, e.g. 0-99,120 (a fleet's share)")
+    run.add_argument("--pushed", action="store_true",
+                     help="the bundle was pushed: check the push's marker against manifest.json and this agent's "
+                          "own files before running")
     start.add_argument("--results", required=True)
     start.add_argument("run_args", nargs=argparse.REMAINDER, help="arguments for run (after --)")
     for name in ("follow", "status"):

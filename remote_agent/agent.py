@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from . import contract, measure
+from . import bundlecheck, contract
 from .errors import AgentError
 from .results import ResultsWriter, ResultsWriteError, SchemaMismatch
 
@@ -24,6 +24,7 @@ def load_manifest(bundle):
         raise AgentError("%s has manifest schema %s, this agent reads schema %s; rebuild the bundle with "
                          "this harness (harness build) and push it again"
                          % (path, manifest.get("schema_version"), contract.MANIFEST_SCHEMA))
+    bundlecheck.check_manifest_paths(bundle, manifest)
     return manifest
 
 
@@ -34,30 +35,10 @@ def problem_dims(manifest):
 
 
 def make_runner(bundle, manifest, options, log):
-    backend = manifest["target"]["backend"]
-    if backend == "cpu":
-        from .profilers import select
-        from .runners.elf import ElfRunner
+    """The runner of the bundle's backend (runners.RUNNERS: the table of runners by kind)."""
+    from .runners import runner_factory
 
-        profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
-        run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
-        return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
-                         max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
-                         max_time=_option(options, "max_time", None),
-                         pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
-                         interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE))
-    from .runners.gpu import make_gpu_runner
-
-    return make_gpu_runner(bundle, manifest, options, log)
-
-
-def estimator_for(manifest, options):
-    """The run's --estimator, else the target's default (min on CPUs, median on GPUs)."""
-    name = _option(options, "estimator", None) or measure.default_estimator(manifest["target"]["backend"])
-    try:
-        return measure.check_estimator(name)
-    except ValueError as exc:
-        raise AgentError(str(exc))
+    return runner_factory(manifest["target"]["backend"])(bundle, manifest, options, log)
 
 
 class Agent:
@@ -73,6 +54,7 @@ class Agent:
         options.scratch_dir = os.path.dirname(os.path.abspath(results_path))
 
     def run(self):
+        self._check_before_start()
         lock = self._lock()
         try:
             return self._run()
@@ -80,6 +62,13 @@ class Agent:
             raise AgentError(str(exc))
         finally:
             lock.close()
+
+    def _check_before_start(self):
+        """A pushed bundle is a whole push with this agent's code (``--pushed``), and the
+        results' disk has room to start and for the first rows (docs/security.md)."""
+        if getattr(self.options, "pushed", False):
+            bundlecheck.check_push_marker(self.bundle)
+        bundlecheck.require_room(os.path.dirname(os.path.abspath(self.results_path)), bundlecheck.START_ROOM)
 
     def _lock(self):
         os.makedirs(os.path.dirname(os.path.abspath(self.results_path)), exist_ok=True)
@@ -98,6 +87,7 @@ class Agent:
         """Run the jobs; ``runner``: one kept from an earlier round (remote_agent.serve);
         ``skip``: job keys already measured (default: every row of the file, or none with --all)."""
         m = self.manifest
+        self._verify_data()
         runner = runner or make_runner(self.bundle, m, self.options, self.log)
         header = contract.results_header(m["config_names"], self._counter_names(runner), problem_dims(m))
         try:
@@ -151,6 +141,15 @@ class Agent:
     def _counter_names(self, runner):
         return list(getattr(runner, "counter_names", None) or self.manifest["target"]["events"])
 
+    def _verify_data(self):
+        """The data files of the shapes this run may measure match their sha256, checked before
+        anything is written (docs/security.md)."""
+        shapes = {s["id"]: s for s in self.manifest["shapes"]}
+        wanted = dict.fromkeys(j["shape"] for i, j in enumerate(self.manifest["jobs"])
+                               if self.selected is None or i in self.selected)
+        bundlecheck.check_data(self.bundle, [shapes[sid] for sid in wanted if sid in shapes],
+                               remove_damaged=getattr(self.options, "pushed", False))
+
     def _verify_artifacts(self, variants):
         """A corrupted or missing artifact is caught by its hash before it runs (only those this
         run will run: a fleet's chunk or a resumed run does not re-read the whole bundle)."""
@@ -158,14 +157,24 @@ class Agent:
         for vid, v in variants.items():
             if not v.get("artifact"):
                 continue
-            path = os.path.join(self.bundle, v["artifact"])
-            try:
-                digest = _sha256(path)
-            except OSError as exc:
-                broken[vid] = "artifact missing: %s" % exc
-                continue
-            if digest != v["sha256"]:
-                broken[vid] = "artifact %s does not match its hash; push again" % v["artifact"]
+            # a shared library the artifact loads (the library row's OpenBLAS) is checked the same way
+            files = [(v["artifact"], v["sha256"], "variant %s artifact" % vid)] + [
+                (lib["path"], lib["sha256"], "variant %s library" % vid) for lib in (v.get("launch") or {}).get("libs", [])]
+            for rel, want, what in files:
+                try:
+                    path = bundlecheck.bundle_path(self.bundle, rel, what)
+                    digest = _sha256(path)
+                except AgentError as exc:
+                    broken[vid] = str(exc)
+                    break
+                except OSError as exc:
+                    broken[vid] = "artifact missing: %s" % exc
+                    break
+                if digest != want:
+                    broken[vid] = "artifact %s does not match its hash; push again" % rel
+                    if getattr(self.options, "pushed", False):
+                        bundlecheck.remove_quietly(path)  # the next push sends it again
+                    break
         return broken
 
     def _record_unrunnable(self, writer, variants, shapes, device, skip):

@@ -7,8 +7,8 @@ only. docs/contracts.md describes every field in words.
 import math
 
 MANIFEST_SCHEMA = 2  # 2: shapes carry dims, operands and scalars; the manifest carries checks
-RESULTS_SCHEMA = 4
-READABLE_RESULTS_SCHEMAS = (1, 2, 3, 4)  # the host reads these; older files lack the columns marked 2, 3, 4 below
+RESULTS_SCHEMA = 5
+READABLE_RESULTS_SCHEMAS = (1, 2, 3, 4, 5)  # the host reads these; older files lack the columns marked 2 to 5 below
 AGENT_VERSION = "0.1.0"
 
 # Every row of the results CSV has one of these statuses.
@@ -60,6 +60,7 @@ FIXED_COLUMNS = (
     "max_abs_err",
     "err_ratio",
     "profiler",
+    "library",  # 5
     "message",
     "artifact_sha256",
     "agent_version",
@@ -73,8 +74,11 @@ ADDED_IN_SCHEMA_2 = ("samples", "noise", "pinned_cpu", "clock_mhz_before", "cloc
 ADDED_IN_SCHEMA_3 = ("estimator", "time_ns")
 # Columns schema 3 did not have.
 ADDED_IN_SCHEMA_4 = ("preempted",)
-ADDED_SINCE_SCHEMA_1 = ADDED_IN_SCHEMA_2 + ADDED_IN_SCHEMA_3 + ADDED_IN_SCHEMA_4
-ADDED_SINCE_SCHEMA_2 = ADDED_IN_SCHEMA_3 + ADDED_IN_SCHEMA_4
+# Columns schema 4 did not have: which library build and kernel core a library row ran.
+ADDED_IN_SCHEMA_5 = ("library",)
+ADDED_SINCE_SCHEMA_1 = ADDED_IN_SCHEMA_2 + ADDED_IN_SCHEMA_3 + ADDED_IN_SCHEMA_4 + ADDED_IN_SCHEMA_5
+ADDED_SINCE_SCHEMA_2 = ADDED_IN_SCHEMA_3 + ADDED_IN_SCHEMA_4 + ADDED_IN_SCHEMA_5
+ADDED_SINCE_SCHEMA_3 = ADDED_IN_SCHEMA_4 + ADDED_IN_SCHEMA_5
 TIME = "time_ns"  # the column with the time that decides (ranks, winners, uplift, tuned files)
 CONFIG_PREFIX = "cfg_"
 COUNTER_PREFIX = "ctr_"
@@ -124,7 +128,7 @@ def sanitize_counter(name):
 
 
 def deciding_time(row):
-    """The time that decides of a results row (a dict, or a pandas row): ``time_ns`` (schemas 3 and 4:
+    """The time that decides of a results row (a dict, or a pandas row): ``time_ns`` (schemas 3 to 5:
     the estimator named in ``estimator`` of the samples), else ``time_ns_median`` (schemas 1
     and 2, where the median decided). None where neither holds a finite number. Every reader
     that ranks, picks winners, reports uplift or writes tuned files reads times through this

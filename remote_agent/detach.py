@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from . import contract
+from . import bundlecheck, contract
 
 
 def paths(results):
@@ -47,7 +47,7 @@ def start(run_argv, results, out=sys.stdout):
         out.flush()
         return follow(results, out)
     p = paths(results)
-    os.makedirs(os.path.dirname(p["log"]), exist_ok=True)
+    bundlecheck.require_room(os.path.dirname(p["log"]), bundlecheck.START_ROOM)  # before any file is written
     for name in ("exit",):
         if os.path.exists(p[name]):
             os.unlink(p[name])
@@ -66,8 +66,9 @@ def start(run_argv, results, out=sys.stdout):
                        "if mine:\n"
                        "    open(sys.argv[1] + '.tmp', 'w').write(str(rc))\n"
                        "    os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n")
-            proc = subprocess.Popen([sys.executable, "-c", wrapper, p["exit"], p["pid"], sys.executable, "-u", "-m",
-                                     "remote_agent", "run"] + list(run_argv),
+            # -B: no .pyc is written (one cut short by a full disk would stop every later run)
+            proc = subprocess.Popen([sys.executable, "-B", "-c", wrapper, p["exit"], p["pid"], sys.executable, "-B",
+                                     "-u", "-m", "remote_agent", "run"] + list(run_argv),
                                     stdin=devnull, stdout=log_fd, stderr=log_fd, close_fds=True)
             with open(p["pid"] + ".tmp", "w") as f:
                 f.write(str(proc.pid))
@@ -121,8 +122,11 @@ def status(results):
         with open(p["log"]) as f:
             for line in f:
                 if line.startswith(contract.PROGRESS_PREFIX):
-                    last = json.loads(line[len(contract.PROGRESS_PREFIX):])
-                    info["done"], info["total"] = last["done"], last["total"]
+                    try:
+                        last = json.loads(line[len(contract.PROGRESS_PREFIX):])
+                        info["done"], info["total"] = last["done"], last["total"]
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a line cut short (a full disk): the one before stands
     except OSError:
         pass
     if os.path.exists(p["exit"]):

@@ -96,14 +96,14 @@ def _schema_of(header):
 
 
 def upgradable(old_header, new_header):
-    """A file of an older schema (1, 2 or 3) whose columns are the new ones less those added
+    """A file of an older schema (1 to 4) whose columns are the new ones less those added
     since (same configs and counters): its rows are kept, the new columns empty (schemas 1 and 2:
     their deciding time is their median, contract.deciding_time)."""
     if old_header[:1] != ["schema_version"]:
         return False
     return any([c for c in new_header if c not in added] == list(old_header)
-               for added in (set(contract.ADDED_IN_SCHEMA_4), set(contract.ADDED_SINCE_SCHEMA_2),
-                             set(contract.ADDED_SINCE_SCHEMA_1)))
+               for added in (set(contract.ADDED_IN_SCHEMA_5), set(contract.ADDED_SINCE_SCHEMA_3),
+                             set(contract.ADDED_SINCE_SCHEMA_2), set(contract.ADDED_SINCE_SCHEMA_1)))
 
 
 def _rewrite_with_header(path, old_header, new_header):

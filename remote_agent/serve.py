@@ -32,7 +32,7 @@ import sys
 import time
 import types
 
-from . import contract
+from . import bundlecheck, contract
 from .agent import Agent, AgentError, make_runner
 from .results import ResultsWriteError, _drop_torn_tail
 
@@ -117,6 +117,7 @@ class RoundAgent(Agent):
         self.options = options
         self.out = out
         self.log = log
+        bundlecheck.check_manifest_paths(self.bundle, manifest)
         self.manifest = manifest
         import socket
 
@@ -274,7 +275,7 @@ def start_detached(argv, workdir, clear=False, wait=30.0, out=sys.stdout):
             os.setsid()
             log_fd = os.open(p["serve.log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             devnull = os.open(os.devnull, os.O_RDONLY)
-            subprocess.Popen([sys.executable, "-u", "-m", "remote_agent", "serve"] + list(argv),
+            subprocess.Popen([sys.executable, "-B", "-u", "-m", "remote_agent", "serve"] + list(argv),
                              stdin=devnull, stdout=log_fd, stderr=log_fd, close_fds=True)
         finally:
             os._exit(0)

@@ -9,8 +9,9 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES="python3 python3-pip openssh-server openssh-client clang lld llvm g++ binutils \
   g++-riscv64-linux-gnu g++-aarch64-linux-gnu qemu-user linux-perf libomp-dev chromium slurm-wlm munge libopenblas-dev"
-# OpenBLAS for the emulated aarch64 board's library row (static, linked like the variants). Debian
-# bookworm has no riscv64 packages: riscv64 targets fall back to lib:reference and say so.
+# OpenBLAS for the emulated aarch64 board's library row (static, linked like the variants; on x86-64
+# the row takes scipy-openblas32 from pip, below). Debian bookworm has no riscv64 packages: riscv64
+# targets fall back to lib:reference and say so (harness/library.py, RISCV64_WHY).
 if [ "$(dpkg --print-architecture)" != arm64 ]; then
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     $SUDO dpkg --add-architecture arm64
@@ -27,5 +28,7 @@ if [ -n "$missing" ] || [ -n "${NEED_UPDATE:-}" ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-python3 -m pip install -q --disable-pip-version-check -e ".[test,gpu]"
+# cpu: scipy-openblas32 (OpenBLAS 0.3.34, the x86-64 library row; Debian's 0.3.21 runs a generic
+# core on CPUs newer than it) and threadpoolctl (bench/cpu_vs_library.py names numpy's core)
+python3 -m pip install -q --disable-pip-version-check -e ".[test,gpu,cpu]"
 echo "harness is installed: $(command -v harness)"

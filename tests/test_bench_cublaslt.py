@@ -1,15 +1,10 @@
 """bench/cublaslt_ceiling.py's operands: row-major C = A @ B given to column-major cuBLASLt as
 C^T = B^T A^T, for every stored layout of A and B."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-
-from cublaslt_ceiling import transposed_operand  # noqa: E402
+from bench.cublaslt_ceiling import transposed_operand
 
 
 def as_cublas_sees_it(storage, op, rows, cols, ld):

@@ -1,13 +1,8 @@
 """The order in which the GPU benches interleave the methods they compare (bench/_gpu_common.py)."""
 
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-
-from _gpu_common import palindromic  # noqa: E402
+from bench._gpu_common import palindromic
 
 
 def mean_drift(orders, n):

@@ -1,14 +1,9 @@
 """What bench/gpu_quality.py makes of its per-shape times: issue 11's weighted speedup and the
 ceilings a kernel at the roofline would reach (no GPU needed: the table is given)."""
 
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-
-from gpu_quality import against_the_goal  # noqa: E402
+from bench.gpu_quality import against_the_goal
 
 
 def entry(triton_ms, cublas_ms, cublas_roofline, weight=1.0):
@@ -39,7 +34,7 @@ def row(shape, variant, ms):
 def test_the_candidates_timed_again_are_the_variants_the_tune_re_measured(tmp_path):
     # the tune re-measured v1, v2, v3 (its top 3) and the seed v9, which its first round had timed
     # slowest; the search's rows and the re-measure's rows list v1 twice
-    from _gpu_common import candidate_rows
+    from bench._gpu_common import candidate_rows
     from harness.rounds import save_winners
 
     rows = [row("s", "v1", 0.276), row("s", "v2", 0.287), row("s", "v1", 0.316), row("s", "v3", 0.295),
@@ -54,7 +49,7 @@ def test_the_candidates_timed_again_are_the_variants_the_tune_re_measured(tmp_pa
 
 
 def test_a_tie_won_behind_the_leader_is_compared_with_it_by_the_quality_runs_times():
-    from tie_cost import summary, tie_costs
+    from bench.tie_cost import summary, tie_costs
 
     def cand(v, ns):
         return {"variant_id": v, "median_ns": ns}

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from harness.report import aiter_csv, triton_json
+from harness.report import aiter_csv
 from tests.conftest import Workspace
 from tests.test_shapes_sources import gemm_line
 
@@ -58,7 +58,11 @@ def test_hipblaslt_log_gives_weighted_shapes_and_library_rows(ws):
 
 
 def test_report_writes_every_format_with_metadata_and_uplift(ws):
-    out = ws.harness("report", "--format", "aiter,triton", "-f", "yaml", "--all-candidates", "--html").stdout
+    refused = ws.harness("report", "--format", "triton", check=False)  # aiter has no fp32 Triton GEMM family
+    assert refused.returncode == 2 and "--format triton: no shape is left" in refused.stderr
+    assert "32x32x32_fp32_NT left out: aiter's Triton GEMM-A16W16 is X @ W^T (layout NT) in fp16 or bf16" in (
+        refused.stderr.replace("\n", " "))
+    out = ws.harness("report", "--format", "aiter", "-f", "yaml", "--all-candidates", "--html").stdout
     tuned = ws.path / "tuned" / TARGET
     df = results(ws)
     kernels = df[~df["variant_id"].str.startswith("lib:")]
@@ -69,15 +73,9 @@ def test_report_writes_every_format_with_metadata_and_uplift(ws):
     a = pd.read_csv(tuned / "matmul.aiter.csv")
     assert list(a.columns) == aiter_csv.columns()
     assert sorted(a["kernelId"]) == sorted(b["variant_id"] for b in chosen.values())
-    assert set(a["arch"]) == {"x86_64"} and (a["cu_num"] >= 1).all() and a["device"].str.len().min() > 0
+    assert set(a["gfx"]) == {"x86_64"} and (a["cu_num"] >= 1).all() and a["device"].str.len().min() > 0
     assert a["driver"].str.startswith("Linux").all() and a["toolchain"].str.contains(r"gcc|clang|g\+\+").all()
     assert len(pd.read_csv(tuned / "matmul.aiter.all.csv")) == len(kernels)
-    # Triton JSON: a consumer picks a config per M bucket
-    cfgs = triton_json.read_triton_json(tuned / "triton" / "x86_64-GEMM-A32W32-N=32-K=32.json")
-    for sid, M in ((SHAPES[0], 64), (SHAPES[1], 32)):
-        picked = triton_json.pick_config(cfgs, M)
-        assert picked == {"BLOCK_SIZE_" + k[-1] if k.startswith("BLOCK") else "GROUP_SIZE_M" if k == "GROUP_M" else k: v
-                          for k, v in chosen[sid]["config"].items()}  # Triton's names; the CPU kernel's as they are
     # tune_gemm YAML loads; the header records the metadata
     text = (tuned / "matmul.yaml").read_text()
     assert len(yaml.safe_load(text)) == 2 and "# arch: x86_64" in text and "# cu_num: " in text
@@ -162,16 +160,16 @@ def test_merge_refuses_another_arch_unless_forced(ws):
     mine = ws.path / "tuned" / TARGET / "matmul.aiter.csv"
     theirs = pd.read_csv(mine)
     theirs["us"] = theirs["us"] / 2  # faster, on another board
-    theirs["arch"] = "riscv64"
+    theirs["gfx"] = "riscv64"
     theirs.to_csv(ws.path / "theirs.csv", index=False)
     proc = ws.harness("report", "--merge", mine, "--merge", "theirs.csv", "--out", "merged.csv", check=False)
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "refusing to merge" in lines[0] and "riscv64" in lines[0]
     ws.harness("report", "--merge", mine, "--merge", "theirs.csv", "--out", "merged.csv", "--force")
     merged = pd.read_csv(ws.path / "merged.csv")
-    assert sorted(merged["arch"]) == ["riscv64", "riscv64", "x86_64", "x86_64"]
+    assert sorted(merged["gfx"]) == ["riscv64", "riscv64", "x86_64", "x86_64"]
     # same arch: one row per shape, the fastest kept
-    theirs["arch"] = "x86_64"
+    theirs["gfx"] = "x86_64"
     theirs.to_csv(ws.path / "theirs.csv", index=False)
     ws.harness("report", "--merge", mine, "--merge", "theirs.csv", "--out", "merged.csv")
     merged = pd.read_csv(ws.path / "merged.csv")
@@ -187,3 +185,16 @@ def test_summary_needs_a_hipblaslt_log(ws):
     assert proc.returncode == 2 and "--summary writes a hipBLASLt log's workload summary" in proc.stderr
     proc = ws.harness("report", "--format", "excel", check=False)
     assert proc.returncode == 2 and "unknown --format 'excel'" in proc.stderr
+
+
+def test_report_reads_results_without_a_host_column(ws):
+    """A results CSV from an older agent has no host column: the report says none, no KeyError."""
+    path = ws.path / "results" / TARGET / "matmul" / "results.csv"
+    saved = path.read_text()
+    try:
+        pd.read_csv(path).drop(columns=["host"]).to_csv(path, index=False)
+        ws.harness("report", "--no-fetch", "--format", "aiter", "--out", "nohost")
+        assert json.loads((ws.path / "nohost" / "matmul.json").read_text())["hosts"] == []
+        assert len(pd.read_csv(ws.path / "nohost" / "matmul.aiter.csv")) == 2
+    finally:
+        path.write_text(saved)

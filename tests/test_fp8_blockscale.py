@@ -1,6 +1,6 @@
 """The fp8 block-scaled GEMM kernel: the numpy e4m3 codec, seeded data and its fp64 reference
 (checked against a direct blockwise computation), pruning, real host compiles for sm90 and
-gfx942, and the aiter a8w8 blockscale tuned CSV read back the way aiter reads it."""
+gfx942, and aiter's blockscale Triton JSON read back the way aiter reads it."""
 
 import json
 import re
@@ -411,38 +411,31 @@ def _results(path):
     return pd.read_csv(path)
 
 
-def test_aiter_blockscale_csv_reads_back_as_aiter_reads_it(tmp_path):
+def test_aiter_blockscale_triton_json_reads_back_as_aiter_reads_it(tmp_path):
+    """aiter's blockscale CSV dispatches CK kernels only: the Triton configs go to aiter's Triton JSON."""
+    from harness.report import triton_json
+
     df = _results(tmp_path / "results.csv")
-    path = abs_csv.write_tuned_csv(df, None, META, tmp_path / "fp8_blockscale.aiter_blockscale.csv")
-    header = path.read_text().splitlines()[0]
-    assert header == "gfx,cu_num,M,N,K,libtype,kernelId,splitK,us,kernelName,tflops,bw,errRatio"
-    table = abs_csv.read_tuned_csv(path)
-    assert len(table) == len(SHAPES)  # one per shape; library rows never
+    with pytest.raises(HarnessError, match="ck or cktile only"):
+        abs_csv.write_tuned_csv(df, None, META, tmp_path / "fp8_blockscale.aiter_blockscale.csv")
+    lines = []
+    paths = triton_json.write_triton_json(df, None, META, tmp_path / "triton", say=lines.append)
+    assert [p.name for p in paths] == ["sm90-GEMM-A8W8_BLOCKSCALE-N=%d-K=%d.json" % (N, K) for _, N, K in
+                                       sorted(SHAPES, key=lambda s: (s[1], s[2]))] + ["sm90-GEMM-A8W8_BLOCKSCALE.json"]
     for M, N, K in SHAPES:
-        row = table[("sm90", 132, M, N, K)]
+        configs = triton_json.read_triton_json(tmp_path / "triton" / ("sm90-GEMM-A8W8_BLOCKSCALE-N=%d-K=%d.json" % (N, K)))
+        cfg, tuned = triton_json.lookup(configs, M)
         ours = df[(df["M"] == M) & ~df["variant_id"].str.startswith("lib:")]
         best = ours.loc[ours["time_ns_median"].idxmin()]
-        assert row["kernelId"] == best["variant_id"] and row["libtype"] == "triton"
-        assert row["us"] == round(best["time_ns_median"] / 1e3, 4)
-        assert row["splitK"] == {1: 0, 2: 1, 4: 2}[int(best["cfg_SPLIT_K"])]
-        assert row["kernelName"].startswith("fp8_blockscale_BLOCK_M16_") and "SPLIT_K%d" % best["cfg_SPLIT_K"] in \
-            row["kernelName"]
-        us = row["us"]
-        assert row["tflops"] == round(2 * M * N * K / (us * 1e6), 2)
-        assert row["bw"] == round((M * K + N * K + 2 * M * N) / (us * 1e-6) / 1e9, 2)
-        assert row["errRatio"] == round(float(best["err_ratio"]), 4)
-    order = pd.read_csv(path)[["N", "M"]].values.tolist()
-    assert order == sorted(order)
+        assert tuned and cfg["NUM_KSPLIT"] == best["cfg_SPLIT_K"] and cfg["BLOCK_SIZE_K"] == 128
+    assert lines == []
 
 
 def test_aiter_blockscale_csv_refusals(tmp_path):
-    df = _results(tmp_path / "results.csv")
-    with pytest.raises(HarnessError, match="cu_num"):
-        abs_csv.write_tuned_csv(df, None, dict(META, cu_num=None), tmp_path / "x.csv")
-    with pytest.raises(HarnessError, match="no shape has an ok"):
-        abs_csv.write_tuned_csv(df[df["status"] == "crash"], None, META, tmp_path / "x.csv")
+    from harness.report.aiter_csv import aiter_split_k
+
     with pytest.raises(HarnessError, match="SPLIT_K=3"):
-        abs_csv.aiter_split_k(3)
+        aiter_split_k(3)
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(HarnessError, match="no gfx|no cu_num"):
         abs_csv.read_tuned_csv(tmp_path / "bad.csv")
@@ -535,12 +528,16 @@ def test_agent_checks_every_answer_and_times_the_library_then_aiter_csv(sm90_bun
     lib = [r for r in measured if r["variant_id"] == "lib:torch._scaled_mm"]
     assert len(lib) == 2 and all("stand-in" in r["message"] for r in lib)
 
+    from harness.report import triton_json
+
     df = pd.read_csv(results)
     meta = dict(META, arch="sm90", cu_num=132)
-    path = abs_csv.write_tuned_csv(df, None, meta, tmp_path / "fp8.aiter_blockscale.csv")
-    table = abs_csv.read_tuned_csv(path)
-    assert set(table) == {("sm90", 132, 48, 200, 300), ("sm90", 132, 64, 256, 384)}
-    assert all(row["kernelName"].startswith("fp8_blockscale_BLOCK_M") for row in table.values())
+    paths = triton_json.write_triton_json(df, None, meta, tmp_path / "triton", say=logs.append)
+    assert [p.name for p in paths] == ["sm90-GEMM-A8W8_BLOCKSCALE-N=200-K=300.json",
+                                       "sm90-GEMM-A8W8_BLOCKSCALE-N=256-K=384.json", "sm90-GEMM-A8W8_BLOCKSCALE.json"]
+    for p in paths[:2]:  # the TMA config is no aiter kernel: the split-K one is written
+        assert all(c["NUM_KSPLIT"] == 2 and c["BLOCK_SIZE_K"] == 128 for k, c in json.loads(p.read_text()).items()
+                   if k != "_harness")
 
 
 
@@ -568,7 +565,7 @@ def test_seeds_are_feasible_aiter_like_tiles_per_shape_class():
 
 
 def test_shapes_default_to_the_first_fp8_format_and_refuse_a_layout():
-    from harness.commands.common import shapes_from_options
+    from harness.api.common import shapes_from_options
     from harness.kernels import get
 
     kernel = get("fp8_blockscale")

@@ -8,7 +8,7 @@ import types
 from pathlib import Path
 
 from harness.bundle import Manifest
-from harness.commands.build import add_library
+from harness.api.build import add_library
 from harness.library import add_reference
 from harness.shapes import make_shape
 from harness.targets import load_targets

@@ -271,7 +271,8 @@ def test_jobs_are_interleaved_by_shape_and_device_in_groups_whose_operands_fit()
 
 
 def _old_header(schema):
-    added = {1: contract.ADDED_SINCE_SCHEMA_1, 2: contract.ADDED_SINCE_SCHEMA_2, 3: contract.ADDED_IN_SCHEMA_4}[schema]
+    added = {1: contract.ADDED_SINCE_SCHEMA_1, 2: contract.ADDED_SINCE_SCHEMA_2, 3: contract.ADDED_SINCE_SCHEMA_3,
+             4: contract.ADDED_IN_SCHEMA_5}[schema]
     return [c for c in contract.FIXED_COLUMNS if c not in added] + ["cfg_BLOCK_M", "ctr_task_clock"]
 
 
@@ -289,6 +290,8 @@ def _write_old(path, schema):
             row.update(samples=10, noise=0.001)
         if schema >= 3:
             row.update(estimator="min", time_ns=low)
+        if schema >= 4:
+            row.update(preempted=0)
         rows.append(row)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=header, lineterminator="\n")
@@ -317,20 +320,22 @@ def test_results_files_of_older_schemas_still_load_with_the_median_deciding_and_
     assert [contract.deciding_time(r) for r in rows] == [1000.0, 1050.0]
 
 
-def test_results_files_of_schema_3_load_with_their_estimator_deciding_and_resume(tmp_path):
+@pytest.mark.parametrize("schema", [3, 4])
+def test_results_files_of_schemas_3_and_4_load_with_their_estimator_deciding_and_resume(tmp_path, schema):
     from harness.report.aggregate import best_per_shape, load_results
 
     path = tmp_path / "results.csv"
-    _write_old(path, 3)
+    _write_old(path, schema)
     df = load_results([path])
-    assert df["preempted"].isna().all() and list(df["time_ns"]) == [900, 800]
+    assert df["library"].isna().all() and list(df["time_ns"]) == [900, 800]
+    assert df["preempted"].isna().all() == (schema == 3)
     assert best_per_shape(df).iloc[0]["variant_id"] == "v2"  # the minimum decides, as the file says
     writer = ResultsWriter(str(path), contract.results_header(["BLOCK_M"], ["task-clock"]))
     assert contract.job_key("v2", "32x32x32_fp32_NN", "cpu") in writer.done
     writer.close()
     rows = list(csv.DictReader(open(path)))
     assert list(rows[0]) == contract.results_header(["BLOCK_M"], ["task-clock"])
-    assert rows[1]["preempted"] == "" and rows[1]["time_ns"] == "800" and rows[1]["schema_version"] == "3"
+    assert rows[1]["library"] == "" and rows[1]["time_ns"] == "800" and rows[1]["schema_version"] == str(schema)
 
 
 # ---- winners and counters in words ------------------------------------------------------
@@ -407,13 +412,4 @@ def test_openblas_is_the_library_here_and_checked_like_a_variant(local_workspace
     assert "lib:openblas:fp32" in report
 
 
-@needs("qemu-aarch64", "aarch64-linux-gnu-g++")
-def test_openblas_on_the_emulated_aarch64_board(workspace):
-    ws = workspace
-    ws.harness("build", "matmul", "--target", "arm", "--shapes", "40x24x32:fp32:NT", "--space", "space.yaml",
-               "--library")
-    ws.harness("push", "arm")
-    ws.harness("run", "--remote", "arm", "--iters", "3", "--max-time", "0.2")
-    ws.harness("report")  # fetches the rows from the board
-    lib = _library_rows(ws, "arm")
-    assert lib.loc["lib:openblas:fp32", "status"] == "ok" and lib.loc["lib:openblas:fp32", "rel_err"] <= 1e-5
+# the emulated aarch64 board's library row: tests/test_library_row.py

@@ -29,6 +29,7 @@ SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [64], "n
 SHAPES = ([(M, 4096, 4096, "bf16", "NT") for M in (1, 16, 32, 48, 64, 100, 128, 256, 1024)]
           + [(M, 1280, 8192, "bf16", "NT") for M in (16, 512)]
           + [(2048, 2048, 2048, "fp16", "TN")])
+AITER_SHAPES = [x for x in SHAPES if x[4] == "NT"]  # aiter's GEMMs are X @ W^T: the TN shape is left out
 WRONG = ((1024, 4096, 4096), {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "SPLIT_K": 1})
 
 
@@ -95,9 +96,10 @@ def results(tmp_path_factory):
     return simulate(tmp_path_factory.mktemp("res") / "results.csv")
 
 
-def expected_best(df):
+def expected_best(df, layout=None):
     """Independently: per shape, the fastest ok row whose variant is not a library."""
     ok = df[(df["status"] == "ok") & ~df["variant_id"].str.startswith("lib:")]
+    ok = ok if layout is None else ok[ok["layout"] == layout]
     return ok.loc[ok.groupby("shape_id")["time_ns_median"].idxmin()].set_index("shape_id")
 
 
@@ -112,24 +114,24 @@ def test_aiter_tuned_csv_read_back_by_pandas_and_aiter_lookup(results, tmp_path)
     out, allc = aiter_csv.write_tuned_csv(results, None, META, tmp_path / "tuned.csv",
                                           all_path=tmp_path / "tuned_all.csv")
     tuned = pd.read_csv(out)
-    assert list(tuned.columns) == ["arch", "cu_num", "M", "N", "K", "kernelId", "splitK", "us", "kernelName",
-                                   "tflops", "bw", "errRatio", "dtype", "layout", "device", "driver",
-                                   "toolchain", "triton"]
-    assert len(tuned) == len(SHAPES) and not tuned["kernelId"].str.startswith("lib:").any()
-    assert set(tuned["arch"]) == {"gfx942"} and set(tuned["cu_num"]) == {304}
+    assert list(tuned.columns) == ["gfx", "cu_num", "M", "N", "K", "bias", "dtype", "outdtype", "scaleAB",
+                                   "bpreshuffle", "libtype", "solidx", "splitK", "us", "kernelName", "err_ratio",
+                                   "tflops", "bw", "kernelId", "layout", "device", "driver", "toolchain", "triton"]
+    assert len(tuned) == len(AITER_SHAPES) and not tuned["kernelId"].str.startswith("lib:").any()
+    assert set(tuned["gfx"]) == {"gfx942"} and set(tuned["cu_num"]) == {304}
     assert set(tuned["device"]) == {"AMD Instinct MI300X"} and set(tuned["triton"].astype(str)) == {"3.9.0"}
     assert set(tuned["driver"]) == {"6.8.5 (amdgpu)"} and set(tuned["toolchain"]) == {"triton 3.9.0 (hip gfx942)"}
 
     # what aiter does with it: index by (cu_num, M, N, K) and take the kernel
     lookup = tuned.set_index(["cu_num", "M", "N", "K"]).to_dict("index")
     best = expected_best(results)
-    for (M, N, K, dtype, layout) in SHAPES:
+    for (M, N, K, dtype, layout) in AITER_SHAPES:
         entry = lookup[(304, M, N, K)]
         row = best.loc[sid(M, N, K, dtype, layout)]
         assert entry["kernelId"] == row["variant_id"]
         assert entry["us"] == pytest.approx(row["time_ns_median"] / 1e3, abs=1e-4)
         assert entry["kernelName"] == "matmul_" + "_".join("%s%d" % (k, v) for k, v in cfg_of(row).items())
-        assert entry["splitK"] == 1 and entry["dtype"] == dtype and entry["layout"] == layout
+        assert entry["splitK"] == 0 and entry["dtype"] == "torch.bfloat16" and entry["layout"] == layout
     # the wrong answer (the fastest config on 1024) never wins
     assert lookup[(304, 1024, 4096, 4096)]["kernelName"] != "matmul_BLOCK_M128_BLOCK_N128_BLOCK_K64_num_warps8_SPLIT_K1"
     assert lookup[(304, 64, 4096, 4096)]["kernelName"] == "matmul_BLOCK_M64_BLOCK_N128_BLOCK_K64_num_warps8_SPLIT_K1"
@@ -137,7 +139,8 @@ def test_aiter_tuned_csv_read_back_by_pandas_and_aiter_lookup(results, tmp_path)
     # -o2: every candidate (pruned ones are not candidates), failures with an empty time
     every = pd.read_csv(allc)
     assert list(every.columns) == list(tuned.columns) + ["status"]
-    kernels = results[~results["variant_id"].str.startswith("lib:") & (results["status"] != "pruned")]
+    kernels = results[~results["variant_id"].str.startswith("lib:") & (results["status"] != "pruned")
+                      & (results["layout"] == "NT")]
     assert len(every) == len(kernels)
     assert set(every["status"]) == {"ok", "wrong_answer", "timeout"}
     assert every.loc[every["status"] != "ok", "us"].isna().all()
@@ -155,14 +158,11 @@ def test_aiter_tuned_csv_sort_and_untuned_columns_come_back(results, tmp_path):
     shapes = read_shapes_file(str(untuned))
     (out,) = aiter_csv.write_tuned_csv(results, None, META, tmp_path / "bf16_tuned_gemm.csv", sort=True, shapes=shapes)
     tuned = pd.read_csv(out)
-    assert list(tuned.columns) == ["arch", "cu_num", "M", "N", "K", "bias", "dtype", "outdtype", "kernelId",
-                                   "splitK", "us", "kernelName", "tflops", "bw", "errRatio", "layout", "device",
-                                   "driver", "toolchain", "triton"]
+    assert list(tuned.columns) == aiter_csv.columns()  # aiter's key columns: what was measured
     keys = list(zip(tuned["M"], tuned["N"], tuned["K"]))
     assert keys == sorted(keys)
-    bf16 = tuned[tuned["N"] != 2048]
-    assert set(bf16["dtype"]) == {"torch.bfloat16"} and set(bf16["outdtype"]) == {"torch.bfloat16"}
-    assert tuned.loc[tuned["N"] == 2048, "dtype"].iloc[0] == "fp16"  # not from the untuned file
+    assert set(tuned["dtype"]) == {"torch.bfloat16"} and set(tuned["outdtype"]) == {"torch.bfloat16"}
+    assert 2048 not in set(tuned["N"])  # the fp16 TN shape: no aiter GEMM
 
 
 def test_meta_is_checked(results, tmp_path):
@@ -177,73 +177,67 @@ def test_meta_is_checked(results, tmp_path):
 # ------------------------------------------------------------------ Triton JSON
 
 
-def aiter_get_config(config_dir, arch, tag, M, N, K):
-    """What aiter's Triton GEMM does: the (N, K) file if there is one, else the default file;
-    then the config of M's bucket."""
-    default = json.loads((config_dir / ("%s-GEMM-%s.json" % (arch, tag))).read_text())
-    special = config_dir / ("%s-GEMM-%s-N=%d-K=%d.json" % (arch, tag, N, K))
-    configs = json.loads(special.read_text()) if special.exists() else default
-    if M < 32:
-        return configs["small"]
-    if M <= 128:
-        blk = 1 << (M - 1).bit_length()
-        return configs["medium_M%d" % blk]
-    if M <= 256:
-        return configs["large"]
-    return configs["xlarge"]
+def aiter_get_config(config_dir, arch, family, M, N, K):
+    """aiter's get_gemm_config on the flat folder: the (N, K) file if there is one, else the
+    default; M_LEQ ascending, M_GEQ descending, any (tests/test_consumer_formats.py has the full rule)."""
+    special = config_dir / ("%s-%s-N=%d-K=%d.json" % (arch, family, N, K))
+    default = config_dir / "default" / ("%s-%s.json" % (arch, family))
+    configs = json.loads((special if special.exists() else default).read_text())
+    bounds = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+    for b in bounds:
+        if M <= b and "M_LEQ_%d" % b in configs:
+            return configs["M_LEQ_%d" % b]
+    for b in reversed(bounds):
+        if M >= b and "M_GEQ_%d" % b in configs:
+            return configs["M_GEQ_%d" % b]
+    return configs["any"]
 
 
 def from_triton(cfg):
     names = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K", "NUM_KSPLIT": "SPLIT_K"}
-    return {names.get(k, k): v for k, v in cfg.items()}
+    return {names.get(k, k): v for k, v in cfg.items() if k not in triton_json.REQUIRED or k == "NUM_KSPLIT"}
 
 
-def test_triton_json_picks_a_config_per_m_bucket(results, tmp_path):
-    paths = triton_json.write_triton_json(results, None, META, tmp_path / "configs")
+def test_triton_json_picks_a_config_per_m_key(results, tmp_path):
+    lines = []
+    paths = triton_json.write_triton_json(results, None, META, tmp_path / "configs", say=lines.append)
     names = sorted(p.name for p in paths)
-    assert names == ["gfx942-GEMM-A16W16_NT-N=1280-K=8192.json", "gfx942-GEMM-A16W16_NT-N=4096-K=4096.json",
-                     "gfx942-GEMM-A16W16_NT.json", "gfx942-GEMM-A16W16_TN-N=2048-K=2048.json",
-                     "gfx942-GEMM-A16W16_TN.json"]
+    assert names == ["gfx942-GEMM-A16W16-N=1280-K=8192.json", "gfx942-GEMM-A16W16-N=4096-K=4096.json",
+                     "gfx942-GEMM-A16W16.json"]
+    assert lines == ["triton: 2048x2048x2048_fp16_TN left out: aiter's Triton GEMM-A16W16 is X @ W^T (layout NT) "
+                     "in fp16 or bf16"]
     best = expected_best(results)
     d = tmp_path / "configs"
-    # a bucket with one tuned M gets that M's best config
-    for M in (1, 16, 32, 100, 128, 256, 1024):
-        got = from_triton(aiter_get_config(d, "gfx942", "A16W16_NT", M, 4096, 4096))
-        if M != 1:  # 1 and 16 share "small": checked below
-            assert got == cfg_of(best.loc[sid(M, 4096, 4096, "bf16", "NT")]), M
-    # "small" holds 1 and 16, "medium_M64" holds 48 and 64: the config slowest by the least on both
+    # a key with one tuned M gets that M's best config
+    for M in (32, 100, 256, 1024):
+        got = from_triton(aiter_get_config(d, "gfx942", "GEMM-A16W16", M, 4096, 4096))
+        assert got == cfg_of(best.loc[sid(M, 4096, 4096, "bf16", "NT")]), M
+    assert from_triton(aiter_get_config(d, "gfx942", "GEMM-A16W16", 1, 4096, 4096)) == cfg_of(
+        best.loc[sid(1, 4096, 4096, "bf16", "NT")])
+    # M_LEQ_16 holds 16 alone; M_LEQ_64 holds 48 and 64: the config slowest by the least on both
     ok = results[(results["status"] == "ok") & ~results["variant_id"].str.startswith("lib:") & (results["N"] == 4096)]
-    for ms, M in (((1, 16), 8), ((48, 64), 50)):
-        sub = ok[ok["M"].isin(ms)].copy()
-        sub["rel"] = sub["time_ns_median"] / sub.groupby("M")["time_ns_median"].transform("min")
-        sub["cfg"] = sub.apply(lambda r: tuple(cfg_of(r).items()), axis=1)
-        full = sub.groupby("cfg").filter(lambda g: g["M"].nunique() == len(ms))
-        want = dict(full.groupby("cfg")["rel"].mean().idxmin())
-        assert from_triton(aiter_get_config(d, "gfx942", "A16W16_NT", M, 4096, 4096)) == want
-    # an (N, K) not tuned falls back to the default file: the most common config per bucket
-    default = json.loads((d / "gfx942-GEMM-A16W16_NT.json").read_text())
-    small = [json.loads((d / n).read_text())["small"] for n in names if n.startswith("gfx942-GEMM-A16W16_NT-")]
-    assert default["small"] in small
-    assert aiter_get_config(d, "gfx942", "A16W16_NT", 8, 999, 999) == default["small"]
-    assert "xlarge" in default and "any" in default
-    # "any": the largest tuned M; metadata rides along under _harness
-    spec = json.loads((d / "gfx942-GEMM-A16W16_NT-N=4096-K=4096.json").read_text())
-    assert from_triton(spec["any"]) == cfg_of(best.loc[sid(1024, 4096, 4096, "bf16", "NT")])
+    sub = ok[ok["M"].isin((48, 64))].copy()
+    sub["rel"] = sub["time_ns_median"] / sub.groupby("M")["time_ns_median"].transform("min")
+    sub["cfg"] = sub.apply(lambda r: tuple(cfg_of(r).items()), axis=1)
+    full = sub.groupby("cfg").filter(lambda g: g["M"].nunique() == 2)
+    want = dict(full.groupby("cfg")["rel"].mean().idxmin())
+    assert from_triton(aiter_get_config(d, "gfx942", "GEMM-A16W16", 50, 4096, 4096)) == want
+    # an (N, K) not tuned falls back to the default file (in default/: aiter ships its own)
+    default = json.loads((d / "default" / "gfx942-GEMM-A16W16.json").read_text())
+    assert aiter_get_config(d, "gfx942", "GEMM-A16W16", 8, 999, 999) == default["M_LEQ_16"]
+    # above the largest tuned M: that M's config through M_GEQ; metadata rides along under _harness
+    spec = json.loads((d / "gfx942-GEMM-A16W16-N=4096-K=4096.json").read_text())
+    assert from_triton(spec["M_GEQ_1024"]) == cfg_of(best.loc[sid(1024, 4096, 4096, "bf16", "NT")])
     assert spec["_harness"]["device"] == "AMD Instinct MI300X" and spec["_harness"]["cu_num"] == 304
-    assert spec["_harness"]["triton"] == "3.9.0" and spec["_harness"]["tuned_M"]["medium_M64"] == [48, 64]
-    # the fp16 TN shape has its own tag; the harness's own picker agrees with aiter's
-    tn = triton_json.read_triton_json(d / "gfx942-GEMM-A16W16_TN-N=2048-K=2048.json")
-    assert set(tn) == {"xlarge", "any"}
-    assert triton_json.pick_config(tn, 2048) == tn["xlarge"] == aiter_get_config(d, "gfx942", "A16W16_TN", 2048, 2048, 2048)
-    assert triton_json.pick_config(tn, 16) == tn["any"]  # no small bucket tuned: "any"
-    assert from_triton(tn["xlarge"]) == cfg_of(best.loc[sid(2048, 2048, 2048, "fp16", "TN")])
+    assert spec["_harness"]["triton"] == "3.9.0" and spec["_harness"]["tuned_M"]["M_LEQ_64"] == [48, 64]
+    assert triton_json.pick_config(spec, 2000) == spec["M_GEQ_1024"]  # the harness's copy of aiter's rule
 
 
 def test_triton_json_needs_an_arch(results, tmp_path):
     with pytest.raises(HarnessError, match="arch"):
         triton_json.write_triton_json(results, None, dict(META, arch=""), tmp_path)
-    assert triton_json.bucket(31) == "small" and triton_json.bucket(33) == "medium_M64"
-    assert triton_json.bucket(129) == "large" and triton_json.bucket(257) == "xlarge"
+    assert triton_json.key_for(31) == "M_LEQ_32" and triton_json.key_for(33) == "M_LEQ_64"
+    assert triton_json.key_for(1) == "M_LEQ_1" and triton_json.key_for(8193) == "M_GEQ_8192"
 
 
 # ------------------------------------------------------------------ tune_gemm YAML
@@ -269,7 +263,8 @@ def test_tune_gemm_yaml_loads_and_reads_back_as_shapes_with_configs(results, tmp
     shapes = read_shapes_file(str(path))
     assert sorted(s.id for s in shapes) == sorted(best.index)
     for s in shapes:
-        assert shapes_yaml.config_of(s) == cfg_of(best.loc[s.id])
+        want = cfg_of(best.loc[s.id])
+        assert {k: v for k, v in shapes_yaml.config_of(s).items() if k in want} == want
     frame, meta = tune_gemm_yaml.read_tuned_yaml(path)
     assert meta["device"] == "AMD Instinct MI300X"
     assert frame["us"].tolist() == pytest.approx([best.loc[sid(r.M, r.N, r.K, r.dtype, "NT" if r.rowMajorA == "T" else "TN"),
@@ -288,7 +283,7 @@ def test_merge_csv_keeps_fastest_and_refuses_other_arch(tmp_path):
     merged = pd.read_csv(out)
     ta, tb = pd.read_csv(a), pd.read_csv(b)
     assert list(merged.columns) == list(tb.columns)
-    assert len(merged) == len(SHAPES) and not merged.duplicated(["M", "N", "K"]).any()
+    assert len(merged) == len(AITER_SHAPES) and not merged.duplicated(["M", "N", "K"]).any()
     for _, row in merged.iterrows():
         candidates = pd.concat([ta, tb])
         same = candidates[(candidates["M"] == row["M"]) & (candidates["N"] == row["N"]) & (candidates["K"] == row["K"])]
@@ -305,7 +300,7 @@ def test_merge_csv_keeps_fastest_and_refuses_other_arch(tmp_path):
         merge.merge_tuned([a, other], tmp_path / "m2.csv")
     assert "different arch" in str(err.value) and "gfx950" in str(err.value) and "--force" in str(err.value)
     forced = pd.read_csv(merge.merge_tuned([a, other], tmp_path / "m2.csv", force=True))
-    assert len(forced) == len(ta) + len(SHAPES)  # both archs keep their rows
+    assert len(forced) == len(ta) + len(AITER_SHAPES)  # both archs keep their rows
     same_arch_other_device = aiter_csv.write_tuned_csv(slow, None, dict(META, device="AMD Instinct MI300A"),
                                                        tmp_path / "d_tuned.csv")[0]
     with pytest.raises(HarnessError, match="different device"):
@@ -406,7 +401,7 @@ def test_library_uplift_filter_and_weighted_total(results, tmp_path):
     assert len(keep) == len(SHAPES) - 2 and sid(1, 4096, 4096, "bf16", "NT") not in set(keep["shape_id"])
     (out,) = aiter_csv.write_tuned_csv(results, keep, META, tmp_path / "filtered.csv")
     written = pd.read_csv(out)
-    assert len(written) == len(SHAPES) - 2 and 1 not in set(written["M"]) and 100 not in set(written["M"])
+    assert len(written) == len(AITER_SHAPES) - 2 and 1 not in set(written["M"]) and 100 not in set(written["M"])
     # a best table that names the library for a shape still gets the fastest kernel there
     with_lib = results[results["variant_id"] == "lib:hipblaslt"]
     assert len(tuned_best(results, with_lib)) == len(SHAPES)
@@ -417,7 +412,7 @@ def test_library_uplift_filter_and_weighted_total(results, tmp_path):
 
 def test_report_table_says_which_shapes_fall_back_to_the_library(results, tmp_path, capsys, monkeypatch):
     from harness import ui
-    from harness.commands.report import _uplift
+    from harness.api.report import _uplift
 
     monkeypatch.setattr(ui.out, "_width", 250)
     _uplift(results, None, tmp_path, "matmul", None, 0.01)
@@ -439,7 +434,7 @@ def test_uplift_without_library_rows_keeps_everything(tmp_path):
 def test_tuned_csv_configs_come_back_for_compare_without_tuning(results, tmp_path):
     (out,) = aiter_csv.write_tuned_csv(results, None, META, tmp_path / "tuned.csv")
     pairs = aiter_csv.read_tuned_configs(out)
-    best = expected_best(results)
+    best = expected_best(results, "NT")
     assert sorted(s.id for s, _ in pairs) == sorted(best.index)
     for shape, config in pairs:
         assert config == cfg_of(best.loc[shape.id])

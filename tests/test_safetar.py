@@ -1,4 +1,5 @@
-"""Tar extraction refuses absolute paths, '..', links that leave the tree and devices."""
+"""Tar extraction refuses absolute paths, '..', links of any kind and devices, and never
+follows a link already in the folder."""
 
 import io
 import tarfile
@@ -38,10 +39,11 @@ def test_plain_files_extract(tmp_path):
 @pytest.mark.parametrize("members, why", [
     ([_file("/etc/evil")], "absolute"),
     ([_file("a/../../evil")], "'..'"),
-    ([_link("up", "../outside")], "link leaves the tree"),
-    ([_link("abs", "/etc/passwd")], "link leaves the tree"),
-    ([_link("ok", "."), _file("ok/../../x")], "'..'"),
-    ([_link("hard", "/etc/passwd", tarfile.LNKTYPE)], "link leaves the tree"),
+    ([_link("up", "../outside")], "links are not accepted"),
+    ([_link("abs", "/etc/passwd")], "links are not accepted"),
+    ([_link("ok", "."), _file("ok/../../x")], "links are not accepted"),
+    ([_link("hard", "/etc/passwd", tarfile.LNKTYPE)], "links are not accepted"),
+    ([_link("inner", "a", tarfile.LNKTYPE)], "links are not accepted"),
 ])
 def test_unsafe_members_are_refused(tmp_path, members, why):
     dest = tmp_path / "dest"
@@ -54,7 +56,7 @@ def test_write_through_an_inner_link_that_points_out_is_refused(tmp_path):
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "inner").symlink_to(tmp_path)  # planted before extraction
-    with pytest.raises(UnsafeMember, match="leaves the tree"):
+    with pytest.raises(UnsafeMember, match="goes through a link"):
         extract_stream(_tar(_file("inner/evil")), str(dest))
     assert not (tmp_path / "evil").exists()
 

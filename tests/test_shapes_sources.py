@@ -214,19 +214,25 @@ M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle
 AITER_A8W8_UNTUNED = "M,N,K\n1, 1280, 8192\n32, 1280, 8192\n\n64, 1280, 8192\n1, 1280, 8192\n"
 
 
-def test_aiter_untuned_csv_keeps_extra_columns(tmp_path):
+def test_aiter_untuned_csv_keeps_extra_columns_and_lists_what_matmul_cannot_run(tmp_path):
     path = write(tmp_path, "bf16_untuned_gemm.csv", AITER_BF16_UNTUNED)
     assert sources.detect(AITER_BF16_UNTUNED) == "aiter_csv"
-    shapes = read_shapes_file(str(path))
-    assert [s.id for s in shapes] == ["64x256x5120_bf16_NT", "1x128x6144_bf16_NT", "128x2048x6144_bf16_NT"]
-    assert dict(shapes[0].extra) == {"bias": "False", "dtype": "torch.bfloat16", "outdtype": "torch.float32",
+    lines = []
+    shapes = sources.read(path, "auto", "fp32", warn=lines.append)
+    assert [s.id for s in shapes] == ["1x128x6144_bf16_NT"]
+    assert dict(shapes[0].extra) == {"bias": "False", "dtype": "torch.bfloat16", "outdtype": "torch.bfloat16",
                                      "scaleAB": "False", "bpreshuffle": "False"}
-    assert dict(shapes[2].extra)["bpreshuffle"] == "True"
+    assert lines == ["%s:2: 64x256x5120 not tuned: outdtype torch.float32: this kernel writes C as bf16 from bf16 "
+                     "inputs" % path, "%s:4: 128x2048x6144 not tuned: bias: the kernel has no bias epilogue" % path]
 
-    plain = write(tmp_path, "a8w8_untuned_gemm.csv", AITER_A8W8_UNTUNED)
-    shapes = read_shapes_file(str(plain), default_dtype="fp16")
-    assert [s.id for s in shapes] == ["1x1280x8192_fp16_NT", "32x1280x8192_fp16_NT", "64x1280x8192_fp16_NT"]
-    assert shapes[0].extra == ()
+    plain = write(tmp_path, "untuned.csv", AITER_A8W8_UNTUNED)
+    lines = []
+    shapes = sources.read(plain, "auto", "fp16", warn=lines.append)
+    assert [(s.id, s.weight) for s in shapes] == [("1x1280x8192_fp16_NT", 2.0), ("32x1280x8192_fp16_NT", 1.0),
+                                                  ("64x1280x8192_fp16_NT", 1.0)]
+    assert shapes[0].extra == () and "shape of line 2" in lines[0]  # the repeated row adds its weight
+    with pytest.raises(HarnessError, match="4 rows listed"):  # aiter's a8w8 lists without q_dtype_w are int8
+        sources.read(write(tmp_path, "a8w8_untuned_gemm.csv", AITER_A8W8_UNTUNED), "auto", "fp16", warn=lines.append)
 
 
 @pytest.mark.parametrize("row, message", [
@@ -243,9 +249,9 @@ def test_aiter_csv_errors_name_the_line(tmp_path, row, message):
 
 def test_aiter_csv_dtype_and_header_errors(tmp_path):
     path = write(tmp_path, "u.csv", "M,N,K,dtype\n1,128,256,torch.bfloat16\n16,128,256,torch.int8\n")
-    with pytest.raises(HarnessError) as err:
-        read_shapes_file(str(path))
-    assert "torch.int8" in str(err.value) and err.value.where == "%s:3" % path
+    lines = []
+    assert [s.id for s in sources.read(path, "auto", "fp32", warn=lines.append)] == ["1x128x256_bf16_NT"]
+    assert lines == ["%s:3: 16x128x256 not tuned: dtype torch.int8: no harness kernel runs that type" % path]
     path = write(tmp_path, "v.csv", "M,N,K,layout\n16,128,256,TN\n16,128,256,XY\n")
     with pytest.raises(HarnessError) as err:
         read_shapes_file(str(path), fmt="aiter_csv")

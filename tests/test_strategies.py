@@ -19,7 +19,7 @@ import pytest
 from harness.kernels.gemm_tiles import GROUP_M_USELESS, tile_rules
 from harness.shapes import parse_shape
 from harness.space import expand, first_pruning_rule
-from harness.strategies import (STRATEGIES, Trial, get_strategy, key, load_history, pruning_predicate,
+from harness.strategies import (Trial, get_strategy, key, load_history, names, pruning_predicate,
                                 trials_from_rows, tune_rounds)
 from harness.strategies.base import StrategyError, config_id
 from harness.strategies.driver import STOP_BUDGET, STOP_FINISHED, STOP_NO_RESULTS, STOP_TIME
@@ -40,7 +40,7 @@ RECORDED_RULES = [*tile_rules(m_floor=4, n_floor=8, k_floor=8), GROUP_M_USELESS]
 CPU_RULES = RECORDED_RULES
 NO_OPTUNA = importlib.util.find_spec("optuna") is None
 ALL = [pytest.param(n, marks=pytest.mark.skipif(NO_OPTUNA, reason="bayes needs optuna"))
-       if n == "bayes" else n for n in STRATEGIES]
+       if n == "bayes" else n for n in names()]
 MODEL_BASED = [p for p in ALL if p in ("random", "genetic") or getattr(p, "values", ("",))[0] == "bayes"]
 
 

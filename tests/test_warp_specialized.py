@@ -2,7 +2,7 @@
 tile on the persistent grid. Its rules, its descriptor plan and its seeds; host builds for sm90 in
 three layouts and an odd shape; and those real artifacts run by the GPU agent on the stand-in API,
 which checks each of the five tensor descriptors against its operand. Gluon has no interpreter: the
-kernel's own answers are checked on a GPU (docs/gpu.md, "Gluon")."""
+kernel's own answers are checked on a GPU (docs/notes/2026-11-26-gpu-runs.md, "Gluon")."""
 
 import dataclasses
 

@@ -29,14 +29,15 @@ def simulate(
 
     from rich.table import Table
 
-    from ..strategies import STRATEGIES
+    from ..strategies import names as strategy_names
     from ..strategies.simulate import load_recorded, median_to_target, sweep
 
-    names = list(STRATEGIES) if strategy == "all" else [n.strip() for n in strategy.split(",") if n.strip()]
-    unknown = [n for n in names if n not in STRATEGIES]
+    known = strategy_names()
+    names = list(known) if strategy == "all" else [n.strip() for n in strategy.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise HarnessError("unknown --strategy %s; choose from %s or all" % (", ".join(unknown) or repr(strategy),
-                                                                           ", ".join(STRATEGIES)))
+                                                                           ", ".join(known)))
     if seeds < 1 or batch_size < 1 or not 0 <= within < 1 or noise < 0:
         raise HarnessError("--seeds and --batch-size are at least 1, --within is a fraction in [0, 1), --noise >= 0")
     table = Table(title="evaluations until the pick is within %g %% of the best (median of %d seeds)" % (

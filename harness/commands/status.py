@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from .. import ui
-from .common import TargetsOpt, kernel_of, pick_target
+from .common import TargetsOpt, kernel_of, pick_target, targets_file_of
 
 
 def status(
@@ -21,8 +21,9 @@ def status(
     from ..errors import HarnessError
     from ..run import remote_status
     from ..transport import for_hosts
+    from ..transport.base import SCHEDULER, can
 
-    tgt = pick_target(target, targets_file, "status")
+    tgt = pick_target(target, targets_file_of(targets_file), "status")
     kern = kernel_of(tgt.name, kernel)
     if not tgt.is_remote:
         ui.out.print("%s runs on this machine: `harness run` shows its progress as it goes" % tgt.name)
@@ -30,7 +31,7 @@ def status(
     for transport in for_hosts(tgt):
         try:
             transport.open()
-            if hasattr(transport, "status_lines"):  # Slurm: the run's array tasks and their logs
+            if can(transport, SCHEDULER):  # Slurm: the run's array tasks and their logs
                 for line in transport.status_lines(tgt, kern):
                     ui.out.print(line, markup=False, highlight=False)
                 continue

@@ -123,7 +123,7 @@ def _accumulator_spills(c, s, t):
     # the fp32 accumulator alone takes BLOCK_M x BLOCK_N / threads registers of each thread: 128 for
     # the 128 x 256 tile on 8 warps, 160 for the 128 x 320 tile (186 registers in all on sm90, no
     # spills), 192 for the 256 x 192 and 192 x 256 tiles (218 registers and no spills; 255 and 144
-    # bytes of stack, yet 1.04 of cuBLAS's speed on an H200); the next step, 256, is more than a
+    # bytes of stack, and still as fast); the next step, 256, is more than a
     # thread can hold beside its operands
     warp = 64 if getattr(t, "backend", "") == "hip" else 32
     return c["BLOCK_M"] * c["BLOCK_N"] > ACCUMULATOR_REGISTERS * c["num_warps"] * warp

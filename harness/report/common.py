@@ -3,7 +3,7 @@ config names, the time that decides.
 
 The time that decides. Every reader that ranks rows, picks a best row, reports uplift or writes
 a tuned file reads a row's time through ``deciding_times`` (a frame) or ``deciding_time`` (one
-row): the ``time_ns`` column (schemas 3 and 4: the row's ``estimator``, min on CPU targets and median on
+row): the ``time_ns`` column (schemas 3 to 5: the row's ``estimator``, min on CPU targets and median on
 GPU targets, of its samples), or ``time_ns_median`` for files of schemas 1 and 2.
 
 Library rows. The vendor library's time for a shape (cuBLAS/hipBLASLt through torch, OpenBLAS

@@ -32,7 +32,7 @@ from ..library import is_library_id
 
 SUFFIX = "--compare"
 COLUMNS = ["line", "shape_id", "M", "N", "K", "dtype", "layout", "config", "status", "claimed_us",
-           "measured_us", "measured_over_claimed", "spread_us", "rel_err", "err_ratio", "library", "library_us",
+           "measured_us", "measured_over_claimed", "spread_us", "rel_err", "err_ratio", "library", "library_build", "library_us",
            "speedup_vs_library", "variant_id", "message"]
 
 
@@ -63,6 +63,13 @@ def read_entries(path, kernel, target) -> list:
     if not entries:
         raise HarnessError("no tuned entries in the file", where=str(path))
     names = list(kernel.space_for(target))
+    if suffix in (".yaml", ".yml"):  # tune_gemm's keys the kernel lacks, and its switches the YAML lacks
+        from ..shapes.tune_gemm_yaml import harness_config
+        from .tune_gemm_yaml import HARNESS_ONLY
+
+        for e in entries:
+            e.config = harness_config(e.config, names, e.where)
+            e.config.update({k: 0 for k in HARNESS_ONLY if k in names and k not in e.config})
     for e in entries:
         if set(e.config) != set(names):
             extra = sorted(set(e.config) - set(names))
@@ -185,7 +192,8 @@ def compare(path, kernel, target, root: Path, build_options, run_options, librar
             "spread_us": (p80 - p20) / 1e3 if (t and p20 is not None and p80 is not None) else None,
             "rel_err": finite_float(row.get("rel_err")) if row else None,
             "err_ratio": finite_float(row.get("err_ratio")) if row else None,
-            "library": lib.get("variant_id") if lib else None, "library_us": lib_t / 1e3 if lib_t else None,
+            "library": lib.get("variant_id") if lib else None,
+            "library_build": (lib.get("library") or "") if lib else "", "library_us": lib_t / 1e3 if lib_t else None,
             "speedup_vs_library": (lib_t / t) if (t and lib_t) else None,
             "variant_id": row.get("variant_id") if row else None,
             "message": (row.get("message") or "") if row else _not_run(kernel, target, e),

@@ -23,7 +23,7 @@ from remote_agent.contract import CONFIG_PREFIX, OK, STATUSES
 
 from .common import Meta, config_columns, config_of, deciding_times, kernel_rows, library_rows, plain
 from .counters import counter_correlation
-from .uplift import library_uplift
+from .uplift import libraries_words, library_label, library_uplift
 
 STATUS_COLORS = {"ok": "#2e7d32", "wrong_answer": "#c62828", "crash": "#6a1b9a", "timeout": "#ef6c00",
                  "load_error": "#8d6e63", "compile_error": "#ad1457", "compile_timeout": "#f9a825",
@@ -120,7 +120,8 @@ def _best_section(df: pd.DataFrame, best, weights, max_err_ratio) -> list:
         cfg = ", ".join("%s=%s" % kv for kv in config_of(t).items()) if t is not None else ""
         tflops = plain(t.get("tflops")) if t is not None else None
         rows.append([r["shape_id"], r["tuned_variant"] or "", cfg, _us(r["tuned_ns"]),
-                     "" if tflops is None else "%.3g" % tflops, r["library"] or "", _us(r["library_ns"]),
+                     "" if tflops is None else "%.3g" % tflops, library_label(r["library"], r["library_build"]),
+                     _us(r["library_ns"]),
                      "" if pd.isna(r["speedup"]) else "%.3fx" % r["speedup"], _fmtw(r["weight"]),
                      "yes" if r["kept"] else "no", r["reason"]])
         classes.append("" if r["kept"] else "dropped")
@@ -279,6 +280,6 @@ def _summary_text(summary: dict) -> str:
     if summary["mean_uplift_pct"] is not None:
         parts.append("mean uplift of kept entries %.1f %%" % summary["mean_uplift_pct"])
     if summary["weighted_speedup"] is not None:
-        parts.append("weighted total speedup %.3fx (%.1f %% uplift)" % (summary["weighted_speedup"],
-                                                                        summary["weighted_uplift_pct"]))
+        parts.append("weighted total speedup %.3fx (%.1f %% uplift) over the library%s" % (
+            summary["weighted_speedup"], summary["weighted_uplift_pct"], libraries_words(summary)))
     return "; ".join(parts) + "."

@@ -11,46 +11,82 @@ One shape and its best config per line. ``rowMajorA``/``rowMajorB`` follow tune_
 (BLOCK_SIZE_M, GROUP_SIZE_M, SPLIT_K, num_warps, ...). The file is read back by
 ``tune_gemm.py --gemm_size_file F --compare_wo_tuning`` and by the harness itself
 (``--shapes-format tune_gemm``; ``read_tuned_yaml`` for merging, times from the comments).
+
+The consumer (ROCm/triton 4a7afd26, ``python/perf-kernels/tools/tune_gemm``): ``process_item``
+takes M, N, K, rowMajorA, rowMajorB out of each entry and hands the rest to ``read_config``, which
+``.get``s BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, num_warps, num_stages,
+waves_per_eu, matrix_instr_nonkdim, kpack and instruction_sched_variant; ``gen_configStr`` calls
+``sched_variant.upper()``, so every one of them is written: a key the harness did not tune on this
+target gets tune_gemm's neutral value (``TUNE_GEMM_DEFAULTS``; ``instruction_sched_variant``
+``'none'``, the only value its tuning space has), and the header lists them (``# filled:``).
+Other keys (``dtype``, the harness's NVIDIA-only switches at 0) ride along; tune_gemm ignores
+them (its dtypes come from ``-dtype_a`` etc.). A shape whose best config uses a switch tune_gemm's
+kernel does not have (TMA, SWAP_AB, PERSISTENT, STREAM_K) gets the fastest config it can run, with
+a line. Only the matmul is written: tune_gemm's kernel has no block scales (fp8_blockscale is
+refused with one line).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pandas as pd
 import yaml
 
 from ..errors import HarnessError
-from ..shapes.tune_gemm_yaml import major_value
-from .common import TRITON_NAMES, Meta, config_of, deciding_time, tuned_best
+from ..shapes.tune_gemm_yaml import TUNE_GEMM_DEFAULTS, major_value
+from .common import TRITON_NAMES, Meta, config_of, deciding_time, kernel_rows
+from .pick import pick_rows, say_default
 
 HEADER = "# harness tuned configs"
-_META = re.compile(r"^#\s*(arch|device|cu_num|driver|toolchain|triton)\s*:\s*(.*?)\s*$")
+_META = re.compile(r"^#\s*(arch|device|cu_num|driver|toolchain|triton|filled)\s*:\s*(.*?)\s*$")
+HARNESS_ONLY = ("SWAP_AB", "TMA", "PERSISTENT", "STREAM_K")
+
+
+def accept(config: dict):
+    """None where tune_gemm's kernel runs the config, else why not."""
+    used = [k for k in HARNESS_ONLY if config.get(k)]
+    return "uses %s, which tune_gemm's kernel does not have" % ", ".join(used) if used else None
 _TIME = re.compile(r"#\s*TFLOPS:\s*([0-9.eE+-]+)\s+time\(us\):\s*([0-9.eE+-]+)")
 
 
-def write_tuned_yaml(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path) -> Path:
+def write_tuned_yaml(df: pd.DataFrame, best: Optional[pd.DataFrame], meta, path,
+                     say: Callable[[str], None] = say_default) -> Path:
     meta = Meta.coerce(meta, df)
-    top = tuned_best(df, best)
+    kernels = set(kernel_rows(df)["kernel"].astype(str))
+    if kernels - {"matmul"}:
+        raise HarnessError("--format yaml is tune_gemm's: its kernel is a plain GEMM (no block scales); "
+                           "kernel %s has no tune_gemm equivalent" % ", ".join(sorted(kernels - {"matmul"})))
+    top = pick_rows(df, best, accept, "yaml", say)
     if top.empty:
         raise HarnessError("no shape has an ok kernel result: nothing to write to a tune_gemm YAML")
-    lines = [HEADER]
-    for key, value in meta.as_dict().items():
-        lines.append("# %s: %s" % (key, "" if value is None else value))
+    lines, filled = [], set()
     for _, row in top.iterrows():
-        entry = {"M": int(row["M"]), "N": int(row["N"]), "K": int(row["K"]),
-                 "rowMajorA": major_value(row["layout"][0]), "rowMajorB": major_value(row["layout"][1]),
-                 "dtype": str(row["dtype"])}
-        entry.update({TRITON_NAMES.get(k, k): v for k, v in config_of(row).items()})
+        entry, fill = _entry(row)
+        filled.update(fill)
         us = deciding_time(row) / 1e3
         tflops = 2.0 * entry["M"] * entry["N"] * entry["K"] / (us * 1e-6) / 1e12
         lines.append("- %s # TFLOPS: %s time(us): %s" % (_flow(entry), _fmt(tflops), _fmt(us)))
+    head = [HEADER] + ["# %s: %s" % (k, "" if v is None else v) for k, v in meta.as_dict().items()]
+    head.append("# filled: %s" % ", ".join(k for k in TUNE_GEMM_DEFAULTS if k in filled))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(head + lines) + "\n")
     return path
+
+
+def _entry(row) -> tuple:
+    """(one YAML entry, the tune_gemm keys filled with neutral values) of a results row."""
+    entry = {"M": int(row["M"]), "N": int(row["N"]), "K": int(row["K"]),
+             "rowMajorA": major_value(row["layout"][0]), "rowMajorB": major_value(row["layout"][1]),
+             "dtype": str(row["dtype"])}
+    entry.update({TRITON_NAMES.get(k, k): v for k, v in config_of(row).items()})
+    filled = [k for k in TUNE_GEMM_DEFAULTS if k not in entry]
+    for k in filled:
+        entry[k] = TUNE_GEMM_DEFAULTS[k]
+    return entry, filled
 
 
 def read_tuned_yaml(path) -> tuple:

@@ -18,6 +18,12 @@ the hipBLASLt summary CSV's ``weight`` column; 1 each when not given)::
 
 where the time used is the tuned time for a kept entry and the library time otherwise (a
 dropped entry falls back to the library). Only shapes with a library time count.
+
+``library_build`` names what the library row ran, from the results' ``library`` column (results
+schema 5: ``OpenBLAS 0.3.34.481.3, core SkylakeX``, the version and the kernel core OpenBLAS
+picked at run time); empty for the reference build, GPU libraries and older files. The summary's
+``libraries`` lists what the shapes were compared against (the build, else the library's variant
+id), for every report's summary line.
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from remote_agent.contract import OK
 from ..errors import HarnessError
 from .common import deciding_time, dim_columns, fastest_row, library_rows, tuned_best
 
-COLUMNS = ["shape_id", "M", "N", "K", "dtype", "layout", "weight", "library", "library_ns", "tuned_variant",
+COLUMNS = ["shape_id", "M", "N", "K", "dtype", "layout", "weight", "library", "library_build", "library_ns",
+           "tuned_variant",
            "tuned_ns", "speedup", "uplift_pct", "err_ratio", "kept", "reason", "uses"]  # matmul's; other kernels: columns()
 
 
@@ -70,7 +77,7 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
                    max_err_ratio: Optional[float] = None) -> tuple:
     """(per-shape DataFrame with COLUMNS, summary dict). Summary keys: shapes, compared, kept,
     dropped, fell_back (shape ids that use the library), mean_uplift_pct (kept entries),
-    weighted_speedup, weighted_uplift_pct."""
+    weighted_speedup, weighted_uplift_pct, libraries (the library builds compared against)."""
     w = read_weights(weights)
     dims = dim_columns(df)
     tuned = tuned_best(df, best)
@@ -88,6 +95,7 @@ def library_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame] = None, weight
         row = {"shape_id": shape_id, **{d: int(ref[d]) for d in dims},
                "dtype": ref["dtype"], "layout": ref["layout"], "weight": w.get(shape_id, 1.0 if not w else 0.0),
                "library": l["variant_id"] if l is not None else None,
+               "library_build": _text(l.get("library")) if l is not None else "",
                "library_ns": deciding_time(l) if l is not None else None,
                "tuned_variant": t["variant_id"] if t is not None else None,
                "tuned_ns": deciding_time(t) if t is not None else None,
@@ -121,6 +129,20 @@ def write_uplift(df: pd.DataFrame, best: Optional[pd.DataFrame], path, weights=N
     path.parent.mkdir(parents=True, exist_ok=True)
     table.round({"speedup": 4, "uplift_pct": 2}).to_csv(path, index=False)
     return path, summary
+
+
+def _text(value) -> str:
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def library_label(variant_id, build) -> str:
+    """``lib:openblas:fp32 (OpenBLAS 0.3.34.481.3, core SkylakeX)``; the id alone without a build."""
+    return "%s (%s)" % (variant_id, build) if build else str(variant_id or "")
+
+
+def libraries_words(summary: dict) -> str:
+    """`` (OpenBLAS 0.3.34.481.3, core SkylakeX)`` for a summary line, "" when no build is named."""
+    return " (%s)" % "; ".join(summary.get("libraries") or []) if summary.get("libraries") else ""
 
 
 def _float(value):
@@ -163,4 +185,6 @@ def _summary(table: pd.DataFrame) -> dict:
         "mean_uplift_pct": float(kept_compared["uplift_pct"].mean()) if len(kept_compared) else None,
         "weighted_speedup": speedup,
         "weighted_uplift_pct": (speedup - 1.0) * 100.0 if speedup else None,
+        "libraries": sorted({b or v for b, v in zip(compared["library_build"], compared["library"])})
+        if len(compared) else [],
     }

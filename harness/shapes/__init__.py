@@ -142,3 +142,16 @@ def read_shapes_file(path: str, fmt: str = "auto", default_dtype: str = "fp32", 
     from . import sources  # the file formats
 
     return sources.read(Path(path), fmt, default_dtype, problem=problem)
+
+
+def read_text(path: Path) -> str:
+    """A shapes file's text; one clear error when it is missing, binary or not UTF-8."""
+    if not path.is_file():
+        raise HarnessError("shapes file %s does not exist" % path)
+    data = path.read_bytes()
+    if b"\0" in data[:4096]:
+        raise HarnessError("shapes file is binary, not text", where=str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HarnessError("shapes file is not UTF-8 text", where=str(path))

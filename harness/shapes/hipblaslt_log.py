@@ -7,8 +7,12 @@ distinct GEMM it called::
        batch_count: 1, ..., a_type: bf16_r, b_type: bf16_r, c_type: bf16_r, d_type: bf16_r,
        ..., compute_type: c_f32_r, ..., call_count: 1}
 
-Every GEMM is weighed by its FLOPs times ``call_count`` (times ``batch_count``); its share is
-that weight as a percentage of the whole log. GEMMs are grouped by data types and transposes
+Every GEMM is weighed the way hipBLASLt's tuning workflow keeps GEMMs: by its measured time times
+``call_count`` where every line of the log carries that time (``us: ..`` or ``time_us: ..``, the
+microseconds per call, as hipblaslt-bench reports them); where the log has no time (what
+``HIPBLASLT_LOG_MASK=64`` writes), by its FLOPs times ``call_count`` (times ``batch_count``).
+``Workload.rule`` names the rule used and the build says it. A share is that weight as a
+percentage of the whole log. GEMMs are grouped by data types and transposes
 (the group names read ``a/b/c/d/compute/transAtransB``, e.g. ``bf16_r/bf16_r/bf16_r/bf16_r/c_f32_r/TN``).
 Those whose share is at or above ``thr`` percent are kept (the hipBLASLt tuning workflow's
 ``--thr``, default there 0.1 %). A line that cannot be read is reported with its line number and
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import HarnessError
-from . import make_shape
+from . import make_shape, read_text
 
 # hipBLASLt / rocBLAS type names -> the harness dtypes. Anything else is counted in the
 # workload's total but cannot be tuned here (reported, kept out of the shapes).
@@ -44,8 +48,11 @@ TRANSPOSES = ("N", "T")
 EXTRA_KEYS = ("group", "calls", "share", "transA", "transB", "batch_count", "c_type", "compute_type", "line")
 SUMMARY_COLUMNS = ["shape", "group", "calls", "share", "weight", "kept", "shape_id", "M", "N", "K",
                    "batch_count", "transA", "transB", "a_type", "b_type", "c_type", "d_type",
-                   "compute_type", "flops", "line"]
+                   "compute_type", "flops", "line", "us"]
 MAX_REPORTED = 20  # skipped lines printed one by one; the rest are counted
+RULE_TIME = "measured time x calls (hipBLASLt's rule)"
+RULE_FLOPS = "FLOPs x calls (the log has no measured time)"
+TIME_KEYS = ("us", "time_us")
 
 _ENTRY = re.compile(r"^\s*-\s*\{(.*)\}\s*$")
 _OPENED = re.compile(r"^\s*-\s*\{")
@@ -69,8 +76,9 @@ class Gemm:
     compute_type: str
     calls: int
     line: int  # first line it appeared on
-    share: float = 0.0  # percent of the log's FLOPs x calls
+    share: float = 0.0  # percent of the log's weight (time x calls, else FLOPs x calls)
     kept: bool = False
+    us: Optional[float] = None  # measured microseconds per call, where the log has them
 
     @property
     def key(self) -> tuple:
@@ -89,6 +97,10 @@ class Gemm:
     @property
     def contribution(self) -> int:
         return self.flops * self.calls
+
+    @property
+    def time_contribution(self) -> float:
+        return (self.us or 0.0) * self.calls
 
     @property
     def dtype(self) -> Optional[str]:
@@ -116,6 +128,7 @@ class Workload:
     skipped: list = field(default_factory=list)  # [(line number, why)]
     thr: float = 0.0
     shapes: list = field(default_factory=list)  # [Shape] kept, largest share first
+    rule: str = RULE_FLOPS  # what a share is a share of
 
     @property
     def total(self) -> int:
@@ -138,7 +151,7 @@ class Workload:
                 "shape_id": shape_id,
                 "M": g.M, "N": g.N, "K": g.K, "batch_count": g.batch_count, "transA": g.transA,
                 "transB": g.transB, "a_type": g.a_type, "b_type": g.b_type, "c_type": g.c_type,
-                "d_type": g.d_type, "compute_type": g.compute_type, "flops": g.flops, "line": g.line,
+                "d_type": g.d_type, "compute_type": g.compute_type, "flops": g.flops, "line": g.line, "us": g.us,
             })
         return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
@@ -164,7 +177,8 @@ def parse(path: Path, text: str, thr: float = 0.0) -> Workload:
     """Every GEMM of the log and the lines that could not be read (never raises for a bad line;
     raises HarnessError only when no GEMM at all could be read)."""
     if thr < 0 or thr > 100:
-        raise HarnessError("--thr is a percentage of the workload's FLOPs x calls, 0 to 100 (got %g)" % thr)
+        raise HarnessError("--thr is a percentage of the workload (time x calls, else FLOPs x calls), 0 to 100 "
+                           "(got %g)" % thr)
     work = Workload(Path(path), thr=thr)
     found = {}
     for number, raw in enumerate(text.splitlines(), 1):
@@ -182,6 +196,10 @@ def parse(path: Path, text: str, thr: float = 0.0) -> Workload:
         if seen is None:
             found[gemm.key] = gemm
         else:
+            if gemm.us is not None and seen.us is not None:  # mean time per call over both lines
+                seen.us = (seen.us * seen.calls + gemm.us * gemm.calls) / (seen.calls + gemm.calls)
+            elif gemm.us is None:
+                seen.us = None
             seen.calls += gemm.calls
     if not found:
         detail = ""
@@ -191,10 +209,13 @@ def parse(path: Path, text: str, thr: float = 0.0) -> Workload:
                            "'- {function: matmul, M: .., N: .., K: .., transA: T, transB: N, a_type: "
                            "bf16_r, ..., call_count: 1}' from HIPBLASLT_LOG_MASK=64 or 128)%s" % detail,
                            where=str(path))
-    total = sum(g.contribution for g in found.values())
-    work.gemms = sorted(found.values(), key=lambda g: (-g.contribution, g.line))
+    timed = all(g.us is not None for g in found.values())
+    work.rule = RULE_TIME if timed else RULE_FLOPS
+    weight = (lambda g: g.time_contribution) if timed else (lambda g: g.contribution)
+    total = sum(weight(g) for g in found.values())
+    work.gemms = sorted(found.values(), key=lambda g: (-weight(g), g.line))
     for g in work.gemms:
-        g.share = 100.0 * g.contribution / total if total else 0.0
+        g.share = 100.0 * weight(g) / total if total else 0.0
         g.kept = g.dtype is not None and g.share >= thr
     work.shapes = _shapes(work)
     return work
@@ -203,10 +224,8 @@ def parse(path: Path, text: str, thr: float = 0.0) -> Workload:
 def load(path, thr: float = 0.0, summary_path=None) -> Workload:
     """Read a hipBLASLt log file; keep GEMMs whose share is >= ``thr`` percent; write the summary
     CSV when ``summary_path`` is given. The CLI's ``--thr`` and ``--summary`` map here."""
-    from .sources import _read_text
-
     path = Path(path)
-    work = parse(path, _read_text(path), thr)
+    work = parse(path, read_text(path), thr)
     if summary_path:
         work.write_summary(summary_path)
     return work
@@ -228,6 +247,7 @@ def read(path: Path, text: str, default_dtype: str, thr: Optional[float] = None,
 def report(work: Workload, warn: Optional[Callable[[str], None]]) -> None:
     if warn is None:
         return
+    warn("%s: --thr %g %% is a share of the workload's %s" % (work.path, work.thr, work.rule))
     for number, why in work.skipped[:MAX_REPORTED]:
         warn("%s:%d: skipped: %s" % (work.path, number, why))
     if len(work.skipped) > MAX_REPORTED:
@@ -278,10 +298,20 @@ def _parse_line(line: str, number: int) -> Optional[Gemm]:
             raise _Skip("%s: %r is not N or T" % (key, fields[key]))
         trans.append(value)
     a_type = fields["a_type"]
+    us = None
+    for key in TIME_KEYS:
+        if key in fields:
+            try:
+                us = float(fields[key])
+            except ValueError:
+                raise _Skip("%s: %r is not a time in microseconds" % (key, fields[key]))
+            if not us > 0:
+                raise _Skip("%s: %r must be a positive time" % (key, fields[key]))
+            break
     return Gemm(*dims, batch_count=batch, transA=trans[0], transB=trans[1], a_type=a_type,
                 b_type=fields.get("b_type", a_type), c_type=fields.get("c_type", a_type),
                 d_type=fields.get("d_type", fields.get("c_type", a_type)),
-                compute_type=fields.get("compute_type", ""), calls=calls, line=number)
+                compute_type=fields.get("compute_type", ""), calls=calls, line=number, us=us)
 
 
 def _positive(fields: dict, key: str, default: Optional[int] = None) -> int:

@@ -4,8 +4,9 @@ Formats (one module each):
   list       one MxNxK[:dtype[:layout]] per line or comma-separated; '#' starts a comment
   tune_gemm  ROCm tune_gemm.py YAML list: - {M: .., N: .., K: .., rowMajorA: T, rowMajorB: N}
              (harness/shapes/tune_gemm_yaml.py)
-  aiter_csv  aiter/CK untuned CSV: M,N,K header plus any columns, kept in Shape.extra
-             (harness/shapes/aiter_csv.py)
+  aiter_csv  aiter untuned CSV: M,N,K header plus any columns, kept in Shape.extra; dtype and
+             quant columns pick the dtype, B weighs the shape, rows the kernel cannot run are
+             listed one line each (harness/shapes/aiter_csv.py)
   hipblaslt  hipBLASLt log of HIPBLASLT_LOG_MASK=64/128 lines, weighted by FLOPs x call_count,
              cut at --thr percent; optional summary CSV (harness/shapes/hipblaslt_log.py)
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import HarnessError
-from . import MATMUL, Problem, dedupe, parse_shape
+from . import MATMUL, Problem, dedupe, parse_shape, read_text
 
 FORMATS = ("auto", "list", "tune_gemm", "aiter_csv", "hipblaslt")
 
@@ -37,12 +38,12 @@ def detect(text: str) -> str:
 def read(path: Path, fmt: str, default_dtype: str, thr: Optional[float] = None, summary_path=None,
          warn: Optional[Callable[[str], None]] = None, problem: Problem = MATMUL) -> list:
     """The shapes of a file. ``thr`` (percent) and ``summary_path`` apply to hipBLASLt logs only;
-    ``warn`` receives one line per skipped log line (default: printed on stderr). A kernel whose
+    ``warn`` receives one line per skipped log line or CSV row (default: printed on stderr). A kernel whose
     problem is not M, N, K (``problem``) reads lists only: the other formats hold GEMMs."""
     path = Path(path)
     if fmt not in FORMATS:
         raise HarnessError("unknown shapes format %r (known: %s)" % (fmt, ", ".join(FORMATS)))
-    text = _read_text(path)
+    text = read_text(path)
     if problem.dims != MATMUL.dims:
         if fmt not in ("auto", "list"):
             raise HarnessError("shapes format %s holds M, N, K GEMMs; this kernel's shapes are %s: write a list"
@@ -59,7 +60,8 @@ def read(path: Path, fmt: str, default_dtype: str, thr: Optional[float] = None, 
     if fmt == "aiter_csv":
         from . import aiter_csv
 
-        return aiter_csv.read(path, text, default_dtype)
+        return aiter_csv.read(path, text, default_dtype, problem=problem,
+                              warn=_default_warn if warn is None else warn)
     from . import hipblaslt_log
 
     return hipblaslt_log.read(path, text, default_dtype, thr=thr, summary_path=summary_path,
@@ -83,15 +85,3 @@ def read_list(path: Path, text: str, default_dtype: str, problem: Problem = MATM
     if not shapes:
         raise HarnessError("no shapes in the file", where=str(path))
     return dedupe(shapes)
-
-
-def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise HarnessError("shapes file %s does not exist" % path)
-    data = path.read_bytes()
-    if b"\0" in data[:4096]:
-        raise HarnessError("shapes file is binary, not text", where=str(path))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise HarnessError("shapes file is not UTF-8 text", where=str(path))

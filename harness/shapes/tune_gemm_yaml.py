@@ -37,6 +37,11 @@ CONFIG_NAMES = {
     "BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K",
     "GROUP_SIZE_M": "GROUP_M", "SPLIT_K": "SPLIT_K",
 }
+# every key tune_gemm's read_config takes, with the value that changes nothing (its tuning space
+# has instruction_sched_variant 'none' only; waves_per_eu 0 is no hint; kpack 1; 16-wide MFMA)
+TUNE_GEMM_DEFAULTS = {"GROUP_SIZE_M": 1, "SPLIT_K": 1, "num_stages": 2, "waves_per_eu": 0,
+                      "matrix_instr_nonkdim": 16, "kpack": 1, "instruction_sched_variant": "none"}
+SCHED_KEY = "instruction_sched_variant"
 
 
 def looks_like(text: str) -> bool:
@@ -102,3 +107,20 @@ def read(path: Path, text: str, default_dtype: str) -> list:
 def config_of(shape) -> dict:
     """The config an entry carried (tune_gemm names mapped back to harness names)."""
     return {CONFIG_NAMES.get(k, k): v for k, v in shape.extra}
+
+
+def harness_config(config: dict, names, where: str) -> dict:
+    """A tune_gemm config (harness names) fitted to a kernel's parameters ``names``: tune_gemm's
+    keys the kernel does not have are dropped where they hold tune_gemm's neutral value (they then
+    change nothing), refused otherwise; ``instruction_sched_variant`` must be ``none`` (the harness
+    kernel has no scheduling variants)."""
+    out = dict(config)
+    sched = out.pop(SCHED_KEY, "none")
+    if str(sched).strip().lower() not in ("none", "default", ""):
+        raise HarnessError("instruction_sched_variant %r: the harness kernel has no scheduling variants; only "
+                           "'none' can be rebuilt" % (sched,), where=where)
+    for key, neutral in TUNE_GEMM_DEFAULTS.items():
+        name = CONFIG_NAMES.get(key, key)
+        if name in out and name not in names and out[name] == neutral:
+            del out[name]
+    return out

@@ -182,15 +182,27 @@ def best_trial(history: Iterable[Trial]) -> Optional[Trial]:
 
 
 class Strategy:
-    """Subclasses implement ``_propose``; ``next_batch`` checks the contract around it."""
+    """Subclasses implement ``_propose``; ``next_batch`` checks the contract around it.
+
+    A strategy declares its options once, in ``options``: name -> (help, default, type), the
+    type one of int, float, bool, str. They become attributes of the instance (the default
+    where not given), ``harness tune --strategy-option NAME=VALUE`` sets them (``parse_option``
+    checks the text) and ``harness tune --help`` lists them. ``description`` is its line there."""
 
     name = "strategy"
+    description = ""
+    options = {}
 
-    def __init__(self, seed: int = 0, batch_size: int = 8):
+    def __init__(self, seed: int = 0, batch_size: int = 8, **options):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError("strategy %s has no option %s; %s" % (self.name, ", ".join(unknown), options_line(type(self))))
         self.seed = seed
         self.batch_size = batch_size
+        for option, (_, default, _) in self.options.items():
+            setattr(self, option, options.get(option, default))
         self._problem_cache = None
 
     def has_problem(self, space: dict, is_pruned: Callable[[dict], bool]) -> bool:
@@ -247,6 +259,39 @@ class Strategy:
                 if len(out) >= limit:
                     break
         return out
+
+
+OPTION_TYPES = (int, float, bool, str)
+TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def options_line(cls) -> str:
+    """``cls``'s options as one line: name (type, default): help; ..."""
+    if not cls.options:
+        return "it takes no options"
+    return "its options: " + "; ".join("%s (%s, default %s): %s" % (name, kind.__name__, default, text)
+                                       for name, (text, default, kind) in cls.options.items())
+
+
+def parse_option(cls, text: str) -> tuple:
+    """``NAME=VALUE`` -> (name, value of the option's type) for strategy class ``cls``; a
+    ValueError whose message is the whole story for an unknown name or a value of the wrong type."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name:
+        raise ValueError("%r: write NAME=VALUE" % text)
+    if name not in cls.options:
+        raise ValueError("strategy %s has no option %r; %s" % (cls.name, name, options_line(cls)))
+    kind = cls.options[name][2]
+    try:
+        if kind is bool:
+            if value.lower() not in TRUE + FALSE:
+                raise ValueError(value)
+            return name, value.lower() in TRUE
+        return name, kind(value)
+    except ValueError:
+        raise ValueError("%s=%s: %s of strategy %s is %s %s" % (
+            name, value, name, cls.name, "an" if kind is int else "a", kind.__name__))
 
 
 PARALLEL_PRUNING = 50_000  # configs x searches from which prepare_problems prunes in forked processes

@@ -38,14 +38,19 @@ class Bayes(Strategy):
     name = "bayes"
     asks_ahead = True  # pending configs are skipped (see strategies.driver.drive)
 
-    def __init__(self, seed: int = 0, batch_size: int = 8, n_startup: int = 5, n_ei_candidates: int = 128,
-                 multivariate: bool = True, **sampler_options):
-        """``sampler_options`` go to optuna's TPESampler as they are (e.g. gamma, prior_weight)."""
-        super().__init__(seed, batch_size)
-        self.sampler_options = sampler_options
-        self.n_startup = n_startup
-        self.n_ei_candidates = n_ei_candidates
-        self.multivariate = multivariate
+    description = "optuna's TPE"
+    options = {
+        "n_startup": ("random configs before the model proposes", 5, int),
+        "n_ei_candidates": ("candidates the model scores per proposal", 128, int),
+        "multivariate": ("model the parameters jointly", True, bool),
+    }
+
+    def __init__(self, seed: int = 0, batch_size: int = 8, **options):
+        """Options other than the declared ones go to optuna's TPESampler as they are (e.g. gamma,
+        prior_weight; from Python only)."""
+        declared = {k: v for k, v in options.items() if k in self.options}
+        super().__init__(seed, batch_size, **declared)
+        self.sampler_options = {k: v for k, v in options.items() if k not in self.options}
 
     def _propose(self, summary, problem, limit, budget):
         optuna = _optuna()

@@ -7,6 +7,7 @@ from .base import Batch, Strategy
 
 class Exhaustive(Strategy):
     name = "exhaustive"
+    description = "every config"
     asks_ahead = True  # pending configs are skipped (see strategies.driver.drive)
 
     def _propose(self, summary, problem, limit, budget):

@@ -18,14 +18,18 @@ from .base import Batch, Strategy, key, rng_for
 class Genetic(Strategy):
     name = "genetic"
     asks_ahead = True  # pending configs are skipped and never parents (see strategies.driver.drive)
+    description = "tournament selection, crossover and mutation over the fastest configs so far"
+    options = {
+        "population": ("how many of the fastest configs are parents (at least 2)", 8, int),
+        "tournament": ("configs drawn per parent pick, the fastest wins", 3, int),
+        "step_mutation": ("share of mutations that step one value up or down (else any value)", 0.8, float),
+        "immigrants": ("share of each batch drawn at random", 0.1, float),
+    }
 
-    def __init__(self, seed: int = 0, batch_size: int = 8, population: int = 8, tournament: int = 3,
-                 step_mutation: float = 0.8, immigrants: float = 0.1):
-        super().__init__(seed, batch_size)
-        self.population = max(2, population)
-        self.tournament = max(1, tournament)
-        self.step_mutation = step_mutation
-        self.immigrants = immigrants
+    def __init__(self, seed: int = 0, batch_size: int = 8, **options):
+        super().__init__(seed, batch_size, **options)
+        self.population = max(2, self.population)
+        self.tournament = max(1, self.tournament)
 
     def _propose(self, summary, problem, limit, budget):
         measured = {k for k in summary.measured() if k in problem.index}

@@ -20,13 +20,17 @@ from .base import Batch, Strategy, config_id
 
 class Halving(Strategy):
     name = "halving"
+    description = "brief runs, the best re-run longer"
+    options = {
+        "eta": ("each rung keeps the fastest 1/eta and measures them eta times longer (at least 2)", 3, int),
+        "max_rungs": ("at most this many rungs", 4, int),
+    }
 
-    def __init__(self, seed: int = 0, batch_size: int = 8, eta: int = 3, max_rungs: int = 4):
-        super().__init__(seed, batch_size)
-        if eta < 2:
-            raise ValueError("eta must be at least 2")
-        self.eta = eta
-        self.max_rungs = max(1, max_rungs)
+    def __init__(self, seed: int = 0, batch_size: int = 8, **options):
+        super().__init__(seed, batch_size, **options)
+        if self.eta < 2:
+            raise ValueError("eta must be at least 2 (got %d)" % self.eta)
+        self.max_rungs = max(1, self.max_rungs)
 
     def rung_sizes(self, n0: int) -> list:
         sizes = [n0]

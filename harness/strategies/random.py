@@ -7,6 +7,7 @@ from .base import Batch, Strategy
 
 class RandomSearch(Strategy):
     name = "random"
+    description = "configs in a seeded random order"
     asks_ahead = True  # pending configs are skipped (see strategies.driver.drive)
 
     def _propose(self, summary, problem, limit, budget):

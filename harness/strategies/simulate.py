@@ -226,7 +226,7 @@ def median_to_target(results: List[SimResult]) -> Optional[float]:
 
 
 def main(argv=None) -> int:
-    from . import STRATEGIES
+    from . import names as strategy_names
 
     parser = argparse.ArgumentParser(prog="python -m harness.strategies.simulate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=int, default=None)
     parser.add_argument("--noise", type=float, default=0.0)
     args = parser.parse_args(argv)
-    names = list(STRATEGIES) if args.strategy == "all" else args.strategy.split(",")
+    names = strategy_names() if args.strategy == "all" else args.strategy.split(",")
     print("%-28s %-10s %8s %8s %9s %9s" % ("shape", "strategy", "feasible", "median", "fraction", "reached"))
     for path in args.results:
         for rec in load_recorded(path, args.shape):

@@ -33,9 +33,8 @@ The candidate's *noise* is the second smallest repeat minus the smallest, over t
      that one-sided with probability ROUNDS_ALPHA or less (a one-sided sign test: all 5 of 5
      rounds, 9 of 10) is behind it, however wide the spreads. Drift that the rounds share (a
      GPU's clock and temperature move between rounds, not within one) widens every spread but
-     moves both times of a round alike. On an H200 (docs/gpu.md, run h17) the leader of
-     1024x8192x3584 was faster than a 4.8 % slower config in 9 of 10 rounds, and the spreads
-     (p80 - p20 of 4.8 us) tied them, so the config id gave the win to the slower one. The
+     moves both times of a round alike: unpaired, spreads that wide tie a config a few percent
+     slower with a leader that beat it in 9 of 10 rounds, and the config id may give it the win. The
      minimum (CPU targets) is not paired: its time is the lowest floor any repeat found, not a
      round's. With no tied candidate the leader wins outright ("clear", with its margin: how
      much slower the next candidate is, in percent of the winner's time; never negative). With
@@ -48,10 +47,9 @@ The candidate's *noise* is the second smallest repeat minus the smallest, over t
      state). They are indistinguishable by the measurements, so the rule must not depend on them:
      the config id never changes, so the same core gives the same winner run after run. Tied
      candidates outside the core are listed but do not win: whether the re-measure had them at
-     all depends on the search's single measurements. (Two README tunes on the 2-core VM tied the
-     same two configs on 256x256x128 plus a third, 1.1 and 1.3 % behind, that differed between the
-     runs: GROUP_M 1 in one, GROUP_M 8 in the other, each missing from the other run's top 3; the
-     smallest id of all tied candidates picked that third config, so the runs disagreed.)
+     all depends on the search's single measurements (with the smallest id of all tied candidates,
+     two tunes that tied the same two configs disagreed over a third that only one run's search
+     had put in the re-measure).
      ``tie_rule="id"`` takes the smallest id among all tied candidates. ``tie_rule="spread"``
      first prefers a tied candidate whose spread is at most a quarter of every other tied one's
      (clearly the steadier), then the smallest id; it can flip when true spreads differ by about
@@ -149,9 +147,8 @@ class Winner:
     @property
     def unsure(self) -> bool:
         """Whether the re-measure should get more rounds: the winner's noise is over NOISY_WINNER,
-        or the tie rule gave the win to a candidate TIE_WON_BEHIND or more behind the fastest (on
-        128x128x128 a tile 4 % slower on average was tied in, and won on its config id, in 2 of 20
-        re-measures of 5 rounds and in none of 20 of 10 rounds: bench/tie_rules.py)."""
+        or the tie rule gave the win to a candidate TIE_WON_BEHIND or more behind the fastest: a
+        wide re-measure can tie a slower config in, and more rounds order it behind."""
         return (self.noise or 0.0) > NOISY_WINNER or self.behind_leader >= TIE_WON_BEHIND
 
     @property
@@ -301,13 +298,10 @@ def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Se
     that carry the SM clock); then the fastest of ``seeds`` (the warm start's configs) that ran ok.
 
     A GPU at its power cap changes its clock between the search's rounds, and a config measured at
-    a low clock reads slow. On an H200 (docs/gpu.md, run h32) the 128 x 320 x 32 tile of
-    768x6144x16384 read 244 us at 1635 MHz, the winner 226 us at 1965 MHz: 10 % fewer cycles, yet
-    not among the three fastest. Under the cap the kernels run at one clock (docs/gpu.md, the
-    energy probe), so cycles rank them as a steady run would. Likewise for the seeds, measured in
-    the first round: on an H200 (run h16) the seeds of 2048x16384x3072 read 300 us in the first
-    round at 1605 to 1965 MHz, three later configs 276 to 295 us, and those three, re-measured
-    alone, 316 to 328 us; in four earlier runs those seeds had won, at 295 to 307 us by do_bench."""
+    a low clock reads slow: a config that took the fewest SM cycles can miss the fastest by time.
+    Under the cap the kernels run at one clock, so cycles rank them as a steady run would. Likewise
+    for the seeds, measured in the first round, which may meet the GPU at another clock than the
+    later rounds (docs/notes/2026-11-26-gpu-runs.md has the runs that showed both)."""
     from .base import Summary, key
 
     summary = Summary(history)

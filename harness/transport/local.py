@@ -10,8 +10,11 @@ from ..errors import HarnessError
 
 
 class LocalTransport:
+    """The agent runs here (base.Transport's calls; no files to copy, no capabilities)."""
+
     name = "local"
     is_remote = False
+    capabilities = frozenset()
 
     def __init__(self, target=None):
         self.target = target

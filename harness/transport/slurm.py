@@ -8,12 +8,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from .base import DEVICE_FACTS, SCHEDULER
 from .slurm_batch import DEVICE_SUFFIX
 from .ssh import SSHTransport
 
 
 class SlurmTransport(SSHTransport):
     name = "slurm"
+    capabilities = frozenset({SCHEDULER, DEVICE_FACTS})
 
     def __init__(self, target, host=None, port=None, workdir=None):
         super().__init__(target, host, port, workdir or target.slurm.shared_dir or target.workdir)
@@ -40,7 +42,7 @@ class SlurmTransport(SSHTransport):
     def fetch_tree(self, rel_dir: str, dest: Path) -> int:
         """Like SSH's, then the tasks' files (``slurm/<run>/chunk-N.csv``, oldest run first)
         are merged into ``rel_dir/results.csv`` there."""
-        from ..report.fetch import merge_results
+        from .fetch import merge_results
 
         size = super().fetch_tree(rel_dir, dest)
         folder = Path(dest) / rel_dir

@@ -113,14 +113,14 @@ def submit(transport, target, kernel: str, run: Run, chunks: list) -> str:
     """One job array, task N running chunk ``chunks[N]``; the run's state file names it."""
     from ..devinfo import PROBE
     from ..fleet import compact
-    from ..run import RunOptions, agent_args
+    from ..run import AGENT_PYTHON_FLAGS, RunOptions, agent_args
 
     arms = []
     for c in chunks:
         results = chunk_results(target.name, kernel, run.id, c)
         opts = RunOptions(**run.options, select=compact(run.chunks[c]))
-        argv = [transport.python, "-u", "-m", "remote_agent", "run"] + agent_args(
-            remote_bundle_dir(target.name, kernel), results, opts)
+        argv = [transport.python] + AGENT_PYTHON_FLAGS + ["-m", "remote_agent", "run"] + agent_args(
+            remote_bundle_dir(target.name, kernel), results, opts) + ["--pushed"]
         arms.append((results, argv))
     folder = run_dir(target.name, kernel, run.id)
     state = _state_json(dataclasses.replace(run, arrays=run.arrays + [{"job": _ID_MARK, "chunks": chunks}]))

@@ -3,6 +3,7 @@ tar out) go over their own channel. Arguments are quoted with shlex.quote, alway
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shlex
@@ -19,6 +20,7 @@ WINDOW = 1 << 26  # bytes in flight per channel: keeps a push at wire speed
 class SSHTransport:
     name = "ssh"
     is_remote = True
+    capabilities = frozenset()  # base.Transport's calls and a remote's; nothing optional
 
     def __init__(self, target, host=None, port=None, workdir=None):
         import fabric
@@ -111,30 +113,37 @@ class SSHTransport:
         reader.join()
         return rc, out, b"".join(err_chunks).decode("utf-8", "replace")
 
-    def list_files(self, rel_dir: str) -> set:
-        """Files under workdir/rel_dir, in one round trip. SFTP where the server offers it (no
-        login shell to start: on a slow board that is most of the cost), else `find`."""
+    def list_files(self, rel_dir: str) -> dict:
+        """Files under workdir/rel_dir with their sizes ({path: bytes}), in one round trip. SFTP
+        where the server offers it (no login shell to start: on a slow board that is most of the
+        cost), else `find`. Files still named ``*.part`` (a write in progress or cut off) are not
+        listed: they are not there yet."""
         target = "%s/%s" % (self.workdir, rel_dir) if self.workdir else rel_dir
         try:
             return self._list_sftp(target)
         except (IOError, OSError, EOFError) as exc:
             if getattr(exc, "errno", None) == 2:  # no such folder: nothing there yet
-                return set()
+                return {}
         except Exception as exc:  # paramiko.SSHException: no SFTP subsystem
             if not type(exc).__module__.startswith("paramiko"):
                 raise
-        command = "mkdir -p %s && cd %s && find . -type f ! -name '*.part' -print" % (
+        command = "mkdir -p %s && cd %s && find . -type f ! -name '*.part' -printf '%%s %%p\\n'" % (
             shlex.quote(target), shlex.quote(target))
         rc, out, err = self.run_capture(command)
         if rc != 0:
             raise HarnessError("cannot list %s on %s: %s" % (target, self.label, err.strip()))
-        return {line[2:] for line in out.decode().splitlines() if line.startswith("./")}
+        found = {}
+        for line in out.decode("utf-8", "replace").splitlines():
+            size, _, path = line.partition(" ")
+            if path.startswith("./") and size.isdigit():
+                found[path[2:]] = int(size)
+        return found
 
-    def _list_sftp(self, top: str) -> set:
+    def _list_sftp(self, top: str) -> dict:
         import stat
 
         sftp = self.conn.sftp()
-        found, todo = set(), [""]
+        found, todo = {}, [""]
         while todo:
             sub = todo.pop()
             for entry in sftp.listdir_attr("%s/%s" % (top, sub) if sub else top):
@@ -142,42 +151,49 @@ class SSHTransport:
                 if stat.S_ISDIR(entry.st_mode):
                     todo.append(rel)
                 elif stat.S_ISREG(entry.st_mode) and not rel.endswith(".part"):
-                    found.add(rel)
+                    found[rel] = entry.st_size
         return found
 
     def put_files(self, pairs: list, on_bytes=None, remove=()) -> int:
         """Send (local path, path under workdir) pairs in one tar stream; the remote extracts
-        it with remote_agent/safetar.py. ``remove``: files under workdir deleted first (in
-        the same command). Returns bytes sent."""
+        it with remote_agent/safetar.py: each file lands as ``.part``, is checked against its
+        size and the sha256 sent in its header, and only then takes its name, in the order
+        sent (so the last pair, a push's marker, exists only when every file before it is
+        whole). The remote first checks that the bytes sent fit on its disk. ``remove``:
+        files (or folders of files) under workdir deleted first, in the same command.
+        Returns bytes sent."""
         from remote_agent import safetar
 
-        # GNU tar where the remote has it (C speed; it refuses '..' and strips leading '/', and
-        # the host sends regular files only); otherwise safetar.py, which refuses all three.
+        digests = [(Path(local), arcname, _sha256(Path(local))) for local, arcname in pairs]
+        for _, arcname, _ in digests:
+            _check_arcname(arcname)
         dest = shlex.quote(self.workdir or ".")
-        script = Path(safetar.__file__).read_text()  # its __main__ block extracts stdin into argv[1]
-        rm = "".join("rm -f %s/%s && " % (dest, shlex.quote(r)) for r in remove)
-        command = rm + ("mkdir -p {d} && if tar --version 2>/dev/null | grep -q GNU; then "
-                        "tar -x -f - --no-same-owner --no-same-permissions -C {d}; "
-                        "else {py} -c {script} {d}; fi").format(d=dest, py=shlex.quote(self.python),
-                                                               script=shlex.quote(script))
+        script = Path(safetar.__file__).read_text()  # its main() extracts stdin into argv[1]
+        argv = [self.workdir or ".", "--need", str(room_needed(local for local, _, _ in digests))]
+        for rel in remove:
+            argv += ["--remove", rel]
+        command = "mkdir -p {d} && {py} -B -c {script} {args}".format(
+            d=dest, py=shlex.quote(self.python), script=shlex.quote(script),
+            args=" ".join(shlex.quote(a) for a in argv))
         chan = self._channel(command)
         writer = _ChannelWriter(chan, on_bytes)
         try:
-            for local, arcname in pairs:
-                _check_arcname(arcname)
-                _send_tar_member(writer, Path(local), arcname)
+            for local, arcname, digest in digests:
+                _send_tar_member(writer, local, arcname, digest)
             writer.write(b"\0" * (2 * tarfile.BLOCKSIZE))  # end of archive
             writer.flush()
             chan.shutdown_write()
         except Exception as exc:
+            err = _stderr_now(chan)
             chan.close()  # the remote extractor stops; nothing half-sent is kept (.part files)
             if isinstance(exc, HarnessError):
                 raise
-            raise HarnessError("push to %s failed: %s" % (self.label, exc))
+            raise HarnessError("push to %s failed: %s" % (self.label, err or exc))
         err = chan.makefile_stderr("rb").read().decode("utf-8", "replace")
         rc = chan.recv_exit_status()
         if rc != 0:
-            raise HarnessError("push to %s failed: %s" % (self.label, err.strip() or "exit %d" % rc))
+            lines = err.strip().splitlines()
+            raise HarnessError("push to %s failed: %s" % (self.label, lines[-1] if lines else "exit %d" % rc))
         return writer.sent
 
     def fetch_tree(self, rel_dir: str, dest: Path) -> int:
@@ -192,15 +208,22 @@ class SSHTransport:
             raise HarnessError("cannot fetch %s from %s: %s" % (rel_dir, self.label, err.strip()))
         if not out:
             return 0
-        return safetar.extract_stream(io.BytesIO(out), str(dest))
+        try:
+            return safetar.extract_stream(io.BytesIO(out), str(dest))
+        except safetar.ExtractError as exc:  # what a remote sends is checked, never trusted
+            raise HarnessError("refused what %s sent for %s: %s" % (self.label, rel_dir, exc))
 
 
-def _send_tar_member(writer, local: Path, arcname: str) -> None:
-    """One regular file as a tar member: the header from tarfile, the bytes in 1 MiB reads
+def _send_tar_member(writer, local: Path, arcname: str, digest: str) -> None:
+    """One regular file as a tar member: the header from tarfile (with the file's sha256 in a
+    PAX field the remote checks before the file takes its name), the bytes in 1 MiB reads
     (tarfile's own copy loop moves 16 KiB at a time, which costs a push a third of its speed)."""
+    from remote_agent.safetar import SHA256_FIELD
+
     st = local.stat()
     info = tarfile.TarInfo(arcname)
     info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), st.st_mode & 0o755
+    info.pax_headers = {SHA256_FIELD: digest}
     writer.write(info.tobuf(format=tarfile.PAX_FORMAT))
     with open(local, "rb") as f:
         sent = 0
@@ -263,6 +286,40 @@ class _LoggedAutoAdd:
         ui.console.print("[yellow]accepting new host key %s %s for %s (ssh.accept_new_host_keys)[/]"
                          % (key.get_name(), key.get_base64()[:24] + "...", self.label))
         client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def room_needed(paths) -> int:
+    """Bytes a push of these files takes on the remote at most: each file's size rounded up
+    to whole 4 KiB blocks (what a file system allocates), plus one block for its folder entry."""
+    block = 4096
+    return sum((-(-Path(p).stat().st_size // block) + 1) * block for p in paths)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stderr_now(chan) -> str:
+    """The remote's last stderr line when a send broke off (its extractor said why it stopped)."""
+    import time
+
+    deadline = time.monotonic() + 5
+    data = b""
+    while time.monotonic() < deadline:
+        if chan.recv_stderr_ready():
+            data += chan.recv_stderr(65536)
+        elif chan.exit_status_ready():
+            while chan.recv_stderr_ready():
+                data += chan.recv_stderr(65536)
+            break
+        else:
+            time.sleep(0.05)
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def _check_arcname(arcname: str) -> None:

@@ -1,7 +1,7 @@
 """GPU events (CUDA / HIP): the default GPU profiler, and the registry of GPU profilers.
 
 Per (variant, shape), in the worker that owns the device, the way triton.testing.do_bench
-measures (so that the two agree, bench/timing_fidelity.py):
+measures (so that the two agree; docs/gpu.md, "Current numbers", says how closely):
   1. one launch, then an estimate over 5 launches each after an L2 flush;
   2. warm-up: back-to-back launches for ``warmup_ms`` (25 ms, as do_bench; at least ``warmup``
      launches), so clocks and power settle where a sustained run puts them;

@@ -88,6 +88,7 @@ CALLS = {
 class CudaApi(DriverApi):
     backend = "cuda"
     visible_env = "CUDA_VISIBLE_DEVICES"
+    tensor_maps = True
     CALLS = CALLS
     SIGNATURES = _SIGNATURES
     device_pointer = _u64

@@ -6,7 +6,8 @@ operands' files and element counts and its scalar arguments in the manifest's or
 answer and prints one line ``HARNESS_RESULT {json}`` (error figures, timer resolution); then it
 times as many calls as this runner writes on its stdin, one count per line, answering
 ``HARNESS_SAMPLE <ns> <switches>`` each (``switches``: the involuntary context switches the
-program had meanwhile). The runner decides, with remote_agent/measure.py: one call to estimate, a
+program had meanwhile). A library launcher also prints ``HARNESS_LIBRARY <build>, core <name>``
+once, before the result line; it becomes the row's ``library`` column. The runner decides, with remote_agent/measure.py: one call to estimate, a
 warm-up (the same rule for every variant: longer where the minimum decides), the calls per
 sample, and samples until the noise of the deciding estimator (``estimator``: min by default on
 CPUs) settles or the time cap is spent; a sample with a context switch is set aside
@@ -41,9 +42,11 @@ import time
 
 from .. import contract
 from .. import measure
+from ..errors import AgentError
 
 RESULT_PREFIX = "HARNESS_RESULT "
 SAMPLE_PREFIX = "HARNESS_SAMPLE "
+LIBRARY_PREFIX = "HARNESS_LIBRARY "  # a library launcher's build and core (templates/cpu/openblas_launcher.cpp.j2)
 MAX_REMEASURE = 2
 GROUP_BYTES = 256 << 20  # operands of the jobs measured interleaved, together at most
 
@@ -141,6 +144,9 @@ class ElfRunner:
     def classify(self, returncode, out, err, shape, counters, times=None, calls=1):
         result = _parse_result(out)
         row = {"ctr:" + k: _per_call(v, calls) for k, v in counters.items()}
+        library = _library_line(out)
+        if library:
+            row["library"] = library
         if returncode == 3:
             row.update(status=contract.LOAD_ERROR, message=_last_line(err) or "could not load its data")
             return row
@@ -418,6 +424,15 @@ def _parse_result(out):
     return None
 
 
+def _library_line(out):
+    """What a library launcher says it ran (``HARNESS_LIBRARY OpenBLAS 0.3.34, core SkylakeX``), at
+    most 200 characters; "" for kernel variants, which print no such line."""
+    for line in out.splitlines():
+        if line.startswith(LIBRARY_PREFIX):
+            return "".join(ch for ch in line[len(LIBRARY_PREFIX):].strip() if ch.isprintable())[:200]
+    return ""
+
+
 def _crash_message(returncode, err):
     if returncode is not None and returncode < 0:
         try:
@@ -452,3 +467,30 @@ def _unlink(path):
         os.unlink(path)
     except OSError:
         pass
+
+
+def make_elf_runner(bundle, manifest, options, log):
+    """The CPU runner of a bundle: its profiler, run_under and timing options (runners.RUNNERS)."""
+    from ..profilers import select
+
+    profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
+    run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
+    return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
+                     max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
+                     max_time=_option(options, "max_time", None),
+                     pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
+                     interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE))
+
+
+def estimator_for(manifest, options):
+    """The run's --estimator, else the target's default (min on CPUs, median on GPUs)."""
+    name = _option(options, "estimator", None) or measure.default_estimator(manifest["target"]["backend"])
+    try:
+        return measure.check_estimator(name)
+    except ValueError as exc:
+        raise AgentError(str(exc))
+
+
+def _option(options, name, default):
+    value = getattr(options, name, None)
+    return default if value is None else value

@@ -8,7 +8,8 @@ its row names that device. Library jobs (``lib:torch.matmul``, gpu_library.py) a
 same way.
 
 The rest of the GPU runner, one module per concept:
-  gpu_api.py       the driver API interface, GpuError, api_for (cuda.py, hip.py implement it)
+  gpu_api.py       the driver API interface and GpuError (cuda.py, hip.py implement it)
+  gpu_backends.py  api_for: the driver API of each backend
   gpu_worker.py    the per-device worker process (Worker, the protocol loop, ncu/rocprof child)
   gpu_memory.py    device buffers of a shape (ShapeData), poison, torch views
   gpu_launch.py    a loaded function and its packed arguments (Kernel, Params)
@@ -24,7 +25,8 @@ import sys
 
 from .. import contract, measure
 from ..errors import AgentError
-from .gpu_api import GpuError, api_for
+from .gpu_api import GpuError
+from .gpu_backends import api_for
 from .gpu_library import library_plan
 
 

@@ -6,9 +6,9 @@ HARNESS_GPU_FLUSH picks it: ``write`` (or ``1``, the default), ``read``, or ``0`
 worker then rotates copies of inputs that fit in L2 instead, ``input_sets``).
 
 Why ``read`` exists: a written flush leaves L2 full of dirty lines, and a kernel that streams its
-operands from memory writes them back while it runs. On an H200 (docs/gpu.md, "The L2 flush,
-written or read") that made decode GEMMs 7 to 26 % slower than after a read flush, which leaves
-L2 as cold but clean; a compute-bound GEMM moved by no more than its run-to-run spread. ``write``
+operands from memory writes them back while it runs. On an H200 that made decode GEMMs 7 to 26 %
+slower than after a read flush, which leaves L2 as cold but clean; a compute-bound GEMM moved by
+no more than its run-to-run spread (docs/gpu.md, "Current numbers"). ``write``
 stays the default so that the agent's times stay comparable with do_bench's."""
 
 import os

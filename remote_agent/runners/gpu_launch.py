@@ -50,7 +50,7 @@ def tensor_map(api, p, values):
     """(buffer, address of its 64-byte aligned CUtensorMap) of a host-made tensor descriptor: the
     view of operand ``p["operand"]`` that ``p`` names by the run-time values of its shape and
     strides (outermost first), with the block, swizzle and element type the compiler recorded."""
-    if api is None or not hasattr(api, "encode_tensor_map"):
+    if api is None or not api.tensor_maps:
         raise GpuError("argument %s is a tensor descriptor, which this GPU API cannot make" % p["name"], load=True)
     missing = [n for n in ["%s_ptr" % p["operand"]] + p["shape"] + p["strides"] if n not in values]
     if missing:
@@ -71,7 +71,7 @@ class Kernel(object):
         self.launch = launch
         self.module = api.load_module(image)
         self.fn = api.get_function(self.module, launch["entry"])
-        if hasattr(api, "describe_function"):  # a CPU stand-in API interprets launches by their facts
+        if api.describe_function is not None:  # a CPU stand-in API interprets launches by their facts
             api.describe_function(self.fn, launch)
         self.shared = int(launch.get("shared", 0))
         self.block = launch.get("block") or [launch["threads"], 1, 1]

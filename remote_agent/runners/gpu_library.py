@@ -65,7 +65,7 @@ def run_library(worker, variant, shape):
 def library_launcher(worker, name):
     """``launcher(data) -> (launch(i), context to time it in, note for the row's message)``.
     A stand-in API may stand in for the library too (tests/gpu_standin.py)."""
-    own = getattr(worker.api, "library_launcher", None)
+    own = worker.api.library_launcher
     if own is not None:
         return own(name)
     launchers = {TORCH_MATMUL: torch_matmul_launcher, TORCH_SCALED_MM: torch_scaled_mm_launcher}

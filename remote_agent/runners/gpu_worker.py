@@ -22,7 +22,8 @@ import time
 
 from .. import contract
 from ..stats import MEDIAN, summarize
-from .gpu_api import GpuError, api_for
+from .gpu_api import GpuError
+from .gpu_backends import api_for
 from .gpu_launch import Kernel, cdiv, specialization_problem
 from .gpu_library import run_library
 from .gpu_memory import ShapeData, data_seed, input_bytes

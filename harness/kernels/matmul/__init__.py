@@ -49,7 +49,7 @@ GPU_SPACE_CUDA = {  # NVIDIA: 144-, 192-, 288- and 320-wide tiles, 192-row tiles
     "PERSISTENT": [0, 1],
     "STREAM_K": [0, 1],
     # sm90's 227 KiB hold 7 stages of 64 x 192 x 64 tiles, 9 of 64 x 128 x 64 (fp16/bf16); the deeper
-    # pipeline wins on long K (docs/gpu.md, "Deeper pipelines"); compile() prunes what does not fit
+    # pipeline wins on long K; compile() prunes what does not fit
     "num_stages": [2, 3, 4, 5, 6, 7, 8, 9],
 }
 GPU_SPACE_HIP = {

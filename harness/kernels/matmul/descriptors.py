@@ -1,15 +1,14 @@
 """The tensor descriptors a TMA config of the matmul takes as arguments, made on the host.
 
 A descriptor made inside the kernel (``tl.make_tensor_descriptor``) is written to global memory
-and fenced by every program before its first load. Measured (bench/descriptor_probe.py, one tile
-a program, 24 config/shape pairs), a kernel that made its three descriptors ran 0.99 to 1.14
-times as long (geomean 1.065) on an H200 as the same kernel given descriptors made on the host,
-and 1.08 on an H100 (docs/gpu.md, "Tensor descriptors made on the host"). So the compiler
+and fenced by every program before its first load, a cost paid per program that measured about
+6.5 % of a one-tile-a-program kernel's time on an H200 (docs/notes/2026-11-26-gpu-runs.md,
+"Tensor descriptors made on the host"). So the compiler
 declares these arguments as Triton ``tensordesc`` parameters, the GPU agent encodes each one
 with cuTensorMapEncodeTiled before the launch, and the tests' interpreter runs build them from
 the same plan.
 
-Standard library only: the compiler, the tests and the bench scripts read the plan.
+Standard library only: the compiler, the tests and the GPU probes read the plan.
 """
 
 from __future__ import annotations

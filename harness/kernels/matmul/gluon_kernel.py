@@ -2,7 +2,7 @@
 
 Triton's own layouts split a 192-row tile's 64-row MMAs by columns; cuBLAS runs this tile on the
 few-wave prefill shapes with one warpgroup per 64 rows. Gluon (Triton's lower-level language)
-lets the kernel say so (docs/gpu.md, "Gluon: warp-specialized kernels"):
+lets the kernel say so:
 
 * the grid is persistent (one program a multiprocessor walks the tiles, GROUP_M rows of tiles at
   a time, as matmul_kernel's persistent path does);
@@ -18,12 +18,9 @@ num_warps 4 and fp16/bf16 on sm90). TMA zero-fills loads past M, N and K and cli
 shape whose rows are 16-byte multiples runs. Gluon has no interpreter: the tests build it for sm90,
 and its answers are checked on a GPU (every run checks every variant's answer).
 
-Measured on H200s: as a probe (bench/gluon_probe.py), 0.97 to 0.99 of cuBLAS on shapes whose tiles
-fill one or two whole waves (768x6144x16384 NN, 3072x3072x4096 TN, 1536x3072x8192 NN), where the
-harness's Triton tiles read 0.89 to 0.93, and 0.46 to 0.9 where they do not; in the harness's
-default search (runs h38 to h44, docs/gpu.md "The warp-specialized kernel in the harness") it won
-nine held-out shapes at 0.93 to 1.01 of cuBLAS; in the runs whose results were kept, the agent read
-it 4 to 16 % faster than the best Triton tile where it won.
+It pays where its tiles fill whole waves of the multiprocessors and loses where a 128-row tile's
+waves hold less work (seeds.py seeds it accordingly); docs/gpu.md has its current numbers and
+docs/notes/2026-11-26-gpu-runs.md the measurements.
 """
 
 from triton.experimental import gluon

@@ -1,96 +1,54 @@
 """Configs known to be good for matmul's shape classes: the first round of every search.
 
-Found by hand on an H200 (docs/gpu.md, "With SWAP_AB and PERSISTENT"):
+A seed is a config that won its class on an H200 (by hand at first, then in the default search's
+runs and the probes); docs/notes/2026-11-26-gpu-runs.md has the measurements behind each rule.
+The search starts from them, so a class whose good tile is rare in the space is not left to luck.
 
 * **large** (the 128 x 256 tiles alone fill every multiprocessor): the persistent TMA kernel,
-  128 x 256 x 64, 8 warps, 3-4 stages, GROUP_M 8 (4096^3 and 8192^3 NN, 4096^3 TN at parity
-  with cuBLAS or ahead), and the non-persistent TMA tile that won 2048^3 NT;
+  128 x 256 x 64, 8 warps, 3-4 stages, GROUP_M 8, and the non-persistent TMA tile;
 * **skinny** (M <= 64): the tile transposed (SWAP_AB) with a long BLOCK_K, 16 x 64 x 256 on 4
-  warps (1.12x cuBLAS at 16x4096x4096), and the plain 32 x 128 x 64 / 64 x 64 x 128 tiles that won
-  32x14336x4096 and 64x8192x8192. These shapes are memory-bound: the TMA forms of the transposed
-  tile and of 64 x 64 x 128 are seeded with as many stages as shared memory holds (``deepest``),
-  which is what the search found on its own when it won (5 stages of 16 x 64 x 256 on
-  1x3072x8192 and 4x5120x13824, 7 of 64 x 64 x 128 on 48x4096x14336 and 64x8192x28672; runs that
-  missed them read 48x4096x14336 4 % slower);
+  warps, and the plain 32 x 128 x 64 / 64 x 64 x 128 tiles. These shapes are memory-bound: the TMA
+  forms of the transposed tile and of 64 x 64 x 128 are seeded with as many stages as shared
+  memory holds (``deepest``), which is what the search found on its own when it won;
 * **split-K** (few output tiles, long K: the M x N grid leaves most multiprocessors idle): K split
   so that tiles x splits about fills the GPU;
-* **medium**: the rest, the 128 x 256 TMA tile (2048^3 NT), 128 x 128 and 64 x 128 tiles; the
-  64 x 128 x 64 TMA tile also as deep as shared memory holds (9 stages of fp16/bf16 on sm90):
-  on long K that deeper pipeline beat 6 stages by 8 to 17 % (512x2048x8192, 256x4096x14336; 1.07
-  and 1.01 of cuBLAS, docs/gpu.md "Deeper pipelines").
+* **medium**: the rest, the 128 x 256 TMA tile, 128 x 128 and 64 x 128 tiles; the 64 x 128 x 64
+  TMA tile also as deep as shared memory holds (9 stages of fp16/bf16 on sm90), which pays on
+  long K.
 
-Across the classes (M over 64, NVIDIA): **wave-quantized** shapes get those persistent 128 x 128
-and 128 x 256 tiles with STREAM_K = 1 where the stream-K plan (stream_k.py) spares each busy
-program at least 64 K steps of the last wave: the last wave at most half full (so its tiles are
-cut into 2-4 K pieces) and K long enough that the steps spared pay for the partials and their
-reduction (512x10240x8192: 160 tiles of 128 x 256 on 132, the 28 of the last wave in 4 pieces of
-32 of their 128 steps: 96 spared; 1024x4608x3584: 56 steps a tile, 42 spared: not seeded).
-
-Also across the classes (M over 64, NVIDIA): the **192-wide** TMA tile, 128 x 192 x 64 on 4 warps
-and 4 stages, where it needs no more waves of tiles than the 128 x 256 tile (512x6144x4096: 128
-tiles against 96, one wave each; cuBLAS runs 192-wide tiles there). Measured on an H200, a wave of
-the 192-wide tile took 0.8 to 0.97 of a 256-wide wave's time (NT), not the 3/4 its work would
-say, and more in NN: one more wave than the 256-wide tile loses. On 4 warps (one warpgroup, 192
-registers a thread) it beat 8 warps on 14 of 15 shapes, by 0.4 to 11 % (docs/gpu.md, "192 x 128 on
-4 warps"). And 64 x 192 x 64 on 4 warps and
-7 stages (as many as fit; 2 to 5 % faster than 6 on six long-K shapes) where its waves hold less
-work per multiprocessor (waves x tile area) than those of the 128-row tiles 128, 192 and 256
-wide: few rows of tiles, where the 128-row tiles leave half the GPU idle (512x3072x8192: 128
-tiles of 64 x 192 fill one wave, 64 of 128 x 192 half of one).
-Likewise the **288-wide** tile (256 + 32: two MMAs), 64 x 288 x 64 on 4 warps and 5 stages, where B
-is stored N x K (NT, TT) and its tiles fit one wave holding less work a multiprocessor than the
-waves of the 128-row tiles 128 to 256 wide (1024x2304x9216: 128 tiles, where 96 of 128 x 192 leave
-a quarter of the GPU idle and 144 of 128 x 128 take two; cuBLAS runs a 128 x 144 tile there).
-Measured on an H200 (bench/wide_tile_probe.py, docs/gpu.md "288-wide tiles"), on five NT shapes
-that fit one wave of it, it took 0.87 to 0.97 of the time of the 128 x 144 tile seeded there before
-(1024x2304x9216: 64.9 against 72.8 us, cuBLAS 60.2). With B stored K x N (NN, TN) the 64 x 320 tile
-won those shapes (0.94 to 1.02 of cuBLAS, against 0.85 to 0.95 for 64 x 288), and it is seeded
-there already (FEW_WAVES_CUDA).
-Likewise the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 32 on 8
-warps and 5 stages (cuBLAS runs 128 x 320 tiles on 512x10240x8192: 128 tiles, one wave).
-512x5120x14336: 128 tiles of 64 x 320 fill one wave; 1024x4608x3584: 120 of 128 x 320 fill one,
-where 128 x 192 and 128 x 128 take two and three. Measured on an H200 (bench/wide_tile_probe.py),
-the best tile there went from 0.83 to 0.99 of cuBLAS's speed and from 0.75 to 0.83. The 128 x 320
-tile is also seeded wherever the 128 x 192 one is: its 256-wide MMA does more per cycle than the
-192-wide tile's 128-wide one, which can outweigh a last wave's idle places (3072x3072x4096: 0.92
-of cuBLAS against 0.87). With BLOCK_K 32 and 5 stages it beat BLOCK_K 64 with 3 stages on each of
-seven prefill shapes (by 1 to 10 %).
-
-Likewise the **192-row** tile, 192 x 256 x 64 (128 + 64 rows: two MMAs) on 8 warps and 3 stages,
-where its waves hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles,
-which load about as much a K step per element of C. Measured on an H200 (bench/wide_tile_probe.py,
-20 prefill shapes), it won 1536x4096x14336 NN (128 tiles, one wave; 1.04 and 1.08 of cuBLAS against
-0.92 and 0.995 for the best power-of-two tile) and lost wherever one of those two tiles needs no
-more waves (512x10240x8192: 0.74 against 0.97 for 128 x 320). And 192 x 128 x 64 on 4 warps and 4
-stages (one warpgroup, three 128-wide MMAs on one B tile) where its tiles fit one wave holding no
-more work a multiprocessor than the waves of the 128-row tiles 128 to 256 wide. Measured on an H200
-(docs/gpu.md, "192 x 128 on 4 warps"), on six shapes where its 128 tiles fill one wave (768x4096,
-1536x2048, 384x8192; NN, NT and TN) it reached 0.98 to 1.03 of cuBLAS, where the best other tile
-reached 0.83 to 1.00 (it was the fastest on five); on 1024x2304x9216 (108 tiles) 0.80, where 64 x 288
-reached 0.94.
-
-Also across the classes (M over 64, NVIDIA Hopper): the **warp-specialized** 192 x 192 tile (the
-Gluon kernel, gluon_kernel.py: a loader warp, three consumer warpgroups of 64 rows), BLOCK_K 32 and
-6 stages, where its waves hold no more work a multiprocessor than the waves of every 128-row tile
-128 to 256 wide. Measured on H200s, it won where that holds: as a probe (bench/gluon_probe.py,
-docs/gpu.md "Gluon") 0.97 to 0.99 of cuBLAS on 768x6144x16384 NN and NT, 3072x3072x4096 TN and NN
-and 1536x3072x8192 NN, 2.5 to 14 % faster than the best Triton tile; in the default search (runs h38
-to h44, docs/gpu.md "The warp-specialized kernel in the harness") it won nine of the ten held-out
-shapes of that kind it ran on, among them 1536x8960x4096 TN (376 tiles, three waves, 12 % faster than
-the best Triton tile there; 768x12288x4096 NT went to 128 x 192 and 128 x 288 tiles). It lost
-wherever a 128-row tile's waves hold less: 44 tiles on 768x2048x5632 (0.46), 162 on
-1024x5120x13824 NT (0.61 to 0.64); M = 1024, where the sixth row of 192-row tiles is a third full
-(1024x8192x3584 NT: 258 tiles in two waves, where 256 of 128 x 256 fill the same two with less;
-1024x4096x16384 TN); and the shapes of many waves measured (4096x2560x2560, 2048x16384x3072,
-4096x3584x3584: 0.74 to 0.88 of the best Triton tile).
-
-Also across the classes (M over 64, NVIDIA): where few rows and columns of tiles leave most of
-the GPU idle and K is long (M of 65 to about 200 on long-K weights: memory-bound or nearly), the
-64 x 128 and 64 x 256 TMA tiles as deep as shared memory holds, with the most splits of K (2 to 4)
-that keep tiles x splits within one wave and 32 K steps a split. Measured on an H200 (two runs of
-the default search each): 96x2560x10240 went from 0.878 to 0.923 and 0.940 of cuBLAS,
-192x3584x18944 from 0.915 to 1.006 and 1.004 (40 tiles of 64 x 128 in 3 splits, 42 of 64 x 256 in
-3); the older split-K seeds had 4 stages and no TMA.
+Across the classes (M over 64, NVIDIA), each where the shape's waves of tiles call for it:
+* **wave-quantized** shapes: the persistent 128 x 128 and 128 x 256 tiles with STREAM_K = 1 where
+  the stream-K plan (stream_k.py) spares each busy program at least 64 K steps of the last wave
+  (the last wave at most half full, and K long enough that the steps spared pay for the partials
+  and their reduction);
+* the **192-wide** TMA tile, 128 x 192 x 64 on 4 warps and 4 stages, where it needs no more waves
+  of tiles than the 128 x 256 tile (a 192-wide wave costs more than the 3/4 its work would say, so
+  one more wave loses; one warpgroup beats two on this tile); and 64 x 192 x 64 on 4 warps and 7
+  stages (as many as fit) where its waves hold less work per multiprocessor (waves x tile area)
+  than those of the 128-row tiles 128, 192 and 256 wide: few rows of tiles, where the 128-row
+  tiles leave half the GPU idle;
+* the **288-wide** tile (256 + 32: two MMAs), 64 x 288 x 64 on 4 warps and 5 stages, where B is
+  stored N x K (NT, TT) and its tiles fit one wave holding less work a multiprocessor than the
+  waves of the 128-row tiles 128 to 256 wide; with B stored K x N (NN, TN) the 64 x 320 tile wins
+  those shapes, and it is seeded there already (FEW_WAVES_CUDA);
+* the **320-wide** tiles, 64 x 320 x 64 on 4 warps and 4 stages and 128 x 320 x 32 on 8 warps and 5
+  stages, where their waves hold less work a multiprocessor than those of the 128-row tiles 128,
+  192 and 256 wide; the 128 x 320 tile also wherever the 128 x 192 one is seeded: its 256-wide
+  MMA does more per cycle than the 192-wide tile's 128-wide one, which can outweigh a last wave's
+  idle places;
+* the **192-row** tiles: 192 x 256 x 64 (128 + 64 rows) on 8 warps and 3 stages where its waves
+  hold less work a multiprocessor than those of the 128 x 256 and 128 x 320 tiles, which load about
+  as much a K step per element of C; and 192 x 128 x 64 on 4 warps and 4 stages (one warpgroup,
+  three 128-wide MMAs on one B tile) where its tiles fit one wave holding no more work a
+  multiprocessor than the waves of the 128-row tiles 128 to 256 wide;
+* on Hopper, the **warp-specialized** 192 x 192 tile (the Gluon kernel, gluon_kernel.py),
+  BLOCK_K 32 and 6 stages, where its waves hold no more work a multiprocessor than the waves of
+  every 128-row tile 128 to 256 wide (where a 128-row tile's waves hold less, e.g. M = 1024 with a
+  third-full last row of 192-row tiles, it loses);
+* where few rows and columns of tiles leave most of the GPU idle and K is long (M of 65 to about
+  200 on long-K weights: memory-bound or nearly), the 64 x 128 and 64 x 256 TMA tiles as deep as
+  shared memory holds, with the most splits of K (2 to 4) that keep tiles x splits within one wave
+  and 32 K steps a split.
 
 On AMD (hip) the space has no SWAP_AB, TMA or PERSISTENT: the classes get plain tiles with the
 stage count the AMD pipeliner uses (2). On CPU targets there are no seeds. Every seed is completed
@@ -145,8 +103,7 @@ STREAM_K_CUDA = [  # the persistent tiles of the prefill shapes, seeded with STR
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),
 ]
 # K steps the stream-K phase must spare each busy program to be seeded: the partial tile it
-# writes, the reduction and the second pipeline cost about as much as tens of steps (H200, first
-# version: it won where the pieces spared 96 and 168 steps, lost at 32 and 42)
+# writes, the reduction and the second pipeline cost about as much as tens of steps
 STREAM_K_MIN_STEPS_SAVED = 64
 
 

@@ -1,6 +1,6 @@
 """The stream-K plan of the persistent matmul (triton_kernel.py, STREAM_K = 1), on the host: which
 tiles are shared out, into how many K pieces, which program takes which piece. The rules, the
-seeds, the tests and bench/streamk_probe.py (which loads this file by its path: standard library
+seeds, the tests and the GPU probes (which load this file by its path: it is standard library
 only) read the kernel's plan from here."""
 
 MAX_PIECES = 4  # the kernel's reduction keeps one load of each piece in flight (_reduce_pieces)

@@ -1,0 +1,271 @@
+"""tune: build, push, run and report, or a search round by round, then the winners re-measured."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .. import ui
+from ..errors import HarnessError
+from ..run import DEFAULT_INTERLEAVE
+from .common import ROOT, pick_build_target, require, require_triton
+
+@dataclass
+class TuneArgs:
+    """The options of ``tune``, as the command line's defaults have them."""
+
+    kernel: str
+    target: Optional[str] = None
+    shapes: Optional[str] = None
+    shapes_file: Optional[str] = None
+    shapes_format: str = "auto"
+    thr: float = 0.1
+    space: Optional[str] = None
+    jobs: int = 0
+    compile_timeout: float = 120.0
+    warmup: int = 2
+    iters: int = 10
+    max_noise: float = 0.01
+    max_time: Optional[float] = None
+    estimator: Optional[str] = None
+    interleave: int = DEFAULT_INTERLEAVE
+    timeout: float = 60.0
+    strategy: Optional[str] = None
+    strategy_options: Optional[List[str]] = None  # NAME=VALUE texts, as --strategy-option takes them
+    budget: Optional[int] = None
+    time_limit: Optional[str] = None
+    batch_size: int = 8
+    seed: int = 0
+    warm_start: bool = True
+    top: int = 3
+    repeats: int = 5
+    agent: str = "long-lived"
+    in_flight: int = 0
+    min_time_ms: float = 25.0
+    library: bool = False
+    formats: Optional[List[str]] = None
+    html: bool = False
+    targets_file: Optional[str] = None
+
+
+def tune(args: TuneArgs):
+    """Build, push, run and report. With --strategy other than exhaustive (or with --budget or
+    --time-limit) the strategy asks for a few configs per shape at a time and only those are
+    compiled, pushed and run, round by round; it resumes from the results already on disk.
+    Without --strategy, GPU targets run genetic with --budget 96 per shape, warm-started: the
+    first round of each shape holds the kernel's configs for its shape class (e.g. the persistent
+    TMA tile for large products) and the winners of the nearest shapes already tuned.
+    Then the fastest --top configs per shape are re-measured interleaved (with the config of the
+    fewest SM cycles where the rows carry the clock, and the fastest seed, which the first round
+    timed, perhaps at another clock than the later rounds), and a winner must beat the next by
+    more than the measured spread (else the tie rule decides)."""
+    clock = Stopwatch()
+    from .. import kernels
+    from ..build import BuildOptions
+    from ..rounds import Session, remeasure_rows, search, shape_history
+    from ..run import RunOptions, timing_choice
+    from ..space import load_space_file
+    from ..strategies import default_for, get_strategy, names, parse_options
+    from .build import BuildArgs, build, read_shapes
+    from .push import PushArgs, push
+    from .report import ReportArgs, report
+    from .run import RunArgs, run
+
+    args = dataclasses.replace(args)  # the caller's options stay as given
+
+    strategy_names = names()
+    if args.strategy is not None and args.strategy not in strategy_names:
+        import difflib
+
+        close = difflib.get_close_matches(args.strategy, strategy_names, n=1)
+        raise HarnessError("unknown --strategy %r%s; choose from %s" % (
+            args.strategy, " (did you mean %r?)" % close[0] if close else "", ", ".join(strategy_names)))
+    if args.budget is not None and args.budget < 1:
+        raise HarnessError("--budget is a number of evaluations per shape, at least 1 (got %d)" % args.budget)
+    if args.in_flight < 0:
+        raise HarnessError("--in-flight must be 0 (automatic) or more (got %d)" % args.in_flight)
+    if args.batch_size < 1:
+        raise HarnessError("--batch-size must be at least 1 (got %d)" % args.batch_size)
+    if args.top < 0 or (args.top and args.repeats < 2):
+        raise HarnessError("--top must be 0 or more and --repeats at least 2 (got --top %d --repeats %d)" % (args.top, args.repeats))
+    seconds = parse_duration(args.time_limit) if args.time_limit is not None else None
+    if args.strategy == "bayes":
+        require("optuna", "--strategy bayes", "pip install 'optuna>=4'")
+    tgt = pick_build_target(args.target, args.targets_file)
+    args.target = tgt.name
+    args.estimator, args.max_time = timing_choice(tgt, args.estimator, args.max_time)
+    if tgt.is_gpu:
+        require_triton(tgt)
+    kern = kernels.get(args.kernel)
+    space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else kern.space_for(tgt)
+    if args.strategy is None:
+        args.strategy, default_budget = default_for(tgt, space_dict)
+        if default_budget is not None and args.budget is None and seconds is None:
+            args.budget = default_budget
+        if default_budget is not None:
+            ui.out.print("strategy %s%s (the default here; --strategy exhaustive measures every config)" % (
+                args.strategy, ", --budget %d per shape" % args.budget if args.budget else ""))
+    try:  # the options' names and types, then their values (e.g. halving's eta >= 2)
+        strategy_options = parse_options(args.strategy, args.strategy_options)
+        get_strategy(args.strategy, **strategy_options)
+    except ValueError as exc:
+        raise HarnessError("--strategy-option %s" % exc)
+    build_options = BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout)
+    run_options = RunOptions(warmup=args.warmup, iters=args.iters, timeout=args.timeout, min_time_ms=args.min_time_ms,
+                             max_noise=args.max_noise, max_time=args.max_time, estimator=args.estimator,
+                             interleave=args.interleave)
+    if args.agent not in ("long-lived", "per-round"):
+        raise HarnessError("--agent %s: choose long-lived or per-round" % args.agent)
+    from ..transport import transport_class
+    from ..transport.base import SCHEDULER, can
+
+    long_lived = args.agent == "long-lived" and not can(transport_class(tgt), SCHEDULER)  # Slurm: rounds are its jobs
+
+    if args.strategy == "exhaustive" and args.budget is None and seconds is None:
+        # every config in one round: the plain build, push, run
+        with clock("build"):
+            build(BuildArgs(kernel=args.kernel, target=args.target, shapes=args.shapes, shapes_file=args.shapes_file,
+                            shapes_format=args.shapes_format, thr=args.thr, space=args.space, jobs=args.jobs,
+                            compile_timeout=args.compile_timeout, library=args.library,
+                            targets_file=args.targets_file))
+        if tgt.is_remote:
+            with clock("push"):
+                push(PushArgs(target=args.target, kernel=kern.name, targets_file=args.targets_file))
+        with clock("run"):
+            run(RunArgs(remote=tgt.is_remote, target=args.target, kernel=kern.name, warmup=args.warmup,
+                        iters=args.iters, timeout=args.timeout, min_time_ms=args.min_time_ms,
+                        max_noise=args.max_noise, max_time=args.max_time, estimator=args.estimator,
+                        interleave=args.interleave, targets_file=args.targets_file))
+        if args.top:
+            from ..bundle import Manifest, bundle_dir
+
+            bundle = bundle_dir(ROOT, tgt.name, kern.name)
+            manifest_text = (bundle / "manifest.json").read_text()
+            shape_list = [s.to_shape(kern.problem) for s in Manifest.load(bundle / "manifest.json").shapes]
+            session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, long_lived=long_lived)
+            try:
+                session.sync()
+                rows, skip = session.rows(), remeasure_rows(session.results_path)
+                histories = {s.id: shape_history(rows, s.id, space_dict, skip) for s in shape_list}
+                with clock("re-measure"):
+                    _remeasure(session, space_dict, histories, args.top, args.repeats)
+            finally:
+                session.close()
+                (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
+    else:
+        shape_list = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern)
+        session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=args.library,
+                          long_lived=long_lived, in_flight=args.in_flight)
+        try:
+            fetched = session.sync()
+            if fetched:
+                ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
+            with clock("search"):
+                searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size, budget=args.budget,
+                                  time_limit=seconds, on_round=_round_printer(session),
+                                  warm_start=args.warm_start, **strategy_options)
+            _search_table(args.strategy, searches, session, space_dict)
+            if args.top:
+                with clock("re-measure"):
+                    _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, args.top, args.repeats,
+                               {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches})
+        finally:
+            session.close()
+    with clock("report"):
+        report(ReportArgs(target=args.target, kernel=kern.name, formats=args.formats, html=args.html,
+                          targets_file=args.targets_file))
+    ui.out.print(clock.line())
+
+
+class Stopwatch:
+    """The wall time of tune's phases, for the line that ends it."""
+
+    def __init__(self):
+        self.began = time.monotonic()
+        self.phases = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - start
+
+    def line(self) -> str:
+        return "tune wall time: %.1f s end to end (%s)" % (
+            time.monotonic() - self.began, ", ".join("%s %.1f s" % kv for kv in self.phases.items()))
+
+
+def _remeasure(session, space, histories, top, repeats, seeds=None) -> None:
+    from ..rounds import remeasure_winners
+
+    n = sum(min(top, len({tuple(sorted(t.config.items())) for t in h if t.ok})) for h in histories.values())
+    if not n:
+        return
+    ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among them, "
+                 "each shape's config of the fewest SM cycles%s)" % (
+        top, len(histories), repeats, " and fastest seed" if seeds and any(seeds.values()) else ""))
+    from ..strategies.winner import entry_words
+
+    winners = remeasure_winners(session, space, histories, top, repeats, seeds)
+    for sid, w in winners.items():
+        noise = "" if w.get("noise") is None else ", noise %.2f %%" % (100.0 * w["noise"])
+        ui.out.print("  %s: %s, %s %.4g us%s, spread %.4g us (%.1f %%), %s" % (
+            sid, " ".join("%s=%s" % kv for kv in w["config"].items()), w.get("estimator", "median"),
+            w["median_ns"] / 1e3, noise,
+            w["spread_ns"] / 1e3, 100.0 * w["rel_spread"], entry_words(w)))
+
+
+def _round_printer(session):
+    """on_round for search: the round's line, then configs/s, device busy and waits so far."""
+    began, done = time.monotonic(), [0]
+
+    def on_round(number, fidelity, group):
+        done[0] += sum(len(s.new[len(s.new) - s.round_sizes[-1]:]) for s, _ in group if s.round_sizes)
+        _round_line(number, fidelity, group)
+        ui.out.print("  " + ui.throughput_line(done[0], time.monotonic() - began, session.timing()))
+
+    return on_round
+
+
+def _round_line(number, fidelity, group) -> None:
+    configs = sum(len(b.configs) for _, b in group)
+    best = []
+    for s, _ in group:
+        b = s.best
+        if b is not None:
+            best.append("%s %.4g us" % (s.shape.id, b.time_ns / 1e3))
+    ui.out.print("round %d%s: %d configs on %d shapes; best so far: %s" % (
+        number, "" if fidelity == 1 else " (x%d longer)" % fidelity, configs, len(group), ", ".join(best) or "-"))
+
+
+def _search_table(strategy, searches, session, space) -> None:
+    from rich.table import Table
+
+    table = Table(title="search: %s, %d rounds" % (strategy, session.rounds))
+    for col in ("shape", "feasible", "resumed", "new", "distinct", "best", "config", "stopped"):
+        table.add_column(col, justify="left" if col in ("shape", "config", "stopped") else "right")
+    for s in searches:
+        b = s.best
+        feasible = len(s.strategy.problem(space, s.is_pruned))
+        table.add_row(s.shape.id, str(feasible), str(s.resumed), str(len(s.new)),
+                      str(len({tuple(sorted(t.config.items())) for t in s.history})),
+                      "%.4g us" % (b.time_ns / 1e3) if b else "-",
+                      " ".join("%s=%s" % kv for kv in b.config.items()) if b else "-", s.stopped or "-")
+    ui.out.print(table)
+
+
+def parse_duration(text: str) -> float:
+    """600, 600s, 10m, 1.5h -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(text))
+    if not match:
+        raise HarnessError("--time-limit %r: write seconds (600), or 90s, 10m, 2h" % text)
+    value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    if value <= 0:
+        raise HarnessError("--time-limit must be more than 0")
+    return value
