@@ -53,6 +53,13 @@ def record(root: Path, target: str, **facts) -> None:
     _save(root, state)
 
 
+def remember(root: Path, target: str, **facts) -> None:
+    """Keep facts of a target (e.g. its probed cache sizes) without making it the last one used."""
+    state = load(root)
+    state.setdefault("targets", {}).setdefault(target, {}).update(facts)
+    _save(root, state)
+
+
 def record_build(root: Path, target: str, kernel: str, options: dict) -> None:
     """The build just made, with the command's options as given."""
     state = load(root)

@@ -18,6 +18,7 @@ def facts(events):
         "gpus": gpu_facts(),
         "numpy": _has_module("numpy"),
         "torch": _has_module("torch"),
+        "caches": cache_sizes(),
     }
 
 
@@ -52,3 +53,42 @@ def _has_module(name):
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def cache_sizes():
+    """Bytes of L1 data, L2 and L3 cache of the first core ({} where the OS does not say): Linux's
+    /sys/devices/system/cpu/cpu0/cache, else getconf."""
+    found = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            level = open(os.path.join(base, entry, "level")).read().strip()
+            kind = open(os.path.join(base, entry, "type")).read().strip()
+            size = _size_bytes(open(os.path.join(base, entry, "size")).read().strip())
+        except (OSError, ValueError):
+            continue
+        key = {("1", "Data"): "l1d", ("2", "Unified"): "l2", ("2", "Data"): "l2", ("3", "Unified"): "l3"}.get(
+            (level, kind))
+        if key and size:
+            found.setdefault(key, size)
+    for key, name in (("l1d", "LEVEL1_DCACHE_SIZE"), ("l2", "LEVEL2_CACHE_SIZE"), ("l3", "LEVEL3_CACHE_SIZE")):
+        if key not in found and shutil.which("getconf"):
+            proc = subprocess.run(["getconf", name], capture_output=True, text=True)
+            value = proc.stdout.strip()
+            if proc.returncode == 0 and value.isdigit() and int(value) > 0:
+                found[key] = int(value)
+    return found
+
+
+def _size_bytes(text):
+    """'48K', '2048K', '300M' or a plain count -> bytes."""
+    units = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}
+    if text and text[-1].upper() in units:
+        return int(text[:-1]) * units[text[-1].upper()]
+    return int(text)

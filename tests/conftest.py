@@ -12,7 +12,9 @@ from tests.sshd import free_port, make_server
 
 REPO = Path(__file__).resolve().parent.parent
 QEMU_RV = "qemu-riscv64 -cpu rv64,v=true,vlen=256,vext_spec=v1.0"
-SMALL_SPACE = "BLOCK_M: [8, 16]\nBLOCK_N: [16, 32]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+# two register tiles x two widths of the packed CPU matmul, none pruned by registers on AVX-512, NEON or
+# RVV 256 (NR: a multiple of every ISA's fp32 lanes; MR small enough for 8 NEON vectors a row)
+SMALL_SPACE = "MR: [1, 2]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 # the compile cache kept across tunes (harness.compile.cache): never the user's, and one per
 # test below, so that a test's fresh project compiles what it builds
 os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO, needs
 
-ONE_CONFIG = "BLOCK_M: [8]\nBLOCK_N: [16]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+ONE_CONFIG = "MR: [1]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 
 
 def _one_line_error(proc, *words):
@@ -111,7 +111,7 @@ def test_run_remote_needs_a_push_or_a_name(local_workspace):
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_push_builds_from_last_build_and_run_remote_takes_the_pushed_target(workspace):
     ws = workspace
-    (ws.path / "two.yaml").write_text("BLOCK_M: [8, 16]\nBLOCK_N: [16]\nBLOCK_K: [16]\nGROUP_M: [1]\n")
+    (ws.path / "two.yaml").write_text("MR: [1, 2]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n")
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "two.yaml")
     out = _no_traceback(ws.harness("push", "rv")).stdout
     assert "nothing built for rv yet: building matmul for it with the options of the last build (for local): " \
@@ -154,11 +154,11 @@ def _strip_path(ws, without):
 
 def test_all_pruned_shape_names_rules_counts_and_nearest_change(local_workspace):
     ws = local_workspace
-    (ws.path / "space2.yaml").write_text("BLOCK_M: [8, 64]\nBLOCK_N: [16]\nBLOCK_K: [16, 32]\nGROUP_M: [1]\n")
+    (ws.path / "space2.yaml").write_text("MR: [4, 32]\nNR: [16]\nKC: [16, 32]\nMC: [32]\nNC: [64]\nPACK_B: [1]\n")
     out = ws.harness("build", "pruned_matmul", "--target", "local", "--shapes", "32x32x32,24x40x56",
                      "--space", "space2.yaml").stdout
-    expected = ("24x40x56_fp32_NN: all 4 configs pruned: k_not_multiple 2 (K is not a multiple of BLOCK_K); "
-                "tile_m_over_m 2 (BLOCK_M larger than M); nearest change: add BLOCK_K 8 to the space, "
+    expected = ("24x40x56_fp32_NN: all 4 configs pruned: k_not_multiple 2 (K is not a multiple of KC); "
+                "mr_over_m 2 (MR larger than M); nearest change: add KC 8 to the space, "
                 "or use K=48")
     assert expected in out.splitlines()
     assert "32x32x32_fp32_NN: all" not in out

@@ -16,7 +16,7 @@ from tests.conftest import Workspace
 from tests.test_shapes_sources import gemm_line
 
 TARGET = "native-qemu-free"  # this machine, wall-clock timing
-SPACE = "BLOCK_M: [8, 16]\nBLOCK_N: [16, 32]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+SPACE = "MR: [1, 2]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 LOG = "\n".join([
     gemm_line(64, 32, 32, "T", "N", "f32_r", 100),    # 1: 90.8 % of FLOPs x calls
     gemm_line(32, 32, 32, "T", "N", "f32_r", 20),     # 2: 9.1 %
@@ -131,7 +131,7 @@ def test_compare_without_tuning_rebuilds_exactly_the_tuned_configs(ws):
 def test_compare_without_tuning_catches_a_wrong_answer(tmp_path):
     ws = Workspace(tmp_path)
     entry = {"M": 32, "N": 32, "K": 32, "dtype": "fp32", "layout": "NN", "time_ns_median": 2000.0,
-             "config": {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "FAULT": "none"}}
+             "config": {"MR": 1, "NR": 16, "KC": 64, "MC": 16, "NC": 64, "PACK_B": 1, "FAULT": "none"}}
     wrong = dict(entry, config=dict(entry["config"], FAULT="wrong"))
     (tmp_path / "theirs.json").write_text(json.dumps({"kernel": "faulty_matmul", "best": [entry, wrong]}))
     proc = ws.harness("report", "--target", TARGET, "--kernel", "faulty_matmul", "--compare-wo-tuning",
@@ -146,8 +146,8 @@ def test_compare_without_tuning_catches_a_wrong_answer(tmp_path):
 def test_compare_refuses_configs_the_kernel_does_not_have(ws):
     (ws.path / "gpu.yaml").write_text(
         "# harness tuned configs\n"
-        "- {'M': 32, 'N': 32, 'K': 32, 'rowMajorA': 'T', 'rowMajorB': 'T', 'dtype': 'fp32', 'BLOCK_SIZE_M': 32, "
-        "'BLOCK_SIZE_N': 32, 'BLOCK_SIZE_K': 32, 'GROUP_SIZE_M': 1, 'num_warps': 4} # TFLOPS: 1.00 time(us): 2.00\n")
+        "- {'M': 32, 'N': 32, 'K': 32, 'rowMajorA': 'T', 'rowMajorB': 'T', 'dtype': 'fp32', 'MR': 2, 'NR': 32, "
+        "'KC': 64, 'MC': 16, 'NC': 64, 'PACK_B': 1, 'num_warps': 4} # TFLOPS: 1.00 time(us): 2.00\n")
     proc = ws.harness("report", "--compare-wo-tuning", "gpu.yaml", check=False)
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "gpu.yaml:2" in lines[0] and "unknown: num_warps" in lines[0]

@@ -22,8 +22,8 @@ from tests.conftest import Workspace, needs
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = REPO / "tests" / "data" / "cpu_fullspace" / "matmul_local_x86_64.csv"
-SPACE = "BLOCK_M: [8, 16, 32]\nBLOCK_N: [8, 16, 32]\nBLOCK_K: [8, 16]\nGROUP_M: [1]\n"
-SPACE_DICT = {"BLOCK_M": [8, 16, 32], "BLOCK_N": [8, 16, 32], "BLOCK_K": [8, 16], "GROUP_M": [1]}
+SPACE = "MR: [1, 2, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n"
+SPACE_DICT = {"MR": [1, 2, 4], "NR": [16, 32], "KC": [64], "MC": [16], "NC": [64], "PACK_B": [1, 0]}
 TARGET = "native-qemu-free"  # this machine, wall-clock timing
 
 
@@ -71,7 +71,7 @@ def expected_asks(shape_text, budget, seed, batch_size):
 
 
 def test_random_search_builds_only_what_it_asks_and_resumes(ws):
-    shape = "32x16x32"  # BLOCK_N 32 is pruned for N = 16 by the kernel's own rule
+    shape = "32x16x32"  # NR 32 is pruned for N = 16 by the kernel's own rule (nr_exceeds_n)
     out = tune(ws, "--shapes", shape, "--strategy", "random", "--budget", "4", "--batch-size", "2", "--seed", "7",
                "--top", "0").stdout
     assert "search: random, 2 rounds" in out
@@ -88,14 +88,14 @@ def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     assert "32x16x32_fp32_NN" in out and "resumed" in out
     table_row = next(l for l in out.splitlines() if l.startswith("│ 32x16x32_fp32_NN") and "budget" in l)
     cells = [c.strip() for c in table_row.strip("│").split("│")]
-    assert cells[1:5] == ["12", "4", "2", "6"]  # feasible, resumed, new, distinct
+    assert cells[1:5] == ["6", "4", "2", "6"]  # feasible, resumed, new, distinct
     measured = [cfg(r) for r in rows(ws)]
     assert measured[:4] == first and len(measured) == 6 and len(set(measured)) == 6
     assert len(artifacts(ws)) == 6
     # exactly what the strategy asks under its seed, round by round; never a pruned config
     asked = [c for batch in expected_asks(shape, 6, 7, 2) for c in batch]
     assert measured == asked
-    assert all(dict(c)["BLOCK_N"] < 32 for c in measured)
+    assert all(dict(c)["NR"] < 32 for c in measured)
     assert all(r["status"] == "ok" and int(r["samples"]) >= 3 for r in rows(ws))
 
 
@@ -204,8 +204,8 @@ def test_bad_tune_options_are_one_line(ws, args, needle):
 
 def test_without_strategy_a_big_space_gets_the_budgeted_default(ws):
     # CPU spaces are small (exhaustive by default); past 1000 configs the default is a budgeted search
-    (ws.path / "big.yaml").write_text("BLOCK_M: [4, 8, 16, 32, 64, 128]\nBLOCK_N: [8, 16, 32, 64, 128, 256]\n"
-                                      "BLOCK_K: [8, 16, 32, 64, 128, 256]\nGROUP_M: [1, 2, 4, 8, 16]\n")
+    (ws.path / "big.yaml").write_text("MR: [1, 2, 4, 6, 8, 12]\nNR: [16, 32, 48, 64]\nKC: [64, 128, 256]\n"
+                                      "MC: [16, 32, 64]\nNC: [64, 128, 256]\nPACK_B: [1, 0]\n")  # 1296 configs
     out = ws.harness("tune", "matmul", "--target", TARGET, "--space", "big.yaml", "--shapes", "40x24x32",
                      "--iters", "2", "--warmup", "1", "--budget", "2", "--top", "0").stdout
     assert "strategy genetic, --budget 2 per shape (the default here" in out and "search: genetic" in out

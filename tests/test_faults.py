@@ -22,8 +22,8 @@ def test_crash_hang_wrong_are_statuses_and_the_rest_is_measured(local_workspace)
     assert by_fault == {"none": {"ok"}, "crash": {"crash"}, "hang": {"timeout"}, "wrong": {"wrong_answer"}}
     assert df[df.cfg_FAULT == "crash"].message.str.contains("SIGSEGV|Segmentation", regex=True).all()
     # every variant on every shape has its row: the faults did not end the run
-    assert len(df) == 2 * 4 * 2  # (BLOCK_M 8, 16) x 4 faults x 2 shapes
-    assert df[df.status == "ok"].shape[0] == 4  # BLOCK_M 8 and 16, two shapes
+    assert len(df) == 2 * 4 * 2  # (MR 1, 2) x 4 faults x 2 shapes
+    assert df[df.status == "ok"].shape[0] == 4  # MR 1 and 2, two shapes
     report = ws.harness("report").stdout
     assert "crash 4" in report and "timeout 4" in report and "wrong_answer 4" in report
 
@@ -35,7 +35,9 @@ def _agent(bundle, results, *extra):
 
 def test_agent_killed_mid_run_resumes_without_redoing_or_losing_rows(local_workspace):
     ws = local_workspace
-    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32,64x64x64,96x64x32")
+    # the workspace's small space (4 configs, 12 jobs): the full packed space is some 200 compiles here
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32,64x64x64,96x64x32", "--space",
+               "space.yaml")
     bundle = ws.path / "build/local/matmul"
     results = ws.path / "results.csv"
     quick = ("--max-time", "0.05")  # this test is about resuming, not timing: short jobs

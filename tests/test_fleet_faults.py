@@ -194,8 +194,11 @@ def test_perf_missing_falls_back_to_wall_clock_and_says_so(local_workspace, tmp_
 
 def test_full_disk_gives_a_clear_error_and_only_whole_rows(local_workspace, tmp_path):
     ws = local_workspace
+    # 24 packed configs x 8 shapes: more rows than the tmpfs holds (the full space is some 200 compiles here)
+    (ws.path / "rows.yaml").write_text("MR: [1, 2, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16, 32]\nNC: [64]\n"
+                                       "PACK_B: [1, 0]\n")
     ws.harness("build", "matmul", "--target", "local", "--shapes",
-               "32x32x32,64x64x64,96x64x32,32x64x32,64x32x32,32x32x64,48x48x48,64x64x32")
+               "32x32x32,64x64x64,96x64x32,32x64x32,64x32x32,32x32x64,48x48x48,64x64x32", "--space", "rows.yaml")
     disk = tmp_path / "tiny"
     disk.mkdir()
     # room for the agent to start (16 KiB: remote_agent/bundlecheck.py), not for every row

@@ -70,7 +70,7 @@ def test_rebuild_compiles_nothing_and_repush_sends_nothing(workspace):
     repush = ws.harness("push", "rv").stdout
     assert "0 files sent" in repush and "in 1 SSH commands" in repush
     # one more config: only its artifacts are compiled and sent
-    (ws.path / "space.yaml").write_text("BLOCK_M: [8, 16, 32]\nBLOCK_N: [16, 32]\nBLOCK_K: [16]\nGROUP_M: [1]\n")
+    (ws.path / "space.yaml").write_text("MR: [1, 2, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n")
     grown = ws.harness("build", "matmul", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml").stdout
     assert "8 cached" in grown and "4 compiled" in grown
     assert "4 files sent, 14 already there" in ws.harness("push", "rv").stdout

@@ -32,7 +32,7 @@ laptop:
     known_hosts: ${HARNESS_LAPTOP_KNOWN_HOSTS:-~/.ssh/known_hosts}
 """
 SHAPES = "32x32x32,48x40x64:fp16"
-SPACE = "BLOCK_M: [8, 16]\nBLOCK_N: [16]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+SPACE = "MR: [1, 2]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 
 
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")

@@ -19,7 +19,7 @@ AVX512_CORES = {"SkylakeX", "Cooperlake", "SapphireRapids"}
 AVX2_CORES = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}
 LIBRARY = re.compile(r"^OpenBLAS (\d+)\.(\d+)\.(\d+)\S*, core (\S+)$")
 # gemv (M or N of 1) in both storage orders of its matrix, and sgemm in every layout
-ONE_CONFIG = "BLOCK_M: [16]\nBLOCK_N: [16]\nBLOCK_K: [16]\nGROUP_M: [1]\n"  # the kernel is not what is tested
+ONE_CONFIG = "MR: [1]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"  # the kernel is not what is tested
 SHAPES = "1x64x48:fp32:NT,1x40x24:fp32:NN,40x1x24:fp32:TN,24x1x40:fp32:NN,33x17x19:fp32:TT,48x40x64:fp32:NT"
 
 

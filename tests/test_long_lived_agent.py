@@ -32,7 +32,7 @@ from remote_agent import serve
 from tests.conftest import REPO
 
 NATIVE = "  arch: native\n  profiler: wallclock\n"
-SPACE = "BLOCK_M: [8, 16, 32]\nBLOCK_N: [8, 16, 32]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+SPACE = "MR: [1, 2, 4]\nNR: [16, 32, 48]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 
 
 def _progress(log: Path) -> list:
@@ -75,7 +75,7 @@ def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace
     assert log.count("serving ") == 2  # started once, restarted once: not once per round
     with open(ws.path / "results/box/matmul/results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    pairs = Counter((tuple(r[c] for c in ("cfg_BLOCK_M", "cfg_BLOCK_N", "cfg_BLOCK_K")), r["shape_id"]) for r in rows)
+    pairs = Counter((tuple(r[c] for c in ("cfg_MR", "cfg_NR", "cfg_KC")), r["shape_id"]) for r in rows)
     assert len(pairs) == 12 and set(pairs.values()) == {1}, pairs  # 6 configs x 2 shapes, each exactly once
     assert {r["status"] for r in rows} == {"ok"}
     assert not serve.serving_pid(str(serve_dir)) or (serve_dir / "stop").exists()
@@ -259,20 +259,20 @@ def test_a_round_compiles_each_config_for_its_own_shapes_only_and_overlapping_ro
     real = CppCompiler.compile
 
     def counted(self, config, shape, timeout):
-        calls.append((config["BLOCK_M"], shape.dtype))
+        calls.append((config["MR"], shape.dtype))
         return real(self, config, shape, timeout)
 
     monkeypatch.setattr(CppCompiler, "compile", counted)
-    a = {"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 16, "GROUP_M": 1}
-    b = dict(a, BLOCK_M=16)
+    a = {"MR": 1, "NR": 16, "KC": 64, "MC": 16, "NC": 64, "PACK_B": 1}
+    b = dict(a, MR=2)
     fp32, fp16 = "32x32x32_fp32_NN", "32x32x32_fp16_NN"
     summary = _cpu_build(tmp_path, [(a, fp32), (b, fp16)])
-    assert sorted(calls) == [(8, "fp32"), (16, "fp16")]  # not a for fp16 nor b for fp32
+    assert sorted(calls) == [(1, "fp32"), (2, "fp16")]  # not a for fp16 nor b for fp32
     assert sorted((j.variant, j.shape) for j in summary.manifest.jobs) == sorted(
         (v.id, s) for v, s in zip(summary.manifest.variants, (fp32, fp16)))
     assert {v.status for v in summary.manifest.variants} == {"ok"}
     calls.clear()
-    c = dict(a, BLOCK_N=16)
+    c = dict(a, NR=32)
     results = [None, None]
     threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _cpu_build(tmp_path, [(c, fp32)])))
                for i in range(2)]
@@ -280,7 +280,7 @@ def test_a_round_compiles_each_config_for_its_own_shapes_only_and_overlapping_ro
         t.start()
     for t in threads:
         t.join(120)
-    assert calls == [(8, "fp32")]  # two rounds built at once wanted c: compiled once
+    assert calls == [(1, "fp32")]  # two rounds built at once wanted c: compiled once
     (va,), (vb,) = results[0].manifest.variants, results[1].manifest.variants
     assert va.status == vb.status == "ok" and va.sha256 == vb.sha256
 
@@ -304,7 +304,7 @@ class DoneOnSubmit:
         return future
 
 build.compile_pool = lambda jobs: DoneOnSubmit()
-summary = _cpu_build(__import__("pathlib").Path(sys.argv[1]), [({"BLOCK_M": 8, "BLOCK_N": 8, "BLOCK_K": 16, "GROUP_M": 1},
+summary = _cpu_build(__import__("pathlib").Path(sys.argv[1]), [({"MR": 1, "NR": 16, "KC": 64, "MC": 16, "NC": 64, "PACK_B": 1},
                                                                "32x32x32_fp32_NN")])
 print(summary.manifest.variants[0].status, len(build._compiling))
 """

@@ -166,8 +166,10 @@ def _cpu_seconds(pid):
 
 def test_a_cpu_hog_on_the_same_core_makes_the_agent_sample_more_and_agree_with_the_quiet_runs(local_workspace):
     ws = local_workspace
-    (ws.path / "one.yaml").write_text("BLOCK_M: [16]\nBLOCK_N: [32]\nBLOCK_K: [16]\nGROUP_M: [1]\n")
-    ws.harness("build", "matmul", "--target", "local", "--shapes", "64x64x64", "--space", "one.yaml")
+    # one packed config on a product of some 60 us a call here (the tile kernel took as long at 64^3): a
+    # call long enough for the hog's bursts to land inside samples
+    (ws.path / "one.yaml").write_text("MR: [4]\nNR: [32]\nKC: [64]\nMC: [64]\nNC: [64]\nPACK_B: [1]\n")
+    ws.harness("build", "matmul", "--target", "local", "--shapes", "128x128x256", "--space", "one.yaml")
     bundle = ws.path / "build/local/matmul"
     cpu = sorted(os.sched_getaffinity(0))[-1]
     opts = ("--max-noise", "0.01", "--max-time", "2", "--iters", "10")  # the minimum decides: the CPU default
@@ -223,7 +225,7 @@ def _stretched_run(bundle, results, stretch_s, interleave):
 
 def test_a_slow_stretch_longer_than_a_job_slows_one_job_alone_but_not_jobs_measured_interleaved(local_workspace):
     ws = local_workspace
-    (ws.path / "four.yaml").write_text("BLOCK_M: [16, 32]\nBLOCK_N: [32, 64]\nBLOCK_K: [32]\nGROUP_M: [1]\n")
+    (ws.path / "four.yaml").write_text("MR: [2, 4]\nNR: [16, 32]\nKC: [128]\nMC: [128]\nNC: [128]\nPACK_B: [1]\n")
     ws.harness("build", "matmul", "--target", "local", "--shapes", "128x128x128", "--space", "four.yaml")
     bundle = ws.path / "build/local/matmul"
 

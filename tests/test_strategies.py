@@ -1,8 +1,11 @@
 """Search strategies, the round driver, the simulator and the noise-aware winner.
 
-Everything replays tests/data/cpu_fullspace/matmul_local_x86_64.csv: the full CPU matmul space
-(250 configs) built and run natively on the development machine for three shapes, one of which
-(64x192x96) has 115 configs pruned by the kernel's own rules.
+Everything replays tests/data/cpu_fullspace/matmul_local_x86_64.csv: the full space (250 configs)
+of the CPU matmul as it was when recorded (the tile loop nest, BLOCK_M / BLOCK_N / BLOCK_K /
+GROUP_M; since replaced by the packed kernel, whose space and rules are its own), built and run
+natively on the development machine for three shapes, one of which (64x192x96) has 115 configs
+pruned by that kernel's rules. The recorded space and rules are kept here (RECORDED_SPACE,
+RECORDED_RULES): the strategies are tested on a real landscape, whatever the kernel is today.
 """
 
 import importlib.util
@@ -13,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.kernels.matmul import CPU_SPACE
-from harness.kernels.matmul.rules import CPU_RULES
+from harness.kernels.gemm_tiles import GROUP_M_USELESS, tile_rules
 from harness.shapes import parse_shape
 from harness.space import expand, first_pruning_rule
 from harness.strategies import (Trial, get_strategy, key, load_history, names, pruning_predicate,
@@ -30,6 +32,12 @@ from remote_agent.results import ResultsWriter
 
 DATA = Path(__file__).resolve().parent / "data" / "cpu_fullspace" / "matmul_local_x86_64.csv"
 PRUNED_SHAPE = "64x192x96_fp32_NN"
+# the CPU matmul's space and rules when the recording was made
+RECORDED_SPACE = {"BLOCK_M": [4, 8, 16, 32, 64], "BLOCK_N": [8, 16, 32, 64, 128], "BLOCK_K": [8, 16, 32, 64, 128],
+                  "GROUP_M": [1, 8]}
+CPU_SPACE = RECORDED_SPACE
+RECORDED_RULES = [*tile_rules(m_floor=4, n_floor=8, k_floor=8), GROUP_M_USELESS]
+CPU_RULES = RECORDED_RULES
 NO_OPTUNA = importlib.util.find_spec("optuna") is None
 ALL = [pytest.param(n, marks=pytest.mark.skipif(NO_OPTUNA, reason="bayes needs optuna"))
        if n == "bayes" else n for n in names()]
@@ -48,8 +56,8 @@ def rec(recordings):
 
 def real_rules_pruned(shape_text):
     """The kernel's own pruning predicate for one shape on the local target, as it stood when the
-    recording was made: today's rules, and K a multiple of BLOCK_K (the C++ kernel masks its K
-    tail since, so that rule is gone; the recording has no rows for those configs)."""
+    recording was made: its rules, and K a multiple of BLOCK_K (the C++ kernel masked its K tail
+    later, so that rule went; the recording has no rows for those configs)."""
     shape, target = parse_shape(shape_text), Target(name="local")
     return lambda cfg: (first_pruning_rule(CPU_RULES, cfg, shape, target) is not None
                         or shape.K % cfg["BLOCK_K"] != 0)
@@ -300,7 +308,7 @@ def test_search_rounds_stop_at_the_time_limit_as_the_driver_does(tmp_path):
                          variant_id="v%d" % i, status="ok", time_ns_median=str(1000.0 + i))
                     for i, (cfg, shape) in enumerate(pairs)]
 
-    space = {"BLOCK_M": [8, 16, 32], "BLOCK_N": [8, 16, 32], "BLOCK_K": [8, 16], "GROUP_M": [1]}
+    space = {"MR": [1, 2, 4], "NR": [16, 32, 48], "KC": [64], "MC": [16], "NC": [64], "PACK_B": [1, 0]}
     session = FakeSession(tmp_path, Target(name="local"), kernels.get("matmul"), [parse_shape("32x32x32")],
                           BuildOptions(), RunOptions())
     (s,) = search(session, space, "random", batch_size=3, time_limit=10.0, clock=lambda: now["t"])
@@ -757,7 +765,7 @@ def test_a_listed_round_writes_the_order_the_agent_measures_in_with_the_library_
     shape = parse_shape("32x32x32")
     session = Session(tmp_path, Target(name="local"), kernels.get("matmul"), [shape], BuildOptions(progress=False),
                       RunOptions(), library=True, quiet=True)
-    a, b = ({"BLOCK_M": m, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1} for m in (8, 16))
+    a, b = ({"MR": m, "NR": 16, "KC": 64, "MC": 16, "NC": 64, "PACK_B": 1} for m in (1, 2))
     _, manifest = session._prepare([(b, shape), (None, shape), (a, shape)], (), listed=True)
     variant = {key(v.config): v.id for v in manifest.variants if v.config}
     order = manifest.order[shape.id]

@@ -10,7 +10,7 @@ from harness.strategies.halving import Halving
 from tests.conftest import Workspace
 
 TARGET = "native-qemu-free"  # this machine, wall-clock timing
-SPACE = "BLOCK_M: [8, 16, 32]\nBLOCK_N: [8, 16]\nBLOCK_K: [8]\nGROUP_M: [1]\n"
+SPACE = "MR: [1, 2, 4]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n"
 
 MINE = '''
 """A strategy of my own: the space backwards, each proposal written to a file."""
@@ -68,10 +68,10 @@ def test_a_strategy_from_a_folder_of_its_own_runs_a_tune_with_its_options(ws):
                "--budget", "3", "--batch-size", "2", "--no-warm-start").stdout
     assert "search: mine" in out
     proposed = [json.loads(line) for line in log.read_text().splitlines()]
-    # the 6 configs backwards, every second one: BLOCK_M 32, 16, 8 with BLOCK_N 16; budget 3
-    assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in proposed] == [(32, 16), (16, 16), (8, 16)]
+    # the 6 configs backwards, every second one: MR 4, 2, 1 with PACK_B 0; budget 3
+    assert [(c["MR"], c["PACK_B"]) for c in proposed] == [(4, 0), (2, 0), (1, 0)]
     assert sorted(map(json.dumps, measured_configs(ws))) == sorted(
-        json.dumps({k: c[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}) for c in proposed)
+        json.dumps({k: c[k] for k in ("MR", "NR", "KC", "MC", "NC", "PACK_B")}) for c in proposed)
 
 
 def test_help_lists_every_strategy_and_its_options_those_from_the_folder_included(ws):

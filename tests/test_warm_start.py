@@ -56,9 +56,11 @@ def matches(cfg, want):
 def test_default_is_a_budgeted_search_on_gpus_and_exhaustive_on_small_cpu_spaces():
     assert default_for(H200, MATMUL.space_for(H200)) == ("genetic", DEFAULT_BUDGET)
     assert default_for(MI300, MATMUL.space_for(MI300)) == ("genetic", DEFAULT_BUDGET)
-    assert len(MATMUL.space_for(CPU)) and default_for(CPU, MATMUL.space_for(CPU)) == ("exhaustive", None)
-    big_cpu = dict(MATMUL.space_for(CPU), UNROLL=list(range(8)))  # 2000 configs
-    assert default_for(CPU, big_cpu) == ("genetic", DEFAULT_BUDGET)
+    # the packed CPU matmul's space (MR x NR x KC x MC x NC x PACK_B) is over 1000 configs: budgeted too
+    assert default_for(CPU, MATMUL.space_for(CPU)) == ("genetic", DEFAULT_BUDGET)
+    small_cpu = {"MR": [1, 2, 4, 6], "NR": [16, 32], "KC": [64, 128, 256], "MC": [16, 64], "NC": [256, 1024],
+                 "PACK_B": [1, 0]}  # 384 configs
+    assert default_for(CPU, small_cpu) == ("exhaustive", None)
 
 
 def test_first_round_of_a_big_shape_holds_the_persistent_tma_tile(tmp_path):
@@ -119,7 +121,9 @@ def test_seeds_respect_the_target():
             assert first_pruning_rule(MATMUL.rules_for(MI300), cfg, shape, MI300) is None
         cuda = MATMUL.seed_configs(shape, H200)
         assert cuda and all(first_pruning_rule(MATMUL.rules_for(H200), c, shape, H200) is None for c in cuda)
-        assert MATMUL.seed_configs(shape, CPU) == []
+        cpu = MATMUL.seed_configs(shape, CPU)  # the packed CPU kernel's register tiles, in its own space
+        assert cpu and all(set(c) == set(MATMUL.space_for(CPU)) for c in cpu)
+        assert all(first_pruning_rule(MATMUL.rules_for(CPU), c, shape, CPU) is None for c in cpu)
     # split-K seeds split the long K of a small output; skinny ones swap A and B
     assert any(c["SPLIT_K"] > 1 for c in MATMUL.seed_configs(shapes[2], H200))
     assert all(c["SWAP_AB"] or c["BLOCK_M"] <= 64 for c in MATMUL.seed_configs(shapes[1], H200))
@@ -156,7 +160,7 @@ def test_cpu_search_seeds_only_cpu_configs_from_its_own_tuned_file(tmp_path):
     space = MATMUL.space_for(CPU)
     tuned = tmp_path / "tuned" / CPU.name
     tuned.mkdir(parents=True)
-    good = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1}
+    good = {"MR": 4, "NR": 32, "KC": 128, "MC": 64, "NC": 128, "PACK_B": 1}
     gpu_cfg = {p: v[0] for p, v in MATMUL.space_for(H200).items()}
     (tuned / "matmul.json").write_text(json.dumps({"best": [
         {"M": 64, "N": 64, "K": 64, "dtype": "fp32", "layout": "NN", "config": gpu_cfg},

@@ -75,5 +75,23 @@ def targets_check(name: str = typer.Argument(..., help="target to check"), targe
             perf["version"], "runs" if perf["runs"] else "does not run",
             ", ".join(perf["events_supported"]) or "-", ", ".join(perf["events_unsupported"]) or "-"))
     ui.out.print("GPUs: %s" % (", ".join(g["info"] for g in facts["gpus"]) or "none"))
+    _keep_caches(tgt, facts.get("caches") or {})
     if tgt.resolved_arch != facts["arch"] and not tgt.run_under:
         ui.out.print("[yellow]warning: target says %s but the machine is %s[/]" % (tgt.resolved_arch, facts["arch"]))
+
+
+def _keep_caches(tgt, caches: dict) -> None:
+    """Print the probed cache sizes and keep them with the target's facts: the CPU kernels' rules
+    prune cache blocks by them (harness/cpu_facts.py)."""
+    from .. import state
+    from ..cpu_facts import CACHE_FACT, DEFAULT_L1D, DEFAULT_L2
+
+    if tgt.is_gpu:
+        return
+    if caches.get("l1d") and caches.get("l2"):
+        state.remember(common.ROOT, tgt.name, **{CACHE_FACT: caches})
+        ui.out.print("caches: L1d %d KiB, L2 %d KiB%s (kept for the CPU kernels' cache-block rules)" % (
+            caches["l1d"] // 1024, caches["l2"] // 1024, ", L3 %d KiB" % (caches["l3"] // 1024) if caches.get("l3") else ""))
+    else:
+        ui.out.print("caches: not reported by the machine; the CPU kernels' rules assume L1d %d KiB and L2 %d KiB"
+                     % (DEFAULT_L1D // 1024, DEFAULT_L2 // 1024))

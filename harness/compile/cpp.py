@@ -113,9 +113,12 @@ class CppCompiler:
         return "%s/%s" % (t.parent.name, t.name)
 
     def render_kernel(self, config: dict, dtype: str) -> str:
+        from ..cpu_facts import vector_isa
+
         text = ", ".join("%s=%s" % kv for kv in sorted(config.items()))
+        isa = vector_isa(self.target)  # the vector width and registers the template unrolls for
         return self.env.get_template(self._kernel_template_name()).render(
-            entry=self.kernel.entry, dtype=dtype, config_text=text, **config)
+            entry=self.kernel.entry, dtype=dtype, config_text=text, isa=isa, threads=self.target.threads, **config)
 
     def render_support(self, shape) -> dict:
         params = [{"ctype": c, "name": n} for c, n in self.kernel.cpu_params(shape)]

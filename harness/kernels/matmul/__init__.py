@@ -17,12 +17,20 @@ from . import descriptors, rules, seeds
 
 ELEM_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
+# The packed CPU GEMM (templates/cpu/matmul_kernel.cpp.j2): the MR x NR register micro-tile (NR in fp32
+# elements, a multiple of the target's vector lanes), the KC / MC / NC cache blocks, and whether B is
+# read in place (PACK_B 0) or packed. The rules (rules.py) prune by the ISA's vector registers and the
+# core's L1d / L2 (harness/cpu_facts.py).
 CPU_SPACE = {
-    "BLOCK_M": [4, 8, 16, 32, 64],
-    "BLOCK_N": [8, 16, 32, 64, 128],
-    "BLOCK_K": [8, 16, 32, 64, 128],
-    "GROUP_M": [1, 8],
+    "MR": [1, 2, 4, 6, 8, 12, 14, 16],
+    "NR": [4, 8, 12, 16, 24, 32, 48, 64, 128, 256],  # 128, 256: one row of A (decode), B streamed
+    "KC": [64, 128, 256, 384, 512],
+    "MC": [16, 32, 64, 128, 256, 512],
+    "NC": [64, 128, 256, 512, 1024, 2048, 4096],
+    "PACK_B": [1, 0],
 }
+# the library build (lib:reference) of CPU targets: a register tile that fits every ISA's registers
+CPU_REFERENCE = {"MR": 4, "NR": 16, "KC": 256, "MC": 64, "NC": 1024, "PACK_B": 1}
 
 GPU_SPACE = {
     "BLOCK_M": [16, 32, 64, 128, 256],
@@ -118,7 +126,24 @@ def bytes_moved(shape) -> int:
     return e * (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N)
 
 
+def cpu_blocks(config: dict) -> tuple:
+    """(MC, NC) as the CPU template uses them: multiples of MR and NR, at least one micro-tile."""
+    mr, nr = config["MR"], config["NR"]
+    return max(config["MC"] // mr, 1) * mr, max(config["NC"] // nr, 1) * nr
+
+
+def cpu_grid(config: dict, shape, target=None) -> tuple:
+    """The packed CPU GEMM: one program per NC columns of C; with threads > 1 the MC blocks of M are
+    shared among up to ``threads`` programs per column block too (the launcher's OpenMP loop)."""
+    mc, nc = cpu_blocks(config)
+    threads = getattr(target, "threads", 1) or 1
+    split_m = min(threads, gemm_tiles.cdiv(shape.M, mc)) if threads > 1 else 1
+    return (gemm_tiles.cdiv(shape.N, nc), max(split_m, 1), 1)
+
+
 def grid(config: dict, shape, target=None) -> tuple:
+    if "NC" in config:
+        return cpu_grid(config, shape, target)
     if config.get("STREAM_K"):  # every multiprocessor, also where there are fewer tiles: they share K steps
         return (target.multiprocessors, 1, 1)
     if config.get("PERSISTENT"):  # one program per multiprocessor walks the tiles (rules: the target has the count)
@@ -151,4 +176,5 @@ KERNEL = Kernel(
     other_source=lambda config: GLUON_SOURCE if descriptors.warp_specialized(config) else None,
     tensor_descriptors=descriptors.tensor_descriptors,
     seed_configs=seeds.seed_configs,
+    reference_config=lambda target: None if target.is_gpu else dict(CPU_REFERENCE),
 )

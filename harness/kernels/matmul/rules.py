@@ -5,12 +5,75 @@ from __future__ import annotations
 from remote_agent.contract import DTYPE_BYTES
 
 from ...space import Rule
-from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, shared_memory,
-                          split_k_rules, tile_rules, tiles)
+from ...cpu_facts import cache_sizes, vector_isa
+from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, TMA_NEEDS_SM90, cdiv, multiprocessors, pow2_at_least,
+                          shared_memory, split_k_rules, tile_rules, tiles)
 from .descriptors import tensor_descriptors, warp_specialized, wide_tile
 from .stream_k import pieces_per_tile
 
 ELEM_BITS = {"fp32": 32, "fp16": 16, "bf16": 16}
+
+
+def _lanes(t) -> int:
+    return vector_isa(t).lanes(4)  # fp32 lanes: the micro-kernel computes in fp32 whatever the inputs
+
+
+def _nr_off_vectors(c, s, t):
+    return c["NR"] % _lanes(t) != 0
+
+
+def vector_registers_needed(mr: int, nv: int) -> int:
+    """Vector registers of an MR x NV-vector micro-tile: the accumulators, one broadcast of A and the NV
+    vectors of B that every row reuses; a single row uses each B vector once, so two registers take
+    B's loads in turn (x86 folds them into the FMA)."""
+    return mr * nv + 1 + (nv if mr > 1 else 1)
+
+
+def _registers_exceeded(c, s, t):
+    isa = vector_isa(t)
+    return vector_registers_needed(c["MR"], c["NR"] // isa.lanes(4)) > isa.registers
+
+
+def _over_dim(param: str, dim: str, floor: int):
+    # a block past the next power of two of its dimension repeats a smaller block of the space
+    return lambda c, s, t: c[param] > max(floor, pow2_at_least(getattr(s, dim)))
+
+
+def _b_panel_over_l1(c, s, t):
+    # the KC x NR micro-panel of B is reused by every MR-row micro-kernel of an MC block, from L1 where it
+    # fits; a panel somewhat over L1 still streams well from L2 (KC 256 x NR 64, 64 KiB, ran fastest on a
+    # 48 KiB L1d at 128^3 to 384^3), one over twice L1d is not tried
+    # (M within one MR tile: no reuse, no rule)
+    return s.M > c["MR"] and c["KC"] * c["NR"] * 4 > 2 * cache_sizes(t).l1d
+
+
+def _a_block_over_l2(c, s, t):
+    # the packed MC x KC block of A is reread for every NR columns of the NC block from L2
+    return c["MC"] * c["KC"] * 4 > cache_sizes(t).l2
+
+
+def _pack_b_moot(c, s, t):
+    # B is read in place only as fp32 with unit column stride (layout ?N): else PACK_B 0 repeats 1
+    return not c["PACK_B"] and (s.dtype != "fp32" or s.layout[1] != "N")
+
+
+PACKED_RULES = [
+    Rule("nr_off_vectors", "NR is not a multiple of the target's fp32 vector lanes", _nr_off_vectors),
+    Rule("registers_exceeded", "MR x NR/lanes accumulators, NR/lanes vectors of B (two for one row) and a broadcast "
+         "of A need more vector registers than the ISA has", _registers_exceeded),
+    Rule("mr_exceeds_m", "MR larger than the next power of two of M", _over_dim("MR", "M", 1)),
+    Rule("nr_exceeds_n", "NR larger than the next power of two of N (and than 16)", _over_dim("NR", "N", 16)),
+    Rule("kc_exceeds_k", "KC larger than the next power of two of K (and than 64)", _over_dim("KC", "K", 64)),
+    Rule("mc_exceeds_m", "MC larger than the next power of two of M (and than 16)", _over_dim("MC", "M", 16)),
+    Rule("nc_exceeds_n", "NC larger than the next power of two of N (and than 64)", _over_dim("NC", "N", 64)),
+    Rule("mc_under_mr", "MC smaller than MR", lambda c, s, t: c["MC"] < c["MR"]),
+    Rule("nc_under_nr", "NC smaller than NR", lambda c, s, t: c["NC"] < c["NR"]),
+    Rule("b_panel_over_l1", "the KC x NR fp32 micro-panel of B exceeds twice the core's L1 data cache",
+         _b_panel_over_l1),
+    Rule("a_block_over_l2", "the MC x KC fp32 block of A exceeds the core's L2 cache", _a_block_over_l2),
+    Rule("pack_b_moot", "PACK_B 0 where B cannot be read in place (not fp32, or B transposed): it repeats PACK_B 1",
+         _pack_b_moot),
+]
 
 
 def _narrower_than_vector(c, s, t):
@@ -20,13 +83,22 @@ def _narrower_than_vector(c, s, t):
     return vlen > 0 and c["BLOCK_N"] * bits < vlen and s.N * bits >= vlen
 
 
-CPU_RULES = [
+# Triton-CPU matmuls (--frontend triton-cpu, --from-ir) are tiles of BLOCK_M x BLOCK_N x BLOCK_K
+TILE_RULES = [
     *tile_rules(m_floor=4, n_floor=8, k_floor=8),
     Rule("narrower_than_vector", "a row of the tile (BLOCK_N elements) is narrower than one vector register (VLEN), "
-         "and N is not",
-         _narrower_than_vector),
+         "and N is not", _narrower_than_vector),
     GROUP_M_USELESS,
 ]
+
+
+def _for_configs_with(key: str, rule: Rule) -> Rule:
+    """``rule`` judging only the configs that have ``key`` (the other family's rules let them pass)."""
+    return Rule(rule.name, rule.why, lambda c, s, t: key in c and rule.prunes(c, s, t))
+
+
+# the C++ template's packed GEMM (MR, NR, ...) and Triton-CPU's tiles (BLOCK_M, ...), each by its own rules
+CPU_RULES = [_for_configs_with("MR", r) for r in PACKED_RULES] + [_for_configs_with("BLOCK_M", r) for r in TILE_RULES]
 
 
 def _tma_rows_unaligned(c, s, t):

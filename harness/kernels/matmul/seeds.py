@@ -64,6 +64,7 @@ from remote_agent.contract import DTYPE_BYTES
 
 from .. import gemm_tiles
 from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+from .rules import vector_registers_needed
 from .stream_k import steps_saved
 
 DEEPEST = "deepest"  # num_stages of a seed: as many stages as the target's shared memory holds (deepest())
@@ -283,7 +284,7 @@ def seed_configs(shape, target) -> List[dict]:
     from . import KERNEL
 
     if not target.is_gpu:
-        return []
+        return complete_seeds(cpu_seeds(shape, target), KERNEL, shape, target)
     multiprocessors = gemm_tiles.multiprocessors(target)
     seeds = _rule_seeds(shape, target, multiprocessors)
     if target.backend == "cuda" and shape.M > 64:
@@ -291,3 +292,53 @@ def seed_configs(shape, target) -> List[dict]:
                  + _split_wave_seeds(shape, multiprocessors) + _warp_specialized_seeds(shape, multiprocessors))
     most = max(KERNEL.space_for(target)["num_stages"])
     return complete_seeds([deepest(s, shape, target, most) for s in seeds], KERNEL, shape, target)
+
+
+def register_tiles(isa) -> List[tuple]:
+    """(MR, NR) micro-tiles that fill the ISA's vector registers: MR x NR/lanes accumulators, NR/lanes
+    vectors of B and one broadcast, widest rows of C first (fewest broadcasts per FMA), then the
+    tallest tiles for each narrower width."""
+    from . import CPU_SPACE
+
+    lanes, out = isa.lanes(4), []
+    for nv in (4, 3, 2, 1):
+        if nv * lanes not in CPU_SPACE["NR"]:
+            continue
+        fits = [mr for mr in CPU_SPACE["MR"] if mr > 1 and vector_registers_needed(mr, nv) <= isa.registers]
+        if fits:
+            out.append((max(fits), nv * lanes))
+    return out
+
+
+def _block(values, want: int, dim: int, floor: int) -> int:
+    """The space's value for a cache block of ``want`` on a dimension of ``dim``: the smallest that
+    covers the dimension where that is less (the rules prune larger ones as repeats)."""
+    cap = max(floor, gemm_tiles.pow2_at_least(dim))
+    return min((v for v in values if v >= min(want, cap)), default=max(values))
+
+
+def cpu_seeds(shape, target) -> List[dict]:
+    """The packed CPU GEMM's rules of thumb: each register tile that fills the ISA's registers with
+    cache blocks after BLIS (KC 256, MC 128, NC 1024, or less on smaller dimensions), B read in
+    place for few rows of A (decode: packing B costs as much as the product there); for few rows
+    also the tile as tall as M (next value of the space), as wide as the registers allow, with
+    longer KC and NC."""
+    from ...cpu_facts import vector_isa
+    from . import CPU_SPACE
+
+    isa = vector_isa(target)
+    small_m = shape.M <= 16
+
+    def cfg(mr, nr, kc, mc, nc, pb):
+        return {"MR": mr, "NR": nr, "KC": _block(CPU_SPACE["KC"], kc, shape.K, 64),
+                "MC": _block(CPU_SPACE["MC"], mc, shape.M, 16), "NC": _block(CPU_SPACE["NC"], nc, shape.N, 64),
+                "PACK_B": pb}
+
+    seeds = [cfg(mr, nr, 256, 128, 1024, pb) for mr, nr in register_tiles(isa) for pb in ((0, 1) if small_m else (1, 0))]
+    if small_m:
+        mr = min((v for v in CPU_SPACE["MR"] if v >= shape.M), default=max(CPU_SPACE["MR"]))
+        widths = [nr for nr in CPU_SPACE["NR"] if nr % isa.lanes(4) == 0
+                  and vector_registers_needed(mr, nr // isa.lanes(4)) <= isa.registers]
+        for nr in sorted(widths, reverse=True)[:2]:  # the widest rows of C the registers hold
+            seeds += [cfg(mr, nr, kc, 16, nc, 0) for kc in (64, 256) for nc in (1024, 4096)]
+    return seeds

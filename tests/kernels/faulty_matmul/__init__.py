@@ -10,7 +10,7 @@ KERNEL = dataclasses.replace(
     MATMUL,
     name="faulty_matmul",
     description=__doc__.splitlines()[0],
-    cpu_space={"BLOCK_M": [8, 16], "BLOCK_N": [16], "BLOCK_K": [16], "GROUP_M": [1],
+    cpu_space={"MR": [1, 2], "NR": [16], "KC": [64], "MC": [16], "NC": [64], "PACK_B": [1],
                "FAULT": ["none", "crash", "hang", "wrong"]},
     cpu_template=Path(__file__).parent / "templates" / "cpu" / "faulty_kernel.cpp.j2",
 )

@@ -7,8 +7,8 @@ from harness.kernels.matmul import KERNEL as MATMUL
 from harness.space import Rule
 
 RULES = [
-    Rule("tile_m_over_m", "BLOCK_M larger than M", lambda c, s, t: c["BLOCK_M"] > s.M),
-    Rule("k_not_multiple", "K is not a multiple of BLOCK_K", lambda c, s, t: s.K % c["BLOCK_K"] != 0),
+    Rule("mr_over_m", "MR larger than M", lambda c, s, t: c["MR"] > s.M),
+    Rule("k_not_multiple", "K is not a multiple of KC", lambda c, s, t: s.K % c["KC"] != 0),
 ]
 
 KERNEL = dataclasses.replace(MATMUL, name="pruned_matmul", description=__doc__.splitlines()[0], cpu_rules=RULES)

@@ -1,0 +1,156 @@
+"""The packed, register-blocked CPU matmul (templates/cpu/matmul_kernel.cpp.j2): right answers for
+ragged shapes, every dtype and layout, on the emulated RVV and aarch64 boards (qemu over the
+loopback sshd) and natively; the vector FMA of the ISA in the kernel function's disassembly; the
+rules that prune by vector registers and cache sizes; the ISA and caches taken from the target."""
+
+import json
+import re
+import subprocess
+
+import pandas as pd
+import pytest
+
+from harness.compile.disasm import objdump_for
+from harness.cpu_facts import cache_sizes, vector_isa
+from harness.kernels import get
+from harness.shapes import make_shape
+from harness.space import expand, first_pruning_rule
+from harness.targets import Target
+from tests.conftest import needs
+
+# M, N and K off every block and micro-tile, one-element and one-row products, the four layouts,
+# fp16 and bf16 inputs (packed to fp32)
+RAGGED = "37x51x29,1x1x1,7x13x1000,24x40x56:fp16,33x70x129:bf16:TN,64x64x64:fp32:NT,5x200x300:fp32:TT"
+SPACE = "MR: [1, 6]\nNR: [8, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n"
+FMA = {"riscv64": re.compile(r"\bvfmacc\.v[vf]\b"), "aarch64": re.compile(r"\bfmla\s+v\d+\.4s"),
+       "x86_64": re.compile(r"\bvfmadd\d+ps\s+.*%?[yz]mm")}
+
+
+def kernel_disassembly(elf, arch: str) -> str:
+    """``objdump -d`` of the kernel function alone (llvm-objdump with the vector extensions where
+    the harness has it, else the binutils of the arch)."""
+    cmd = objdump_for(arch)
+    symbol = ["--disassemble-symbols=matmul_kernel"] if "llvm" in cmd[0] else ["--disassemble=matmul_kernel"]
+    return subprocess.run(cmd + symbol + [str(elf)], capture_output=True, text=True, check=True).stdout
+
+
+def check_board_results(ws, target: str, arch: str):
+    df = pd.read_csv(ws.path / "results" / target / "matmul" / "results.csv")
+    assert set(df.status) <= {"ok", "pruned"}, df[df.status != "ok"][["shape_id", "status", "message"]]
+    ok = df[df.status == "ok"]
+    assert set(ok.shape_id) == {"37x51x29_fp32_NN", "1x1x1_fp32_NN", "7x13x1000_fp32_NN", "24x40x56_fp16_NN",
+                                "33x70x129_bf16_TN", "64x64x64_fp32_NT", "5x200x300_fp32_TT"}
+    for dtype, tol in (("fp32", 1e-5), ("fp16", 1e-2), ("bf16", 1e-2)):
+        assert (ok[ok.dtype == dtype].rel_err < tol).all(), ok[ok.dtype == dtype][["shape_id", "rel_err"]]
+    assert (ok.err_ratio == 0).all()
+    assert set(ok.cfg_PACK_B) == {0, 1}  # B read in place and packed both ran
+    manifest = json.loads((ws.path / "build" / target / "matmul" / "manifest.json").read_text())
+    elves = [ws.path / "build" / target / "matmul" / v["artifact"] for v in manifest["variants"] if v.get("artifact")]
+    assert elves
+    for elf in elves:
+        text = kernel_disassembly(elf, arch)
+        assert "<matmul_kernel>" in text
+        assert FMA[arch].search(text), "no vector FMA in %s" % elf.name
+    return manifest
+
+
+@needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
+def test_ragged_shapes_on_an_rvv_board(workspace):
+    ws = workspace
+    (ws.path / "space.yaml").write_text(SPACE)
+    ws.harness("build", "matmul", "--target", "rv", "--shapes", RAGGED, "--space", "space.yaml")
+    ws.harness("push", "rv")
+    ws.harness("run", "--remote", "rv", "--iters", "2")
+    ws.harness("report")  # brings the results home
+    manifest = check_board_results(ws, "rv", "riscv64")
+    assert manifest["target"]["vlen"] == 256
+    src = next((ws.path / "build" / "rv" / "matmul" / "src").glob("*.cpp")).read_text()
+    assert "#define VB 32" in src  # 256-bit vectors: the target's VLEN, not a guess
+
+
+@needs("qemu-aarch64", "clang", "aarch64-linux-gnu-ld")
+def test_ragged_shapes_on_an_aarch64_board(workspace):
+    ws = workspace
+    (ws.path / "space.yaml").write_text(SPACE)
+    ws.harness("build", "matmul", "--target", "arm", "--shapes", RAGGED, "--space", "space.yaml")
+    ws.harness("push", "arm")
+    ws.harness("run", "--remote", "arm", "--iters", "2")
+    ws.harness("report")
+    check_board_results(ws, "arm", "aarch64")
+
+
+def test_ragged_shapes_natively_on_two_threads(local_workspace):
+    # threads: 2 shares the MC blocks of M among the programs (grid y) as well as the NC blocks
+    ws = local_workspace
+    (ws.path / "targets.yaml").write_text(ws.targets_yaml() + "two:\n  arch: native\n  threads: 2\n"
+                                          "  profiler: wallclock\n")
+    (ws.path / "space.yaml").write_text("MR: [1, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n")
+    ws.harness("build", "matmul", "--target", "two", "--shapes", RAGGED + ",70x129x33", "--space", "space.yaml")
+    ws.harness("run", "--target", "two", "--iters", "2")
+    df = pd.read_csv(ws.path / "results" / "two" / "matmul" / "results.csv")
+    assert set(df.status) <= {"ok", "pruned"}
+    ok = df[df.status == "ok"]
+    assert len(set(ok.shape_id)) == 8
+    assert (ok[ok.dtype == "fp32"].rel_err < 1e-5).all() and (ok.err_ratio == 0).all()
+    grids = {(j["shape"], tuple(j["grid"])) for j in json.loads(
+        (ws.path / "build" / "two" / "matmul" / "manifest.json").read_text())["jobs"]}
+    assert ("70x129x33_fp32_NN", (3, 2, 1)) in grids  # 129 columns in NC 64 blocks, 70 rows in two shares
+    import platform
+    if platform.machine() == "x86_64":
+        elf = next((ws.path / "build" / "two" / "matmul" / "artifacts").glob("*.elf"))
+        assert FMA["x86_64"].search(kernel_disassembly(elf, "x86_64"))
+
+
+def _target(**kw) -> Target:
+    return Target(name=kw.pop("name", "t"), **kw)
+
+
+def test_registers_and_caches_prune_the_space(tmp_path):
+    kernel = get("matmul")
+    rules = kernel.rules_for(_target(arch="riscv64", march="rv64gcv", vlen=256))
+    shape = make_shape(512, 512, 2048)
+
+    def why(cfg, target):
+        rule = first_pruning_rule(kernel.rules_for(target), dict(dict(MR=6, NR=32, KC=256, MC=128, NC=512,
+                                                                      PACK_B=1), **cfg), shape, target)
+        return rule.name if rule else None
+
+    rv256 = _target(name="rv256", arch="riscv64", toolchain="clang", march="rv64gcv", vlen=256)
+    rv128 = _target(name="rv128", arch="riscv64", toolchain="clang", march="rv64gcv", vlen=128)
+    assert vector_isa(rv256).vector_bytes == 32 and vector_isa(rv128).vector_bytes == 16
+    assert why({}, rv256) is None  # 6 x 4 accumulators + 4 of B + 1 = 29 of 32
+    assert why({"MR": 8}, rv256) == "registers_exceeded"  # 8 x 4 + 5 = 37
+    assert why({"MR": 6}, rv128) == "registers_exceeded"  # 32 columns are 8 vectors of 128 bits
+    assert why({"NR": 12}, rv256) == "nr_off_vectors"
+    arm = _target(name="arm", arch="aarch64", toolchain="clang")
+    assert vector_isa(arm).name == "neon"
+    assert why({"MR": 6, "NR": 16}, arm) is None and why({"MR": 8, "NR": 16}, arm) == "registers_exceeded"
+    # caches: the defaults (32 KiB L1d, 512 KiB L2) where nothing was probed, else the probed sizes
+    assert cache_sizes(rv256, tmp_path).source == "default"
+    assert why({"MR": 4, "NR": 32, "KC": 512}, rv256) is None  # 64 KiB panel: twice L1d
+    assert why({"MR": 4, "NR": 64, "KC": 512}, _target(name="rvx", arch="riscv64", toolchain="clang",
+                                                       march="rv64gcv", vlen=512)) == "b_panel_over_l1"
+    assert why({"MC": 512, "KC": 512}, rv256) == "a_block_over_l2"  # 1 MiB of A over a 512 KiB L2
+    from harness import state
+    state.remember(tmp_path, "rv256", cpu_caches={"l1d": 65536, "l2": 4 << 20})
+    assert cache_sizes(rv256, tmp_path).l2 == 4 << 20
+    # shapes: blocks past the next power of two of their dimension repeat smaller ones
+    small = make_shape(3, 20, 100)
+    kept = [c for c in expand(kernel.space_for(rv256)) if first_pruning_rule(rules, c, small, rv256) is None]
+    assert kept and {c["MR"] for c in kept} == {1, 2, 4} and {c["KC"] for c in kept} == {64, 128}
+    assert {c["NC"] for c in kept} == {64} and {c["MC"] for c in kept} == {16}
+    assert all(first_pruning_rule(rules, dict(c, PACK_B=0), make_shape(3, 20, 100, "bf16"), rv256) is not None
+               for c in kept)  # bf16 B is always packed (converted to fp32)
+
+
+def test_seeds_fill_the_registers_of_each_isa():
+    kernel = get("matmul")
+    for target, tiles in ((_target(name="rvs", arch="riscv64", toolchain="clang", march="rv64gcv", vlen=256),
+                           {(6, 32), (8, 24), (14, 16), (16, 8)}),
+                          (_target(name="arms", arch="aarch64", toolchain="clang"), {(6, 16), (8, 12), (14, 8), (16, 4)}),
+                          (_target(name="avx2", arch="x86_64", toolchain="gcc", march="x86-64-v3"),
+                           {(2, 32), (4, 24), (6, 16), (14, 8)})):
+        seeds = kernel.seed_configs(make_shape(256, 512, 2048), target)
+        assert {(c["MR"], c["NR"]) for c in seeds} == tiles, target.name
+        decode = kernel.seed_configs(make_shape(1, 4096, 4096), target)
+        assert decode and all(c["MR"] == 1 and c["PACK_B"] == 0 for c in decode)
