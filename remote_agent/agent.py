@@ -79,6 +79,8 @@ class Agent:
         ``skip``: job keys already measured (default: every row of the file, or none with --all)."""
         m = self.manifest
         runner = runner or make_runner(self.bundle, m, self.options, self.log)
+        if hasattr(runner, "seed_leaders"):  # racing: each shape's best so far in this results file
+            runner.seed_leaders(self.results_path)
         header = contract.results_header(m["config_names"], self._counter_names(runner), problem_dims(m))
         try:
             writer = ResultsWriter(self.results_path, header)
