@@ -183,7 +183,9 @@ def tune(args: TuneArgs):
             fetched = 0 if aside else session.sync()
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
-            reused = reuse.reused_rows(session.rows(), [sh.id for sh in shape_list])
+            skip_rows = remeasure_rows(session.results_path)
+            reused = reuse.reused_rows([r for i, r in enumerate(session.rows()) if i not in skip_rows],
+                                       [sh.id for sh in shape_list])
             if reused:
                 ui.out.print("reusing %d measurements already in %s (same artifacts' configs, machine and timing "
                              "options; --fresh measures anew)" % (reused, session.results_path))
@@ -313,12 +315,18 @@ def _effort_search(level, tgt, space, default_for) -> tuple:
 
     if level.strategy == "exhaustive":
         return "exhaustive", None
+    size = 1
+    for values in space.values():
+        size *= len(values)
+    budget = efforts.budget_for(level, tgt.is_gpu)
+    if budget is not None and size <= budget:  # a space no bigger than the budget: every config, once
+        return "exhaustive", None
     strategy, _ = default_for(tgt, space)
     if strategy == "exhaustive":  # a CPU board's small space: the search GPU targets use
         from ..strategies import DEFAULT_SEARCH
 
         strategy = DEFAULT_SEARCH
-    return level.strategy or strategy, efforts.budget_for(level, tgt.is_gpu)
+    return level.strategy or strategy, budget
 
 
 def _say_plan(tgt, kern, args, space, shape_list, reused=0) -> int:
