@@ -148,7 +148,7 @@ def tune(args: TuneArgs):
         with clock("build"):
             build(BuildArgs(kernel=args.kernel, target=args.target, shapes=args.shapes, shapes_file=args.shapes_file,
                             shapes_format=args.shapes_format, thr=args.thr, space=args.space, jobs=args.jobs,
-                            compile_timeout=args.compile_timeout, library=args.library,
+                            compile_timeout=args.compile_timeout, library=args.library, effort="full",
                             targets_file=args.targets_file))
         if tgt.is_remote:
             with clock("push"):

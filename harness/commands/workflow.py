@@ -57,6 +57,7 @@ def build(
     thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's measured time x calls (hipBLASLt's rule, where the log has us: per line), else of its FLOPs x calls"),
     summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: the reference build lib:reference; GPU: torch.matmul on the node, lib:torch.matmul)"),
+    effort: str = typer.Option("default", "--effort", help="GPU targets: quick and default build, for each shape, the warm start's configs and configs drawn from its pruned space up to the level's budget (32, 96); full builds the whole space. CPU boards' small spaces are built whole at every level"),
     targets_file: Optional[str] = TargetsOpt,
 ):
     """Generate the search space, prune it per shape, compile every variant in parallel and
@@ -66,7 +67,7 @@ def build(
     which. A second build compiles only what changed (artifacts are content-addressed)."""
     from ..api.build import BuildArgs, build as run_build
 
-    return run_build(BuildArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, dtype=dtype, space=space, jobs=jobs, compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir, thr=thr, summary_csv=summary_csv, library=library, targets_file=targets_file_of(targets_file)))
+    return run_build(BuildArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, dtype=dtype, space=space, jobs=jobs, compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir, thr=thr, summary_csv=summary_csv, library=library, effort=effort, targets_file=targets_file_of(targets_file)))
 
 
 def push(
