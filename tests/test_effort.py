@@ -108,3 +108,33 @@ def test_a_winner_is_reused_only_for_the_same_finalists_and_key():
     assert list(reuse.reusable_winners(winners, {"s": [b, a]}, "k1")) == ["s"]
     assert reuse.reusable_winners(winners, {"s": [a, c]}, "k1") == {}
     assert reuse.reusable_winners(winners, {"s": [a, b]}, "k2") == {}
+
+
+def test_the_agent_races_configs_against_the_best_already_in_the_results(local_workspace):
+    """The real runner and programs: a first run measures in full; with a row planted as a leader
+    no config can match (1 ns, same variant and artifact), a raced run stops every config early
+    and says so in its row, while the library's job is timed in full."""
+    import csv
+    import subprocess
+    import sys
+
+    ws = local_workspace
+    ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x24x24", "--space", "space.yaml",
+               "--library")
+    ws.harness("run", "--target", "native-qemu-free", "--iters", "5")
+    results = ws.path / "results" / "native-qemu-free" / "matmul" / "results.csv"
+    rows = list(csv.DictReader(results.open()))
+    full = {r["variant_id"]: int(r["samples"]) for r in rows if r["status"] == "ok"}
+    assert not any("raced" in r["message"] for r in rows)
+    planted = dict(next(r for r in rows if not r["variant_id"].startswith("lib:")), time_ns="1.0")
+    with results.open("a", newline="") as f:
+        csv.DictWriter(f, fieldnames=list(rows[0])).writerow(planted)
+    subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", "build/native-qemu-free/matmul",
+                    "--results", str(results), "--all", "--iters", "5", "--race", "0.25"],
+                   cwd=ws.path, env=ws.env, check=True, capture_output=True, timeout=300)
+    again = list(csv.DictReader(results.open()))[len(rows) + 1:]
+    configs = [r for r in again if not r["variant_id"].startswith("lib:")]
+    assert configs and all(r["status"] == "ok" and r["message"].startswith("raced:") for r in configs)
+    assert sum(int(r["samples"]) for r in configs) < sum(n for v, n in full.items() if not v.startswith("lib:"))
+    lib = [r for r in again if r["variant_id"].startswith("lib:")]
+    assert lib and not any("raced" in r["message"] for r in lib)
