@@ -129,6 +129,39 @@ def estimate(root: Path, target, compiles: int = 0, evals: int = 0, measures: in
             + remeasures * r["remeasure_s"])
 
 
+def remeasure_jobs(shapes: int, top: int, repeats: int, library: bool) -> int:
+    """The re-measure's jobs as the estimates count them: the top candidates (and the library)
+    of each shape, once per round. Extra finalists and the noisy shapes' extra rounds are not
+    counted: the re-measure rate recorded (``remeasure_s``) is per counted job, so it holds them."""
+    return shapes * (top + int(bool(library))) * repeats if top else 0
+
+
+class Eta:
+    """The time left of a search and the re-measure after it, for the progress line: the search's
+    configs left at its steady rate (from the end of its first round on: the first round also
+    waits for the agent to start and the first compiles), before that at the rate this project
+    saw last (``eval_s``); plus the re-measure at ``remeasure_s``."""
+
+    def __init__(self, root: Path, target, todo: int, remeasures: int, clock=None):
+        import time
+
+        self.clock = clock or time.monotonic
+        self.rate = rates(root, target)
+        self.todo, self.remeasures = todo, remeasures
+        self.first = None  # (time, done) at the end of the first round
+
+    def left(self, done: int) -> float:
+        now = self.clock()
+        if self.first is None:
+            self.first = (now, done)
+            per = self.rate["eval_s"]
+        elif done > self.first[1]:
+            per = (now - self.first[0]) / (done - self.first[1])
+        else:
+            per = self.rate["eval_s"]
+        return max(0, self.todo - done) * per + self.remeasures * self.rate["remeasure_s"]
+
+
 def plan_line(what: str, compiles: int, measures: int, remeasures: int, seconds: float) -> str:
     """The one line said before a long build or run."""
     parts = ["%d compiles" % compiles] if compiles else []

@@ -138,3 +138,14 @@ def test_the_agent_races_configs_against_the_best_already_in_the_results(local_w
     assert sum(int(r["samples"]) for r in configs) < sum(n for v, n in full.items() if not v.startswith("lib:"))
     lib = [r for r in again if r["variant_id"].startswith("lib:")]
     assert lib and not any("raced" in r["message"] for r in lib)
+
+
+def test_the_eta_takes_the_steady_rate_after_the_first_round(tmp_path):
+    now = SimpleNamespace(t=30.0)
+    eta = effort.Eta(tmp_path, Target(name="box"), todo=100, remeasures=10, clock=lambda: now.t)
+    remeasure = 10 * effort.DEFAULT_RATES["cpu"]["remeasure_s"]
+    # the first round (slow: the agent started, the first compiles): the rate seen last time
+    assert eta.left(20) == pytest.approx(80 * effort.DEFAULT_RATES["cpu"]["eval_s"] + remeasure)
+    now.t = 40.0  # 20 more configs in 10 s: 0.5 s each from here on
+    assert eta.left(40) == pytest.approx(60 * 0.5 + remeasure)
+    assert effort.remeasure_jobs(3, 3, 5, True) == 60 and effort.remeasure_jobs(3, 0, 5, True) == 0

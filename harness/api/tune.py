@@ -247,7 +247,7 @@ def _remeasure(session, space, histories, top, repeats, seeds=None, key=None) ->
     histories = {sid: h for sid, h in histories.items() if sid not in kept}
     if not histories:
         return
-    jobs = sum(len(finalists[sid]) + (1 if session.library else 0) for sid in histories) * repeats
+    jobs = efforts.remeasure_jobs(len(histories), top, repeats, session.library)
     ui.out.print(efforts.plan_line("re-measure", 0, 0, jobs, efforts.estimate(ROOT, session.target, remeasures=jobs)))
     began = time.monotonic()
     ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among them, "
@@ -272,20 +272,21 @@ def _remeasure(session, space, histories, top, repeats, seeds=None, key=None) ->
 
 def _round_printer(session, todo=None, args=None, n_shapes=0):
     """on_round for search: the round's line, then configs/s, device busy and waits so far, and
-    (``todo``: the evaluations the search has to make) the time left: the search's at its rate so
-    far, plus the re-measure's at the rate this project saw last."""
+    (``todo``: the evaluations the search has to make) the ETA of the search and the re-measure
+    (effort.Eta)."""
     began, done = time.monotonic(), [0]
     from .. import effort as efforts
+
+    eta = efforts.Eta(ROOT, session.target, todo or 0,
+                      efforts.remeasure_jobs(n_shapes, args.top, args.repeats, session.library) if args else 0)
 
     def on_round(number, fidelity, group):
         done[0] += sum(len(s.new[len(s.new) - s.round_sizes[-1]:]) for s, _ in group if s.round_sizes)
         _round_line(number, fidelity, group)
         line = ui.throughput_line(done[0], time.monotonic() - began, session.timing())
-        left = efforts.eta(time.monotonic() - began, done[0], todo) if todo else None
-        if left is not None:
-            jobs = n_shapes * ((args.top + 2) + (1 if session.library else 0)) * args.repeats if args.top else 0
-            left += efforts.estimate(ROOT, session.target, remeasures=jobs)
-            line += "; ETA %s (%d of %d configs measured)" % (efforts.duration(left), min(done[0], todo), todo)
+        if todo:
+            line += "; ETA %s (%d of %d configs measured)" % (efforts.duration(eta.left(done[0])),
+                                                              min(done[0], todo), todo)
         ui.out.print("  " + line)
 
     return on_round
@@ -343,12 +344,12 @@ def _say_plan(tgt, kern, args, space, shape_list, reused=0) -> int:
 
         n_shapes = len(read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern))
         jobs = size * n_shapes
-        remeasures = n_shapes * (args.top + 2 + int(args.library)) * args.repeats if args.top else 0
+        remeasures = efforts.remeasure_jobs(n_shapes, args.top, args.repeats, args.library)
         seconds = efforts.estimate(ROOT, tgt, compiles=size, measures=jobs, remeasures=remeasures)
         ui.out.print(efforts.plan_line("tune (every config; pruning drops some)", size, jobs, remeasures, seconds))
         return 0
     todo = max(0, (args.budget or 0) * len(shape_list) - reused) if args.budget else 0
-    remeasures = len(shape_list) * (args.top + 2 + int(args.library)) * args.repeats if args.top else 0
+    remeasures = efforts.remeasure_jobs(len(shape_list), args.top, args.repeats, args.library)
     seconds = efforts.estimate(ROOT, tgt, evals=todo, remeasures=remeasures)
     if todo:
         ui.out.print(efforts.plan_line("tune", todo, todo, remeasures, seconds))
