@@ -353,6 +353,9 @@ def _say_plan(tgt, kern, args, space, shape_list, reused=0) -> int:
     seconds = efforts.estimate(ROOT, tgt, evals=todo, remeasures=remeasures)
     if todo:
         ui.out.print(efforts.plan_line("tune", todo, todo, remeasures, seconds))
+    elif reused and args.budget:
+        ui.out.print("nothing to compile or measure for the search: every shape's budget (%d) is spent on the "
+                     "measurements reused" % args.budget)
     return todo
 
 
