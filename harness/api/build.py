@@ -32,7 +32,7 @@ class BuildArgs:
     thr: float = 0.1
     summary_csv: Optional[str] = None
     library: bool = False
-    effort: Optional[str] = None  # quick, default, full (harness/effort.py); None: default
+    effort: Optional[str] = "default"  # quick, default, full (harness/effort.py); None: default
     targets_file: Optional[str] = None
 
 

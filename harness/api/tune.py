@@ -41,10 +41,10 @@ class TuneArgs:
     batch_size: int = 8
     seed: int = 0
     warm_start: bool = True
+    effort: Optional[str] = "default"  # quick, default, full (harness/effort.py); None: default
+    fresh: bool = False  # set earlier measurements aside and measure anew
     top: Optional[int] = None  # None: the --effort level's
     repeats: Optional[int] = None  # None: the --effort level's
-    effort: Optional[str] = None  # quick, default, full (harness/effort.py); None: default
-    fresh: bool = False  # set earlier measurements aside and measure anew
     agent: str = "long-lived"
     in_flight: int = 0
     min_time_ms: float = 25.0
