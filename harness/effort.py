@@ -48,14 +48,14 @@ LEVELS = {
     "quick": Effort("quick", None, 24, 32, 0.15, 2, 3,
                     "genetic search, 24 configs a shape on CPUs (32 on GPUs), losers raced out 15 % behind, "
                     "top 2 re-measured 3 rounds",
-                    "the README's first command: about a third of default's measurements"),
+                    "the README's first command: 75 of its 647 jobs, 121 s on a loaded 2-core VM"),
     "default": Effort("default", None, 48, 96, 0.25, 3, 5,
                       "genetic search, 48 configs a shape on CPUs (96 on GPUs), losers raced out 25 % behind, "
                       "top 3 re-measured 5 rounds",
-                      "the README's first command: 147 of its 647 jobs"),
+                      "the README's first command: 147 of its 647 jobs, 136 to 158 s on a loaded 2-core VM"),
     "full": Effort("full", "exhaustive", None, None, 0.0, 3, 5,
                    "every config of the pruned space, each timed to the noise rule, top 3 re-measured 5 rounds",
-                   "the README's first command: all 647 jobs (553 s on an idle 2-core VM)"),
+                   "the README's first command: all 647 jobs, 637 to 941 s on a loaded 2-core VM (553 s idle)"),
 }
 DEFAULT = "default"
 
