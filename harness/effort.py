@@ -70,7 +70,7 @@ def get(name: Optional[str]) -> Effort:
 
 def help_text() -> str:
     """--effort's help: every level's line."""
-    return "; ".join("%s: %s" % (e.name, e.words) for e in LEVELS.values()) + \
+    return "; ".join("%s: %s (%s)" % (e.name, e.words, e.cost) for e in LEVELS.values()) + \
         ". --strategy, --budget, --top, --repeats override the level's"
 
 
