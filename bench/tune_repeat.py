@@ -21,7 +21,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMAND = ["harness", "tune", "matmul", "--target", "local", "--library"]
+COMMAND = ["harness", "tune", "matmul", "--target", "local", "--library", "--fresh"]
 
 
 def main():

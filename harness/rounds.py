@@ -119,6 +119,8 @@ class Session:
         agents (returns at once; ``collect`` brings its rows); otherwise built and run to the end
         here."""
         run_options = self._round_options(fidelity)
+        if pin:  # a winners' re-measure times every finalist in full: no racing
+            run_options.race = 0.0
         if self.long_lived:
             if self._builds is None:
                 self._builds = Builds(self)

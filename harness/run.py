@@ -45,6 +45,7 @@ class RunOptions:
     estimator: Optional[str] = None  # min or median (None: the agent's default for the backend)
     interleave: int = DEFAULT_INTERLEAVE  # CPU: jobs of one shape measured together, a sample each in turn
     select: Optional[str] = None  # job indices for this host (fleets)
+    race: float = 0.0  # CPU, min estimator: stop timing a config this far behind its shape's best (0: off)
 
 
 ESTIMATOR_HELP = ("the time that decides (ranks, winners, uplift): min or median of a job's samples; default: the "
@@ -77,6 +78,8 @@ def agent_args(bundle: str, results: str, options: RunOptions) -> list:
             "--interleave", str(options.interleave)]
     if options.estimator:
         args += ["--estimator", options.estimator]
+    if options.race:
+        args += ["--race", str(options.race)]
     if options.rerun_all:
         args.append("--all")
     if options.profiler:

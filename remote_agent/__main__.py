@@ -30,6 +30,9 @@ def main(argv=None):
     run.add_argument("--interleave", type=int, default=measure.DEFAULT_INTERLEAVE,
                      help="CPU: measure up to this many jobs of one shape together, one sample of each in "
                           "turn, so that a slow stretch of the machine slows them alike (1: one job after another)")
+    run.add_argument("--race", type=float, default=0.0,
+                     help="CPU (min estimator): stop timing a config once its minimum, less its noise, is more "
+                          "than this above its shape's best so far (0.25: 25 %%); 0: off")
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per variant and shape")
     run.add_argument("--all", dest="rerun_all", action="store_true", help="re-run rows already measured")
     run.add_argument("--profiler", default=None, help="override the target's profiler")

@@ -91,6 +91,8 @@ class Agent:
         ``skip``: job keys already measured (default: every row of the file, or none with --all)."""
         self._verify_data()
         runner = runner or make_runner(self.bundle, self.manifest, self.options, self.log)
+        if hasattr(runner, "seed_leaders"):  # racing: each shape's best so far in this results file
+            runner.seed_leaders(self.results_path)
         try:
             writer = ResultsWriter(self.results_path, self.header(runner))
         except SchemaMismatch as exc:

@@ -34,7 +34,13 @@ time or count first, a time cap): stop when
   2. at least ``min_samples`` samples are in and ``max_time`` seconds have passed since the
      first sample (the noise stays in the row, so a noisy job is visible; where fewer than
      ``min_samples`` were undisturbed, every sample taken decides), or
-  3. MAX_SAMPLES samples are in.
+  3. MAX_SAMPLES samples are in, or
+  4. (racing, ``Stopper.out_of_race``) the job is clearly out of the running: its minimum,
+     lowered by its own noise, is still more than ``race`` above the best minimum of its shape
+     so far, after at least ``min_samples`` undisturbed samples and RACE_MIN_TIME seconds of
+     them. A minimum only falls as samples come in, so the leader only gets faster and the job
+     could at best close its own noise; its row keeps the time it had (an upper bound: a loser
+     is not timed to 1 %) and says ``raced`` in its message.
 Standard library only (the agent runs on boards with nothing else).
 """
 
@@ -56,6 +62,7 @@ WARM_NS = 20e6  # warm-up: at least 20 ms of calls (and at least --warmup calls)
 MIN_WARM_NS = 100e6  # ... 100 ms where the minimum decides (CPU)
 REVISIT_WARM_NS = 0.2e6  # interleaved jobs: untimed calls before each sample (at least one), 0.2 ms worth:
 # the other jobs ran on the core since its last sample and left their data in its caches
+RACE_MIN_TIME = 0.03  # racing: seconds of undisturbed samples before a job may be dropped as out of the running
 DEFAULT_INTERLEAVE = 8  # CPU: jobs of one shape measured interleaved, a sample of each in turn
 
 
@@ -162,6 +169,24 @@ class Stopper(object):
             elif elapsed >= self.max_time:
                 self.reason = "time"
         return self.reason is not None
+
+    def out_of_race(self, leader_ns, race):
+        """True (and ``reason`` "race") when this job, a minimum-decided one, is clearly slower
+        than ``leader_ns`` (the best minimum of its shape so far): its minimum less its own noise
+        is more than ``race`` (0.25: 25 %) above the leader, with at least ``min_samples``
+        undisturbed samples and RACE_MIN_TIME seconds of them in. Never for the median (a GPU's
+        clock drift moves it both ways) nor for the leader itself."""
+        if not race or race <= 0 or self.estimator != MIN or not leader_ns or len(self.samples) < self.min_samples:
+            return False
+        sampled = self.sampled_s if self.sampled_s is not None else self.clock() - self.started
+        if sampled < min(RACE_MIN_TIME, self.max_time):
+            return False
+        best = min(self.samples)
+        floor = best * (1.0 - (self.noise or 0.0))
+        if floor > leader_ns * (1.0 + race):
+            self.reason = "race"
+            return True
+        return False
 
     def samples_for_estimate(self):
         """The undisturbed samples; every sample taken where fewer than ``min_samples`` of them

@@ -208,7 +208,7 @@ def test_without_strategy_a_big_space_gets_the_budgeted_default(ws):
                                       "MC: [16, 32, 64]\nNC: [64, 128, 256]\nPACK_B: [1, 0]\n")  # 1296 configs
     out = ws.harness("tune", "matmul", "--target", TARGET, "--space", "big.yaml", "--shapes", "40x24x32",
                      "--iters", "2", "--warmup", "1", "--budget", "2", "--top", "0").stdout
-    assert "strategy genetic, --budget 2 per shape (the default here" in out and "search: genetic" in out
+    assert "effort default: strategy genetic, --budget 2 per shape" in out and "search: genetic" in out
     assert len([r for r in rows(ws) if r["shape_id"] == "40x24x32_fp32_NN"]) == 2
 
 

@@ -56,7 +56,9 @@ def test_riscv_rvv_board_over_ssh(workspace):
 @needs("qemu-aarch64", "clang", "aarch64-linux-gnu-ld")
 def test_aarch64_board_over_ssh_with_tune(workspace):
     ws = workspace
-    ws.harness("tune", "matmul", "--target", "arm", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "5")
+    # the flow, not the timing, is under test here: short jobs, two re-measure rounds
+    ws.harness("tune", "matmul", "--target", "arm", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "5",
+               "--max-time", "0.1", "--repeats", "2")
     _assert_best_ok(ws, "arm", ["32x32x32_fp32_NN", "48x40x64_fp16_NN"])
 
 

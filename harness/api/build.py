@@ -32,12 +32,13 @@ class BuildArgs:
     thr: float = 0.1
     summary_csv: Optional[str] = None
     library: bool = False
+    effort: Optional[str] = "default"  # quick, default, full (harness/effort.py); None: default
     targets_file: Optional[str] = None
 
 
 # the options state records of a build (push builds a missing bundle with them: push.build_like_last)
 RECORDED_OPTIONS = ("shapes", "shapes_file", "shapes_format", "dtype", "space", "jobs", "compile_timeout", "seed",
-                    "frontend", "from_ir", "thr", "library")
+                    "frontend", "from_ir", "thr", "library", "effort")
 
 
 def build(args: BuildArgs):
@@ -64,9 +65,19 @@ def build(args: BuildArgs):
     shape_list = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, args.dtype, args.thr,
                              args.summary_csv, kern)
     space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else None
-    summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(
-        jobs=args.jobs, compile_timeout=args.compile_timeout, seed=args.seed, space=space_dict,
-        frontend=args.frontend, from_ir=args.from_ir))
+    from .. import effort as efforts
+
+    level = efforts.get(args.effort)
+    only_pairs = None
+    if tgt.is_gpu and not args.from_ir and level.strategy != "exhaustive":
+        only_pairs = budgeted_pairs(kern, tgt, shape_list, space_dict or kern.space_for(tgt),
+                                    efforts.budget_for(level, True), args.seed, args.frontend)
+    say_build_plan(kern, tgt, shape_list, space_dict or kern.space_for(tgt), only_pairs, level)
+    summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout,
+                                                                 seed=args.seed, space=space_dict, frontend=args.frontend,
+                                                                 from_ir=args.from_ir, only_pairs=only_pairs))
+    if summary.compiled and summary.seconds > 5:
+        efforts.record_rates(ROOT, tgt, compile_s=summary.seconds / summary.compiled)
     ui.out.print("built %s for %s: %d variants (%d compiled, %d cached%s, %d failed), %d shapes, %d jobs, "
                  "%d pruned pairs, in %.1fs -> %s" % (
                      kern.name, tgt.name, len(summary.manifest.variants), summary.compiled, summary.cached,
@@ -77,6 +88,65 @@ def build(args: BuildArgs):
     if args.library:
         add_library(kern, tgt, shape_list, summary, args.compile_timeout, args.frontend, args.from_ir)
     state.record_build(ROOT, tgt.name, kern.name, options)
+
+
+def budgeted_pairs(kern, tgt, shape_list, space, budget, seed, frontend) -> Optional[list]:
+    """(config, shape id) pairs of a GPU build below --effort full: for each shape the warm
+    start's configs (the kernel's for its shape class, the nearest tuned shapes' winners) and
+    then configs drawn at random from its pruned space, ``budget`` in all: what the tune's first
+    rounds would measure. None where the space is no bigger than the budget (every config)."""
+    from pathlib import Path
+
+    from ..build import compiler_for
+    from ..bundle import bundle_dir
+    from ..strategies import get_strategy
+    from ..strategies.base import prepare_problems
+    from ..strategies.driver import pruning_predicate
+    from ..strategies.seeded import Seeded, read_tuned, warm_start
+
+    size = 1
+    for values in space.values():
+        size *= len(values)
+    if budget is None or size <= budget:
+        return None
+    compiler = compiler_for(kern, tgt, bundle_dir(ROOT, tgt.name, kern.name), frontend)
+    rules = kern.rules_for(tgt)
+    tuned = read_tuned(Path(ROOT) / "tuned" / tgt.name / ("%s.json" % kern.name))
+    strategies = [Seeded(get_strategy("random", seed=seed, batch_size=budget), warm_start(kern, tgt, sh, tuned))
+                  for sh in shape_list]
+    predicates = [pruning_predicate(rules, [sh], tgt, compiler.resource_rule) for sh in shape_list]
+    prepare_problems(strategies, space, predicates)
+    pairs = []
+    from ..strategies.base import Trial
+
+    for sh, strategy, is_pruned in zip(shape_list, strategies, predicates):
+        chosen = []  # asked as a search would be, each ask counting the earlier ones as pending
+        while len(chosen) < budget:
+            batch = strategy.next_batch([Trial(c, status="pending") for c in chosen], space, is_pruned,
+                                        limit=budget - len(chosen), budget=budget)
+            if not batch.configs:
+                break
+            chosen += batch.configs
+        pairs += [(cfg, sh.id) for cfg in chosen]
+    return pairs
+
+
+def say_build_plan(kern, tgt, shape_list, space, only_pairs, level) -> None:
+    """One line before the compiles: how many, about how long (harness/effort.py's rates), and
+    which effort chose them."""
+    from .. import effort as efforts
+
+    if only_pairs is not None:
+        n = len({tuple(sorted(c.items())) for c, _ in only_pairs})
+        what = "build (effort %s: %d seeded and sampled configs a shape at most; --effort full: the whole space)" % (
+            level.name, efforts.budget_for(level, True))
+    else:
+        n = 1
+        for values in space.values():
+            n *= len(values)
+        what = "build (every config of the space%s; pruning drops some)" % (
+            "" if tgt.is_gpu or level.name == "full" else ", a CPU board's small space at every effort")
+    ui.out.print(efforts.plan_line(what, n, 0, 0, efforts.estimate(ROOT, tgt, compiles=n)))
 
 
 def print_all_pruned(manifest, kern, tgt, only=None) -> None:

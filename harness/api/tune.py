@@ -41,8 +41,10 @@ class TuneArgs:
     batch_size: int = 8
     seed: int = 0
     warm_start: bool = True
-    top: int = 3
-    repeats: int = 5
+    effort: Optional[str] = "default"  # quick, default, full (harness/effort.py); None: default
+    fresh: bool = False  # set earlier measurements aside and measure anew
+    top: Optional[int] = None  # None: the --effort level's
+    repeats: Optional[int] = None  # None: the --effort level's
     agent: str = "long-lived"
     in_flight: int = 0
     min_time_ms: float = 25.0
@@ -82,6 +84,11 @@ def tune(args: TuneArgs):
     from .run import RunArgs, run
 
     args = dataclasses.replace(args)  # the caller's options stay as given
+    from .. import effort as efforts
+
+    level = efforts.get(args.effort)
+    args.top = level.top if args.top is None else args.top
+    args.repeats = level.repeats if args.repeats is None else args.repeats
 
     strategy_names = names()
     if args.strategy is not None and args.strategy not in strategy_names:
@@ -110,12 +117,14 @@ def tune(args: TuneArgs):
     kern = kernels.get(args.kernel)
     space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else kern.space_for(tgt)
     if args.strategy is None:
-        args.strategy, default_budget = default_for(tgt, space_dict)
+        args.strategy, default_budget = _effort_search(level, tgt, space_dict, default_for)
         if default_budget is not None and args.budget is None and seconds is None:
             args.budget = default_budget
-        if default_budget is not None:
-            ui.out.print("strategy %s%s (the default here; --strategy exhaustive measures every config)" % (
-                args.strategy, ", --budget %d per shape" % args.budget if args.budget else ""))
+        ui.out.print("effort %s: strategy %s%s, top %d re-measured %d rounds%s (--effort full measures every "
+                     "config)" % (level.name, args.strategy, ", --budget %d per shape" % args.budget if args.budget else "",
+                                  args.top, args.repeats,
+                                  ", losers raced out %g %% behind" % (100 * level.race)
+                                  if level.race and not tgt.is_gpu else ""))
     try:  # the options' names and types, then their values (e.g. halving's eta >= 2)
         strategy_options = parse_options(args.strategy, args.strategy_options)
         get_strategy(args.strategy, **strategy_options)
@@ -124,7 +133,15 @@ def tune(args: TuneArgs):
     build_options = BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout)
     run_options = RunOptions(warmup=args.warmup, iters=args.iters, timeout=args.timeout, min_time_ms=args.min_time_ms,
                              max_noise=args.max_noise, max_time=args.max_time, estimator=args.estimator,
-                             interleave=args.interleave)
+                             interleave=args.interleave,
+                             race=level.race if (not tgt.is_gpu and args.strategy != "exhaustive") else 0.0)
+    from .. import reuse
+    from ..run import local_results_path
+
+    key = reuse.measure_key(tgt, run_options)
+    aside = reuse.prepare(local_results_path(ROOT, tgt.name, kern.name), key, args.fresh)
+    if aside:
+        ui.out.print(aside)
     if args.agent not in ("long-lived", "per-round"):
         raise HarnessError("--agent %s: choose long-lived or per-round" % args.agent)
     from ..transport import transport_class
@@ -134,10 +151,11 @@ def tune(args: TuneArgs):
 
     if args.strategy == "exhaustive" and args.budget is None and seconds is None:
         # every config in one round: the plain build, push, run
+        _say_plan(tgt, kern, args, space_dict, None)
         with clock("build"):
             build(BuildArgs(kernel=args.kernel, target=args.target, shapes=args.shapes, shapes_file=args.shapes_file,
                             shapes_format=args.shapes_format, thr=args.thr, space=args.space, jobs=args.jobs,
-                            compile_timeout=args.compile_timeout, library=args.library,
+                            compile_timeout=args.compile_timeout, library=args.library, effort="full",
                             targets_file=args.targets_file))
         if tgt.is_remote:
             with clock("push"):
@@ -147,6 +165,7 @@ def tune(args: TuneArgs):
                         iters=args.iters, timeout=args.timeout, min_time_ms=args.min_time_ms,
                         max_noise=args.max_noise, max_time=args.max_time, estimator=args.estimator,
                         interleave=args.interleave, targets_file=args.targets_file))
+        _record_full_rates(tgt, kern, clock)
         if args.top:
             from ..bundle import Manifest, bundle_dir
 
@@ -159,7 +178,7 @@ def tune(args: TuneArgs):
                 rows, skip = session.rows(), remeasure_rows(session.results_path)
                 histories = {s.id: shape_history(rows, s.id, space_dict, skip) for s in shape_list}
                 with clock("re-measure"):
-                    _remeasure(session, space_dict, histories, args.top, args.repeats)
+                    _remeasure(session, space_dict, histories, args.top, args.repeats, None, key["key"])
             finally:
                 session.close()
                 (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
@@ -168,20 +187,30 @@ def tune(args: TuneArgs):
         session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=args.library,
                           long_lived=long_lived, in_flight=args.in_flight)
         try:
-            fetched = session.sync()
+            fetched = 0 if aside else session.sync()
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
+            skip_rows = remeasure_rows(session.results_path)
+            reused = reuse.reused_rows([r for i, r in enumerate(session.rows()) if i not in skip_rows],
+                                       [sh.id for sh in shape_list])
+            if reused:
+                ui.out.print("reusing %d measurements already in %s (same artifacts' configs, machine and timing "
+                             "options; --fresh measures anew)" % (reused, session.results_path))
+            todo = _say_plan(tgt, kern, args, space_dict, shape_list, reused)
             with clock("search"):
-                searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size,
-                                  budget=args.budget, time_limit=seconds, on_round=_round_printer(session),
+                searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size, budget=args.budget,
+                                  time_limit=seconds, on_round=_round_printer(session, todo, args, len(shape_list)),
                                   warm_start=args.warm_start, **strategy_options)
+            new = sum(len(s.new) for s in searches)
+            if new:
+                efforts.record_rates(ROOT, tgt, eval_s=clock.phases["search"] / new)
             timings["search"] = session.timing()
-            configs = sum(len(s.new) for s in searches)
+            configs = new
             _search_table(args.strategy, searches, session, space_dict)
             if args.top:
                 with clock("re-measure"):
                     _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, args.top, args.repeats,
-                               {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches})
+                               {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches}, key["key"])
                 timings["re-measure"] = session.timing()
         finally:
             session.close()
@@ -230,18 +259,38 @@ class Stopwatch:
             time.monotonic() - self.began, ", ".join("%s %.1f s" % kv for kv in self.phases.items()))
 
 
-def _remeasure(session, space, histories, top, repeats, seeds=None) -> None:
-    from ..rounds import remeasure_winners
+def _remeasure(session, space, histories, top, repeats, seeds=None, key=None) -> None:
+    from .. import effort as efforts
+    from ..reuse import reusable_winners
+    from ..rounds import load_winners, remeasure_winners, save_winners
+    from ..strategies.winner import top_candidates
 
     n = sum(min(top, len({tuple(sorted(t.config.items())) for t in h if t.ok})) for h in histories.values())
     if not n:
         return
+    finalists = {sid: top_candidates(h, top, seeds=(seeds or {}).get(sid, ())) for sid, h in histories.items()}
+    kept = reusable_winners(load_winners(session.results_path)["shapes"], finalists, key) if key else {}
+    if kept:
+        ui.out.print("reusing the re-measured winners of %d shape(s) (the same finalists, machine and timing "
+                     "options as last time; --fresh measures anew): %s" % (len(kept), ", ".join(sorted(kept))))
+    histories = {sid: h for sid, h in histories.items() if sid not in kept}
+    if not histories:
+        return
+    jobs = efforts.remeasure_jobs(len(histories), top, repeats, session.library)
+    ui.out.print(efforts.plan_line("re-measure", 0, 0, jobs, efforts.estimate(ROOT, session.target, remeasures=jobs)))
+    began = time.monotonic()
     ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among them, "
                  "each shape's config of the fewest SM cycles%s)" % (
         top, len(histories), repeats, " and fastest seed" if seeds and any(seeds.values()) else ""))
     from ..strategies.winner import entry_words
 
     winners = remeasure_winners(session, space, histories, top, repeats, seeds)
+    if jobs:
+        efforts.record_rates(ROOT, session.target, remeasure_s=(time.monotonic() - began) / jobs)
+    if key and winners:  # the key they were measured under, so that a second run may keep them
+        for w in winners.values():
+            w["measure_key"] = key
+        save_winners(session.results_path, winners, [])
     for sid, w in winners.items():
         noise = "" if w.get("noise") is None else ", noise %.2f %%" % (100.0 * w["noise"])
         ui.out.print("  %s: %s, %s %.4g us%s, spread %.4g us (%.1f %%), %s" % (
@@ -250,16 +299,93 @@ def _remeasure(session, space, histories, top, repeats, seeds=None) -> None:
             w["spread_ns"] / 1e3, 100.0 * w["rel_spread"], entry_words(w)))
 
 
-def _round_printer(session):
-    """on_round for search: the round's line, then configs/s, device busy and waits so far."""
+def _round_printer(session, todo=None, args=None, n_shapes=0):
+    """on_round for search: the round's line, then configs/s, device busy and waits so far, and
+    (``todo``: the evaluations the search has to make) the ETA of the search and the re-measure
+    (effort.Eta)."""
     began, done = time.monotonic(), [0]
+    from .. import effort as efforts
+
+    eta = efforts.Eta(ROOT, session.target, todo or 0,
+                      efforts.remeasure_jobs(n_shapes, args.top, args.repeats, session.library) if args else 0)
 
     def on_round(number, fidelity, group):
         done[0] += sum(len(s.new[len(s.new) - s.round_sizes[-1]:]) for s, _ in group if s.round_sizes)
         _round_line(number, fidelity, group)
-        ui.out.print("  " + ui.throughput_line(done[0], time.monotonic() - began, session.timing()))
+        line = ui.throughput_line(done[0], time.monotonic() - began, session.timing())
+        if todo:
+            line += "; ETA %s (%d of %d configs measured)" % (efforts.duration(eta.left(done[0])),
+                                                              min(done[0], todo), todo)
+        ui.out.print("  " + line)
 
     return on_round
+
+
+def _record_full_rates(tgt, kern, clock) -> None:
+    """Seconds per compile and per measured job of an every-config tune, for the next estimate
+    (the build's time over its variants, the run's over its jobs)."""
+    from .. import effort as efforts
+    from ..bundle import Manifest, bundle_dir
+
+    try:
+        manifest = Manifest.load(bundle_dir(ROOT, tgt.name, kern.name) / "manifest.json")
+    except Exception:  # no bundle: nothing to learn from
+        return
+    variants, jobs = len(manifest.variants), len(manifest.jobs)
+    build_s, run_s = clock.phases.get("build", 0.0), clock.phases.get("run", 0.0)
+    # a second run compiles and measures nothing: its few seconds say nothing of the rates
+    efforts.record_rates(ROOT, tgt, compile_s=build_s / variants if variants and build_s > 5 else None,
+                         measure_s=run_s / jobs if jobs and run_s > 5 else None)
+
+
+def _effort_search(level, tgt, space, default_for) -> tuple:
+    """(strategy, budget per shape) of a tune without --strategy at ``level``: full is every
+    config; the others the target's search (genetic) with the level's budget, on CPUs as on GPUs."""
+    from .. import effort as efforts
+
+    if level.strategy == "exhaustive":
+        return "exhaustive", None
+    size = 1
+    for values in space.values():
+        size *= len(values)
+    budget = efforts.budget_for(level, tgt.is_gpu)
+    if budget is not None and size <= budget:  # a space no bigger than the budget: every config, once
+        return "exhaustive", None
+    strategy, _ = default_for(tgt, space)
+    if strategy == "exhaustive":  # a CPU board's small space: the search GPU targets use
+        from ..strategies import DEFAULT_SEARCH
+
+        strategy = DEFAULT_SEARCH
+    return level.strategy or strategy, budget
+
+
+def _say_plan(tgt, kern, args, space, shape_list, reused=0) -> int:
+    """The one line said before the work: compiles, measurements, re-measurements, and about how
+    long at the rates this project saw on the target (harness/effort.py). Returns the evaluations
+    the search has to make (0: every config, in one round)."""
+    from .. import effort as efforts
+
+    if shape_list is None:  # exhaustive: the size of the space (before pruning) per shape
+        size = 1
+        for values in space.values():
+            size *= len(values)
+        from .build import read_shapes
+
+        n_shapes = len(read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern))
+        jobs = size * n_shapes
+        remeasures = efforts.remeasure_jobs(n_shapes, args.top, args.repeats, args.library)
+        seconds = efforts.estimate(ROOT, tgt, compiles=size, measures=jobs, remeasures=remeasures)
+        ui.out.print(efforts.plan_line("tune (every config; pruning drops some)", size, jobs, remeasures, seconds))
+        return 0
+    todo = max(0, (args.budget or 0) * len(shape_list) - reused) if args.budget else 0
+    remeasures = efforts.remeasure_jobs(len(shape_list), args.top, args.repeats, args.library)
+    seconds = efforts.estimate(ROOT, tgt, evals=todo, remeasures=remeasures)
+    if todo:
+        ui.out.print(efforts.plan_line("tune", todo, todo, remeasures, seconds))
+    elif reused and args.budget:
+        ui.out.print("nothing to compile or measure for the search: every shape's budget (%d) is spent on the "
+                     "measurements reused" % args.budget)
+    return todo
 
 
 def _round_line(number, fidelity, group) -> None:

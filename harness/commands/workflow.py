@@ -30,6 +30,13 @@ def _strategy_help(what) -> str:
 STRATEGY_HELP = _strategy_help(lambda s: s.strategies_help()) + \
     ". Default: genetic with --budget 96 per shape on GPU targets and on spaces over 1000 configs (the most " \
     "robust at that budget on recorded H200 runs), else exhaustive"
+def _effort_help() -> str:
+    from ..effort import help_text
+
+    return help_text()
+
+
+EFFORT_HELP = _effort_help()
 STRATEGY_OPTION_HELP = "NAME=VALUE: an option of the --strategy (repeat for more). " + \
     _strategy_help(lambda s: s.options_help())
 
@@ -50,6 +57,7 @@ def build(
     thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's measured time x calls (hipBLASLt's rule, where the log has us: per line), else of its FLOPs x calls"),
     summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: the reference build lib:reference; GPU: torch.matmul on the node, lib:torch.matmul)"),
+    effort: str = typer.Option("default", "--effort", help="GPU targets: quick and default build, for each shape, the warm start's configs and configs drawn from its pruned space up to the level's budget (32, 96); full builds the whole space. CPU boards' small spaces are built whole at every level"),
     targets_file: Optional[str] = TargetsOpt,
 ):
     """Generate the search space, prune it per shape, compile every variant in parallel and
@@ -59,11 +67,7 @@ def build(
     which. A second build compiles only what changed (artifacts are content-addressed)."""
     from ..api.build import BuildArgs, build as run_build
 
-    return run_build(BuildArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file,
-                               shapes_format=shapes_format, dtype=dtype, space=space, jobs=jobs,
-                               compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir,
-                               thr=thr, summary_csv=summary_csv, library=library,
-                               targets_file=targets_file_of(targets_file)))
+    return run_build(BuildArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, dtype=dtype, space=space, jobs=jobs, compile_timeout=compile_timeout, seed=seed, frontend=frontend, from_ir=from_ir, thr=thr, summary_csv=summary_csv, library=library, effort=effort, targets_file=targets_file_of(targets_file)))
 
 
 def push(
@@ -177,8 +181,11 @@ def tune(
     batch_size: int = typer.Option(8, "--batch-size", help="configs a strategy asks for per shape and round"),
     seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
     warm_start: bool = typer.Option(True, "--warm-start/--no-warm-start", help="first round of each shape: the kernel's configs for its shape class and the winners of the nearest shapes in tuned/TARGET"),
-    top: int = typer.Option(3, "--top", help="re-measure this many of the fastest configs per shape interleaved, and the fastest of the warm start's seeds where it is not among them (0: off)"),
-    repeats: int = typer.Option(5, "--repeats", help="interleaved rounds of the re-measure (A B C, B C A, ...; with --library the library one place further each round); as many again for a shape whose winner's noise is over 2 %, or whose tie went to a candidate 1 % or more behind the fastest"),
+    effort: str = typer.Option("default", "--effort", help=EFFORT_HELP),
+    fresh: bool = typer.Option(False, "--fresh", help="set the measurements already in results/TARGET/KERNEL aside (kept under set-aside/) and measure anew; without it a second run reuses them, and the re-measured winners whose finalists are unchanged, and says so (they are reused only for the same machine and timing options)"),
+    top: Optional[int] = typer.Option(None, "--top", help="re-measure this many of the fastest configs per shape interleaved, and the fastest of the warm start's seeds where it is not among them (0: off; default: the --effort level's, 3)", show_default=False),
+    repeats: Optional[int] = typer.Option(None, "--repeats", show_default=False, help="(default: the --effort level's, 5) "
+                                          "interleaved rounds of the re-measure (A B C, B C A, ...; with --library the library one place further each round); as many again for a shape whose winner's noise is over 2 %, or whose tie went to a candidate 1 % or more behind the fastest"),
     agent: str = typer.Option("long-lived", "--agent", help="long-lived: one agent per machine stays up across "
                               "rounds (GPU contexts, modules and test data kept) and the next round is built while "
                               "one is measured; per-round: a new agent for every round"),
@@ -205,12 +212,4 @@ def tune(
     more than the measured spread (else the tie rule decides)."""
     from ..api.tune import TuneArgs, tune as run_tune
 
-    return run_tune(TuneArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file,
-                             shapes_format=shapes_format, thr=thr, space=space, jobs=jobs,
-                             compile_timeout=compile_timeout, warmup=warmup, iters=iters, max_noise=max_noise,
-                             max_time=max_time, estimator=estimator, interleave=interleave, timeout=timeout,
-                             strategy=strategy, strategy_options=strategy_options, budget=budget,
-                             time_limit=time_limit, batch_size=batch_size, seed=seed, warm_start=warm_start,
-                             top=top, repeats=repeats, agent=agent, in_flight=in_flight,
-                             min_time_ms=min_time_ms, library=library, formats=formats, html=html,
-                             targets_file=targets_file_of(targets_file)))
+    return run_tune(TuneArgs(kernel=kernel, target=target, shapes=shapes, shapes_file=shapes_file, shapes_format=shapes_format, thr=thr, space=space, jobs=jobs, compile_timeout=compile_timeout, warmup=warmup, iters=iters, max_noise=max_noise, max_time=max_time, estimator=estimator, interleave=interleave, timeout=timeout, strategy=strategy, strategy_options=strategy_options, budget=budget, time_limit=time_limit, batch_size=batch_size, seed=seed, warm_start=warm_start, top=top, repeats=repeats, effort=effort, fresh=fresh, agent=agent, in_flight=in_flight, min_time_ms=min_time_ms, library=library, formats=formats, html=html, targets_file=targets_file_of(targets_file)))

@@ -54,7 +54,7 @@ GROUP_BYTES = 256 << 20  # operands of the jobs measured interleaved, together a
 class ElfRunner:
     def __init__(self, bundle_dir, manifest, profiler, run_under=None, timeout=60.0, scratch_dir=None,
                  max_noise=measure.DEFAULT_MAX_NOISE, max_time=None, pin_cpu="auto", estimator=measure.MIN,
-                 interleave=1):
+                 interleave=1, race=0.0):
         self.bundle = os.path.abspath(bundle_dir)
         self.manifest = manifest
         self.profiler = profiler
@@ -67,6 +67,8 @@ class ElfRunner:
         self.threads = int(manifest["target"].get("threads") or 1)
         self.cpus = pick_cpus(pin_cpu, self.threads)
         self.interleave = max(1, int(interleave))
+        self.race = float(race or 0.0)  # racing: drop a job this far behind its shape's leader (0: off)
+        self.leaders = {}  # shape id -> the best minimum of a config (not a library) so far in this run
 
     def devices(self):
         return ["cpu"]
@@ -133,10 +135,59 @@ class ElfRunner:
                     job.step(job.take_sample, revisit)
                     if job.stopper is None or job.stopper.done():
                         sampling.remove(job)
+                if self.race:
+                    for job in self._out_of_race(jobs, sampling):
+                        sampling.remove(job)
             return [job.finish() for job in jobs]
         finally:
             for job in jobs:
                 job.kill()
+
+    def seed_leaders(self, results_path):
+        """Racing: each shape's leader starts at the best minimum of an ``ok`` config row already
+        in ``results_path`` whose artifact is the one this bundle has for that variant (earlier
+        rounds of a search, or a resumed run), so a round of a few configs is raced against the
+        shape's best so far, not only against itself."""
+        if not self.race or not results_path or not os.path.exists(results_path):
+            return
+        from ..results import read_rows
+
+        artifacts = {v["id"]: v.get("sha256") or v.get("artifact_sha256") for v in self.manifest["variants"]}
+        try:
+            rows = read_rows(results_path)
+        except (OSError, ValueError):
+            return
+        for row in rows:
+            vid = row.get("variant_id") or ""
+            if (row.get("status") != contract.OK or row.get("estimator") != measure.MIN or vid.startswith("lib:")
+                    or vid not in artifacts or (artifacts[vid] and row.get("artifact_sha256") != artifacts[vid])):
+                continue
+            try:
+                t = float(row.get("time_ns") or "nan")
+            except ValueError:
+                continue
+            sid = row.get("shape_id")
+            if t > 0 and t < self.leaders.get(sid, float("inf")):
+                self.leaders[sid] = t
+
+    def _out_of_race(self, jobs, sampling):
+        """Racing (``race`` > 0): the jobs still sampling that are clearly out of the running
+        against their shape's leader (the best minimum of a config in this run, this group's
+        included; measure.Stopper.out_of_race says when). The library's job is never dropped,
+        nor does it lead: it is what the configs are compared with, not one of them."""
+        for job in jobs:
+            if job.stopper is not None and job.stopper.samples and not job.is_library:
+                best = min(job.stopper.samples)
+                sid = job.shape["id"]
+                if best < self.leaders.get(sid, float("inf")):
+                    self.leaders[sid] = best
+        out = []
+        for job in sampling:
+            leader = self.leaders.get(job.shape["id"])
+            if not job.is_library and job.stopper is not None and job.stopper.out_of_race(leader, self.race):
+                job.raced = (min(job.stopper.samples) / leader, self.race)
+                out.append(job)
+        return out
 
     def _answer_ok(self, check, shape):
         return check.get("rel_err", float("nan")) <= self.tolerances["rel_err"][shape["dtype"]]
@@ -173,6 +224,8 @@ class _Job(object):
 
     def __init__(self, runner, variant, shape, grid, warmup, iters):
         self.runner, self.shape, self.warmup, self.iters = runner, shape, warmup, iters
+        self.is_library = str(variant.get("id", "")).startswith("lib:")
+        self.raced = None  # (its minimum / the leader's, the margin) when racing dropped it
         self.own = 0.0
         self.out = []
         self.stopper, self.batch, self.revisit_calls, self.calls = None, 1, 0, 0
@@ -269,6 +322,9 @@ class _Job(object):
                               1 + self.calls)
         if times:
             row["preempted"] = self.stopper.preempted
+        if self.raced and row.get("status") == contract.OK:
+            row["message"] = "raced: %.2fx the shape's best so far after %d samples (out by more than %g %%)" % (
+                self.raced[0], len(self.stopper.samples), 100.0 * self.raced[1])
         return row
 
     def kill(self):
@@ -479,7 +535,8 @@ def make_elf_runner(bundle, manifest, options, log):
                      max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
                      max_time=_option(options, "max_time", None),
                      pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
-                     interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE))
+                     interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE),
+                     race=_option(options, "race", 0.0))
 
 
 def estimator_for(manifest, options):

@@ -1,0 +1,109 @@
+"""Are the cheaper effort levels' winners as good as `full`'s? `harness tune matmul --target local
+--library --fresh --effort LEVEL` for quick, default and full, each in a fresh project, on the
+README's three shapes and then on bench/shapes/cpu_gemms.txt; prints each run's wall time and, per
+shape, how much slower each level's winner is than full's.
+
+    python3 bench/effort.py [--keep DIR] [--levels quick,default,full] [--sets readme,cpu_gemms]
+
+The ratio is read in full's own results, where every config was timed to the noise rule in one
+run: (full's time of the level's winner) / (full's time of full's winner), so the machine's
+drift between the runs does not enter it. Goal (issue 45): median over shapes within 1.03 for
+default and 1.08 for quick.
+"""
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SETS = {"readme": [], "cpu_gemms": ["--shapes-file", os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")]}
+GOAL = {"default": 1.03, "quick": 1.08}
+
+
+def tune(work, level, extra):
+    """One tune in the fresh project ``work``; (winners.json's shapes, rows, seconds)."""
+    os.makedirs(work, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
+    cmd = [sys.executable, "-m", "harness", "tune", "matmul", "--target", "local", "--library", "--fresh",
+           "--effort", level] + extra
+    start = time.monotonic()
+    with open(os.path.join(work, "tune.log"), "w") as log:
+        subprocess.run(cmd, cwd=work, check=True, env=dict(os.environ, PYTHONPATH=ROOT), stdout=log)
+    seconds = time.monotonic() - start
+    results = os.path.join(work, "results", "local", "matmul")
+    with open(os.path.join(results, "winners.json")) as f:
+        winners = json.load(f)["shapes"]
+    with open(os.path.join(results, "results.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    return winners, rows, seconds
+
+
+def config_key(config):
+    return tuple(sorted((str(k), str(v)) for k, v in config.items()))
+
+
+def full_times(rows):
+    """{shape: {config key: best ok time_ns}} of full's rows (library rows left out)."""
+    out = {}
+    for r in rows:
+        if r.get("status") != "ok" or (r.get("variant_id") or "").startswith("lib:"):
+            continue
+        cfg = tuple(sorted((c[4:], v) for c, v in r.items() if c.startswith("cfg_") and v not in ("", None)))
+        t = float(r["time_ns"])
+        shape = out.setdefault(r["shape_id"], {})
+        shape[cfg] = min(t, shape.get(cfg, t))
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--keep", default=None, help="keep the projects under this folder")
+    p.add_argument("--levels", default="quick,default,full")
+    p.add_argument("--sets", default="readme,cpu_gemms", help="shape sets: readme (its three shapes), cpu_gemms")
+    args = p.parse_args()
+    levels = [x for x in args.levels.split(",") if x]
+    if "full" not in levels:
+        levels.append("full")
+    base = args.keep or tempfile.mkdtemp(prefix="effort-")
+    failed = False
+    try:
+        for name in [s for s in args.sets.split(",") if s]:
+            runs = {}
+            for level in levels:
+                winners, rows, seconds = tune(os.path.join(base, name, level), level, SETS[name])
+                runs[level] = (winners, rows)
+                print("%s, effort %s: %d shapes in %.0f s" % (name, level, len(winners), seconds), flush=True)
+            times = full_times(runs["full"][1])
+            best = {s: min(t.values()) for s, t in times.items() if t}
+            for level in levels:
+                if level == "full":
+                    continue
+                ratios = []
+                for shape, w in sorted(runs[level][0].items()):
+                    t = times.get(shape, {}).get(config_key(w["config"]))
+                    if t is None or shape not in best:
+                        print("  %s %s: its winner has no ok row in full's run" % (level, shape))
+                        continue
+                    ratios.append(t / best[shape])
+                    print("  %s %-24s %.3f" % (level, shape, t / best[shape]))
+                if ratios:
+                    med = statistics.median(ratios)
+                    ok = med <= GOAL.get(level, float("inf"))
+                    failed |= not ok
+                    print("%s, effort %s: median %.3f of full's winner over %d shapes (goal %.2f): %s" % (
+                        name, level, med, len(ratios), GOAL.get(level, float("nan")), "ok" if ok else "MISSED"))
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Effort levels of ``harness tune`` and ``harness build``: each is a search budget and a
+measurement policy, declared once in LEVELS and read by both commands, their --help and the
+README's table.
+
+- ``quick``: a small warm-started search per shape, losers raced out early, fewer finalists and
+  re-measure rounds. For a first look.
+- ``default``: a warm-started genetic search with a budget per shape, on CPU boards as on GPUs
+  (not every config), losers raced out once clearly behind their shape's leader; the top three
+  re-measured interleaved, five rounds.
+- ``full``: every config of the pruned space (exhaustive), each timed to the noise rule (no
+  racing); the top three re-measured, five rounds. What ``harness build`` compiled before there
+  were levels.
+
+An explicit ``--strategy``, ``--budget``, ``--top`` or ``--repeats`` wins over the level's.
+``estimate`` turns a plan (compiles, measurements) into seconds with the rates the project saw
+last time on this target (kept in .harness/rates.json, ``record_rates``), else the defaults
+below, so that the line said before a long build or run, and the progress line's ETA, improve
+from one run to the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .errors import HarnessError
+
+
+@dataclass(frozen=True)
+class Effort:
+    """One level: what is searched, how a config is timed, how the winners are re-measured."""
+
+    name: str
+    strategy: Optional[str]  # None: the target's search (genetic); "exhaustive": every config
+    budget_cpu: Optional[int]  # evaluations per shape on CPU targets (None: no budget)
+    budget_gpu: Optional[int]  # ... on GPU targets
+    race: float  # CPU: drop a config once this far behind its shape's best (0: time every config in full)
+    top: int  # finalists re-measured interleaved per shape
+    repeats: int  # interleaved rounds of the re-measure
+    words: str  # one line for --help and the README
+    cost: str  # what it cost here (README's first command), for --help and the README
+
+
+LEVELS = {
+    "quick": Effort("quick", None, 24, 32, 0.15, 2, 3,
+                    "genetic search, 24 configs a shape on CPUs (32 on GPUs), losers raced out 15 % behind, "
+                    "top 2 re-measured 3 rounds",
+                    "the README's first command: 75 of its 647 jobs, 121 s on a loaded 2-core VM"),
+    "default": Effort("default", None, 48, 96, 0.25, 3, 5,
+                      "genetic search, 48 configs a shape on CPUs (96 on GPUs), losers raced out 25 % behind, "
+                      "top 3 re-measured 5 rounds",
+                      "the README's first command: 147 of its 647 jobs, 136 to 158 s on a loaded 2-core VM"),
+    "full": Effort("full", "exhaustive", None, None, 0.0, 3, 5,
+                   "every config of the pruned space, each timed to the noise rule, top 3 re-measured 5 rounds",
+                   "the README's first command: all 647 jobs, 637 to 941 s on a loaded 2-core VM (553 s idle)"),
+}
+DEFAULT = "default"
+
+
+def get(name: Optional[str]) -> Effort:
+    """The level called ``name`` (None: the default); one line naming the levels otherwise."""
+    key = name or DEFAULT
+    if key not in LEVELS:
+        raise HarnessError("--effort %s: choose %s" % (name, ", ".join(LEVELS)))
+    return LEVELS[key]
+
+
+def help_text() -> str:
+    """--effort's help: every level's line."""
+    return "; ".join("%s: %s (%s)" % (e.name, e.words, e.cost) for e in LEVELS.values()) + \
+        ". --strategy, --budget, --top, --repeats override the level's"
+
+
+def budget_for(effort: Effort, is_gpu: bool) -> Optional[int]:
+    return effort.budget_gpu if is_gpu else effort.budget_cpu
+
+
+# ---- how long a plan takes ------------------------------------------------------------------
+
+RATES_FILE = "rates.json"
+# seconds per compile (wall, all cores of this machine), per config evaluated by a search (its
+# compile and measurement, pipelined), per measured job and per re-measured job, before the project
+# has seen any: the README's first command on a 2-core VM (49 s for 647 C++ compiles, 450 s of run
+# for 647 jobs, 53 s of re-measure for about 75 jobs) and, on a GPU node, a Triton config on one
+# core (1 s), 2.6 configs/s for a search (H200), a GPU job 0.1 s
+DEFAULT_RATES = {"cpu": {"compile_s": 0.08, "eval_s": 0.75, "measure_s": 0.7, "remeasure_s": 0.7},
+                 "gpu": {"compile_s": 1.0, "eval_s": 0.4, "measure_s": 0.1, "remeasure_s": 0.3}}
+
+
+def _rates_path(root: Path) -> Path:
+    return Path(root) / ".harness" / RATES_FILE
+
+
+def rates(root: Path, target) -> dict:
+    """Seconds per compile, per measured job and per re-measured job on ``target``: those this
+    project saw last (``record_rates``), else DEFAULT_RATES for its backend."""
+    rate = dict(DEFAULT_RATES["gpu" if target.is_gpu else "cpu"])
+    try:
+        seen = json.loads(_rates_path(root).read_text()).get(target.name, {})
+    except (OSError, ValueError):
+        seen = {}
+    rate.update({k: float(v) for k, v in seen.items() if k in rate and isinstance(v, (int, float)) and v > 0})
+    return rate
+
+
+def record_rates(root: Path, target, **seen) -> None:
+    """Keep the rates seen in this run (seconds per compile / measured job / re-measured job)."""
+    path = _rates_path(root)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    mine = data.setdefault(target.name, {})
+    mine.update({k: round(float(v), 4) for k, v in seen.items() if v is not None and v > 0})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp%d" % os.getpid())
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def estimate(root: Path, target, compiles: int = 0, evals: int = 0, measures: int = 0, remeasures: int = 0) -> float:
+    """Seconds for ``compiles`` compiles, ``evals`` configs of a search (compiled and measured,
+    pipelined), ``measures`` measured jobs and ``remeasures`` re-measured jobs on ``target``."""
+    r = rates(root, target)
+    return (compiles * r["compile_s"] + evals * r["eval_s"] + measures * r["measure_s"]
+            + remeasures * r["remeasure_s"])
+
+
+def remeasure_jobs(shapes: int, top: int, repeats: int, library: bool) -> int:
+    """The re-measure's jobs as the estimates count them: the top candidates (and the library)
+    of each shape, once per round. Extra finalists and the noisy shapes' extra rounds are not
+    counted: the re-measure rate recorded (``remeasure_s``) is per counted job, so it holds them."""
+    return shapes * (top + int(bool(library))) * repeats if top else 0
+
+
+class Eta:
+    """The time left of a search and the re-measure after it, for the progress line: the search's
+    configs left at its steady rate (from the end of its first round on: the first round also
+    waits for the agent to start and the first compiles), before that at the rate this project
+    saw last (``eval_s``); plus the re-measure at ``remeasure_s``."""
+
+    def __init__(self, root: Path, target, todo: int, remeasures: int, clock=None):
+        import time
+
+        self.clock = clock or time.monotonic
+        self.rate = rates(root, target)
+        self.todo, self.remeasures = todo, remeasures
+        self.first = None  # (time, done) at the end of the first round
+
+    def left(self, done: int) -> float:
+        now = self.clock()
+        if self.first is None:
+            self.first = (now, done)
+            per = self.rate["eval_s"]
+        elif done > self.first[1]:
+            per = (now - self.first[0]) / (done - self.first[1])
+        else:
+            per = self.rate["eval_s"]
+        return max(0, self.todo - done) * per + self.remeasures * self.rate["remeasure_s"]
+
+
+def plan_line(what: str, compiles: int, measures: int, remeasures: int, seconds: float) -> str:
+    """The one line said before a long build or run."""
+    parts = ["%d compiles" % compiles] if compiles else []
+    if measures:
+        parts.append("%d measurements" % measures)
+    if remeasures:
+        parts.append("%d re-measurements of the finalists" % remeasures)
+    return "%s: %s coming, about %s" % (what, ", ".join(parts) or "nothing to do", duration(seconds))
+
+
+def duration(seconds: float) -> str:
+    """90 -> '1 min 30 s', 12.3 -> '12 s'."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 90:
+        return "%.0f s" % seconds
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return "%d min %02d s" % (minutes, rest)
+
+
+def eta(elapsed: float, done: float, total: float) -> Optional[float]:
+    """Seconds left at the rate so far (None before anything is done)."""
+    if done <= 0 or total <= 0:
+        return None
+    return max(0.0, elapsed / done * (total - done))
