@@ -66,7 +66,7 @@ def vector_isa(target) -> VectorIsa:
 
 
 def _find_isa(target) -> VectorIsa:
-    from .compile.cpp import toolchain_for
+    from .compile.toolchain import toolchain_for
     from .errors import HarnessError
 
     arch = target.resolved_arch

@@ -13,7 +13,7 @@ from tests.conftest import Workspace
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "native-qemu-free"
-TWO = "BLOCK_M: [8, 16]\nBLOCK_N: [16]\nBLOCK_K: [16]\nGROUP_M: [1]\n"
+TWO = "MR: [1, 2]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 
 
 def tune(ws: Workspace, *extra):

@@ -81,9 +81,9 @@ def test_targets_ports_and_threads_out_of_range(local_workspace, yaml_text, need
 
 
 @pytest.mark.parametrize("space, needles", [
-    ("BLOCK_M: [a, b]\n", ["bad.yaml:1", "BLOCK_M: 'a' is not a whole number"]),
-    ("BLOCK_N: [16]\nBLOCK_M: [16, 1.5]\n", ["bad.yaml:2", "BLOCK_M: 1.5 is not a whole number"]),
-    ("BLOCK_M: [0]\n", ["bad.yaml:1", "BLOCK_M: 0 is below 1"]),
+    ("MR: [a, b]\n", ["bad.yaml:1", "MR: 'a' is not a whole number"]),
+    ("NR: [16]\nMR: [4, 1.5]\n", ["bad.yaml:2", "MR: 1.5 is not a whole number"]),
+    ("MR: [0]\n", ["bad.yaml:1", "MR: 0 is below 1"]),
 ])
 def test_space_values_of_the_wrong_kind(local_workspace, space, needles):
     """--space with strings was a TypeError traceback in a pruning rule; a block of 0 divides by

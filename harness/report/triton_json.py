@@ -72,6 +72,9 @@ def family_of(kernel: str, dtype: str, layout: str) -> tuple:
 def accept_for(kernel: str) -> Callable[[dict], Optional[str]]:
     """The consumer's check of one config: None where aiter's kernel runs it, else why not."""
     def accept(config: dict) -> Optional[str]:
+        missing = [k for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k not in config]
+        if missing:  # e.g. the CPU boards' packed C++ matmul (MR, NR, KC, ...)
+            return "is not a Triton tile config (no %s)" % ", ".join(missing)
         used = [k for k in HARNESS_ONLY if config.get(k)]
         if used:
             return "uses %s, which aiter's Triton GEMM does not have" % ", ".join(used)
