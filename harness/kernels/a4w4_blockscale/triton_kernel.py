@@ -43,7 +43,7 @@ REFERENCE = {"fn": "reference_kernel",
              "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1}}
 MX_BLOCK = 32
 SCALE_LOW, SCALE_SPAN = 124, 7  # fill: e8m0 scales 124 .. 130
-MX = tl.constexpr(MX_BLOCK)  # the kernels read these as compile-time globals
+# the kernels read these as compile-time globals (the MX block, 32, is written out in them)
 FILL_SCALE_LOW = tl.constexpr(SCALE_LOW)
 FILL_SCALE_SPAN = tl.constexpr(SCALE_SPAN)
 
@@ -54,9 +54,9 @@ def a4w4_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr
                            stride_asm, stride_ask, stride_bsn, stride_bsk,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr):
-    tl.static_assert(BLOCK_K % (2 * MX) == 0, "BLOCK_K must be a multiple of 64 (whole MX blocks, even bytes)")
+    tl.static_assert(BLOCK_K % 64 == 0, "BLOCK_K must be a multiple of 64 (whole 32-value MX blocks)")
     PACKED_K: tl.constexpr = BLOCK_K // 2
-    SCALES_K: tl.constexpr = BLOCK_K // MX
+    SCALES_K: tl.constexpr = BLOCK_K // 32  # one e8m0 scale per 32 values (MX_BLOCK)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -85,7 +85,7 @@ def a4w4_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr
             b_s = tl.load(b_s_ptrs)
         else:
             bytes_left = K // 2 - (first + k) * PACKED_K
-            scales_left = tl.cdiv(K, MX) - (first + k) * SCALES_K
+            scales_left = tl.cdiv(K, 32) - (first + k) * SCALES_K
             a = tl.load(a_ptrs, mask=tl.arange(0, PACKED_K)[None, :] < bytes_left, other=0)
             b = tl.load(b_ptrs, mask=tl.arange(0, PACKED_K)[:, None] < bytes_left, other=0)
             a_s = tl.load(a_s_ptrs, mask=tl.arange(0, SCALES_K)[None, :] < scales_left, other=127)
@@ -154,9 +154,9 @@ def reference_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
                          other=0).to(tl.int32)
         a_code = (a_byte >> ((offs_k[None, :] % 2) * 4)) & 0xF
         b_code = (b_byte >> ((offs_k[:, None] % 2) * 4)) & 0xF
-        a_s = tl.load(a_scale_ptr + offs_m[:, None] * stride_asm + (offs_k[None, :] // MX) * stride_ask,
+        a_s = tl.load(a_scale_ptr + offs_m[:, None] * stride_asm + (offs_k[None, :] // 32) * stride_ask,
                       mask=a_mask, other=127).to(tl.uint8, bitcast=True).to(tl.float32)
-        b_s = tl.load(b_scale_ptr + offs_n[None, :] * stride_bsn + (offs_k[:, None] // MX) * stride_bsk,
+        b_s = tl.load(b_scale_ptr + offs_n[None, :] * stride_bsn + (offs_k[:, None] // 32) * stride_bsk,
                       mask=b_mask, other=127).to(tl.uint8, bitcast=True).to(tl.float32)
         a = _e2m1(a_code) * tl.exp2(a_s - 127.0)
         b = _e2m1(b_code) * tl.exp2(b_s - 127.0)
