@@ -334,3 +334,22 @@ def test_triton_json_reads_back_the_way_aiter_reads_it_for_every_m(tmp_path):
         for key in ("waves_per_eu", "matrix_instr_nonkdim", "cache_modifier", "GROUP_SIZE_M", "num_warps"):
             assert key in cfg
     assert lines == []
+
+
+# ---- the gfx950 check of a tune's configs ------------------------------------------------------
+def test_gfx950_check_compiles_the_configs_a_tune_measured(tmp_path, capsys):
+    pytest.importorskip("triton")
+    from harness.kernels.a4w4_blockscale import gfx950_check
+
+    rows = []
+    for M, N, K in ((32, 7168, 2048), (32, 7168, 2048)):  # the same pair twice: checked once
+        row = {"variant_id": "v1", "kernel": "a4w4_blockscale", "M": M, "N": N, "K": K}
+        row.update({"cfg_" + k: v for k, v in BUILD_CONFIGS[0].items()})
+        rows += [row, {"variant_id": "lib:dequantize+torch.matmul", "kernel": "a4w4_blockscale", "M": M, "N": N,
+                       "K": K}]
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    assert gfx950_check.main([str(tmp_path / "results.csv"), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.strip() == "gfx950: 1 of 1 (config, shape) variants compiled (1 configs)"
+    (tmp_path / "bad.csv").write_text("M,N\n1,2\n")
+    assert gfx950_check.main([str(tmp_path / "bad.csv")]) == 2
+    assert "no column" in capsys.readouterr().err
