@@ -353,3 +353,41 @@ def test_gfx950_check_compiles_the_configs_a_tune_measured(tmp_path, capsys):
     (tmp_path / "bad.csv").write_text("M,N\n1,2\n")
     assert gfx950_check.main([str(tmp_path / "bad.csv")]) == 2
     assert "no column" in capsys.readouterr().err
+
+
+# ---- the GPU agent's path on the CPU stand-in ----------------------------------------------------
+def test_agent_checks_every_answer_and_times_the_library(tmp_path, monkeypatch):
+    """A real sm90 bundle, the real GPU worker on the CPU stand-in (tests/a4w4_standin.py):
+    packed codes and e8m0 scales filled on the 'device', the reference kernel checked against the
+    device plug-in's host decode, every variant and the library checked against the reference
+    and timed; the results then write aiter's GEMM-AFP4WFP4 JSON."""
+    import csv
+
+    pytest.importorskip("triton")
+    from harness.build import BuildOptions, build
+    from harness.library import request_gpu_library
+    from harness.report import triton_json
+    from harness.shapes import parse_shape_list
+    from remote_agent.agent import Agent
+    from remote_agent.runners import gpu
+    from tests.test_gpu_supervisor import options
+
+    shapes = parse_shape_list("130x200x320", "mxfp4", problem=ak.PROBLEM)
+    summary = build(ak.KERNEL, _targets()[0], shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=BUILD_CONFIGS))
+    request_gpu_library(summary.manifest, shapes, ak.KERNEL.gpu_library)
+    summary.manifest.save(summary.bundle)
+    monkeypatch.setenv("HARNESS_GPU_API", "tests.a4w4_standin:A4w4StandinApi")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(
+        bundle, manifest, opts, log, [("cuda:0", "0")]))
+    results, logs = tmp_path / "results.csv", []
+    Agent(str(summary.bundle), str(results), options(), out=open(os.devnull, "w"), log=logs.append).run()
+    with open(results, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert any("self-check mxfp4" in line for line in logs), logs
+    assert len(rows) == 3 and [r["variant_id"] for r in rows].count("lib:dequantize+torch.matmul") == 1
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert 1e-4 < float(r["rel_err"]) < 1e-2  # a bf16 answer: about 2^-9 per element
+    paths = triton_json.write_triton_json(pd.read_csv(results), None, META, tmp_path / "triton", say=logs.append)
+    assert [p.name for p in paths] == ["sm90-GEMM-AFP4WFP4-N=200-K=320.json", "sm90-GEMM-AFP4WFP4.json"]
