@@ -20,6 +20,7 @@ import array
 import math
 
 from remote_agent.contract import DTYPE_BYTES
+from remote_agent.runners.gpu_api import GpuError
 from remote_agent.runners.gpu_library import torch_runtime
 from remote_agent.runners.gpu_memory import ShapeData, torch_view
 from remote_agent.runners.gpu_reference import fatal, run_reference_kernel
@@ -163,24 +164,44 @@ def self_check(worker, dtype, M=67, N=45, K=320):
     return math.sqrt(d2 / r2) if r2 else float("inf")
 
 
+def pair_table(torch, device, dtype):
+    """256 x 2: the two values (low nibble first) of every byte of packed codes."""
+    return torch.tensor([[E2M1[b & 0xF], E2M1[b >> 4]] for b in range(256)], dtype=dtype, device=device)
+
+
+def dequantize_bf16(torch, pairs, packed, scales):
+    """R x K bf16 values of R x K/2 packed codes and R x K/32 scales, K a multiple of 32: one
+    table lookup per byte, then each 32-value block times its power of two (exact in bf16)."""
+    rows = packed.shape[0]
+    values = pairs[packed.long()].reshape(rows, -1, MX_BLOCK)
+    scale = torch.exp2(scales.to(torch.float32) - 127.0).to(torch.bfloat16)
+    return (values * scale.unsqueeze(-1)).reshape(rows, -1)
+
+
 def dequantize_matmul_launcher(torch, stream, data):
     """Dequantize A and B to bf16 and ``torch.matmul`` them into C (cuBLAS bf16 GEMM, fp32
     accumulation), both inside each timed launch: the operands are MXFP4 and sm90 has no fp4
-    MMA (see the module's docstring). The bf16 copies are preallocated once."""
+    MMA (see the module's docstring). One product runs here first: where this torch or shape
+    cannot do it (K not a multiple of 32), its error is the row's load_error."""
     d = data.shape["dims"]
-    M, N, K = d["M"], d["N"], d["K"]
+    M, N = d["M"], d["N"]
     c = torch_view(torch, data.ptr("c"), M, N, "bf16")
     stream = torch.cuda.ExternalStream(stream)
     with torch.cuda.stream(stream):
         sets = [torch_operands(torch, data, r) for r in range(data.sets)]
+        pairs = pair_table(torch, c.device, torch.bfloat16)
 
         def launch(i, stream_=None):
             a, b, sa, sb = sets[i % len(sets)]
-            torch.matmul(dequantize(torch, a, sa, K, torch.bfloat16), dequantize(torch, b, sb, K, torch.bfloat16).t(),
-                         out=c)
+            torch.matmul(dequantize_bf16(torch, pairs, a, sa), dequantize_bf16(torch, pairs, b, sb).t(), out=c)
 
-        launch(0)
-        torch.cuda.synchronize()
+        try:
+            launch(0)
+            torch.cuda.synchronize()
+        except Exception as exc:  # this torch or shape cannot do it
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            raise GpuError("torch %s cannot dequantize and multiply this shape: %s" % (torch.__version__,
+                                                                                     lines[0][:240]), load=True)
     note = "torch %s (%s): MXFP4 dequantized to bf16, then torch.matmul (sm90 has no fp4 MMA)" % (
         torch.__version__, torch_runtime(torch))
     return launch, torch.cuda.stream(stream), note
