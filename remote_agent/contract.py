@@ -92,7 +92,8 @@ ELEM_ATOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 5e-2}
 # Bytes per element of every dtype an operand may have, and the bits of a quiet NaN of each
 # floating dtype (outputs are filled with it before a kernel runs).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "i32": 4, "i64": 8, "i8": 1, "u8": 1,
-               "fp8e4m3fn": 1, "fp8e4m3fnuz": 1}
+               "fp8e4m3fn": 1, "fp8e4m3fnuz": 1,
+               "e8m0": 1}  # e8m0: MXFP4 block scales, 2^(byte - 127)
 NAN_BITS = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0, "fp64": 0x7FF8000000000000,
             "fp8e4m3fn": 0x7F, "fp8e4m3fnuz": 0x80}
 MATMUL_DIMS = ("M", "N", "K")

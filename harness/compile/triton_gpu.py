@@ -39,7 +39,10 @@ from .common import CompileResult, run_python_child
 CUDA_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 HIP_OPTIONS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
 TRITON_TYPES = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32", "fp8e4m3fn": "*fp8e4nv",
-                "fp8e4m3fnuz": "*fp8e4b8", "i32": "*i32"}
+                "fp8e4m3fnuz": "*fp8e4b8", "i32": "*i32", "u8": "*u8",
+                "e8m0": "*i8"}  # e8m0 scales as their bits: Triton has no e8m0 pointer type
+# bytes per value of shape dtypes stored packed (mxfp4: two e2m1 codes a byte)
+PACKED_DTYPE_BYTES = {"mxfp4": 0.5}
 # the split-K workspace and tile counters a GEMM kernel may take besides its operands
 WORKSPACE_TYPES = {"ws_ptr": "*fp32", "lock_ptr": "*i32"}
 
@@ -163,7 +166,7 @@ class TritonGpuCompiler:
         if not all(k in config for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")):
             return 0
         stages = max(1, config.get("num_stages", 2) - 1)
-        e = DTYPE_BYTES[dtype]
+        e = PACKED_DTYPE_BYTES.get(dtype) or DTYPE_BYTES[dtype]
         if self.backend == "hip" and config.get("num_stages", 2) <= 2:
             stages = 1  # one LDS buffer; loads go through registers
         return stages * (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * e

@@ -2,7 +2,10 @@
 
 The consumer is ``aiter.ops.triton.utils.gemm_config_utils.get_gemm_config(config_name, M, N, K)``
 (aiter e4048607). For the families written here (``GEMM-A16W16`` for the matmul,
-``GEMM-A8W8_BLOCKSCALE`` for fp8_blockscale) aiter reads the flat folder
+``GEMM-A8W8_BLOCKSCALE`` for fp8_blockscale, ``GEMM-AFP4WFP4`` for a4w4_blockscale: aiter's
+``gemm_afp4wfp4`` looks its config up with K doubled from the packed K/2 of its operands, i.e.
+by the unpacked K the harness's shapes have, and reads BLOCK_SIZE_K in unpacked values too) aiter
+reads the flat folder
 ``aiter/ops/triton/configs/gemm/``: the default file ``{arch}-{family}.json`` (it must exist) and,
 when present, ``{arch}-{family}-N={N}-K={K}.json``, which replaces it for that (N, K). In the file
 it takes, for M:
@@ -62,6 +65,8 @@ def family_of(kernel: str, dtype: str, layout: str) -> tuple:
     """(aiter config family, None) for what aiter runs, else (None, why not)."""
     if kernel == "fp8_blockscale":
         return "GEMM-A8W8_BLOCKSCALE", None
+    if kernel == "a4w4_blockscale":
+        return "GEMM-AFP4WFP4", None
     if kernel == "matmul":
         if dtype in ("fp16", "bf16") and layout == "NT":
             return "GEMM-A16W16", None

@@ -78,22 +78,22 @@ def looks_like(text: str) -> bool:
 
 
 def output_dtype(problem: Problem, dtype: str) -> str:
-    """What the kernel writes C as: bf16 for the fp8 kernels, else the input dtype."""
-    return "bf16" if all(d.startswith("fp8") for d in problem.dtypes) else dtype
+    """What the kernel writes C as: bf16 for the fp8 and MXFP4 kernels, else the input dtype."""
+    return "bf16" if all(d.startswith("fp8") or d == "mxfp4" for d in problem.dtypes) else dtype
 
 
 def file_dtype(path: Path, default_dtype: str) -> str:
     """The element type of rows that name none, by aiter's file names: ``a8w8_blockscale*`` fp8
     (the build's fp8 format where it has one), other ``a8w8*`` int8 (aiter's a8w8 CK GEMMs take
-    int8 unless ``q_dtype_w`` says fp8), ``a4w4*`` fp4, ``bf16*`` bf16; any other name: the build's
-    default dtype."""
+    int8 unless ``q_dtype_w`` says fp8), ``a4w4*`` mxfp4 (a4w4_blockscale's dtype), ``bf16*`` bf16;
+    any other name: the build's default dtype."""
     name = path.name.lower()
     if "a8w8_blockscale" in name:
         return default_dtype if default_dtype.startswith("fp8") else "fp8e4m3fn"
     if name.startswith("a8w8") or "_a8w8_" in name:
         return "int8"
     if name.startswith("a4w4") or "_a4w4_" in name:
-        return "fp4"
+        return "mxfp4"
     if name.startswith("bf16") or "_bf16_" in name:
         return "bf16"
     return default_dtype
@@ -121,11 +121,12 @@ def row_dtype(row: dict, default_dtype: str) -> tuple:
 
 def row_reason(row: dict, dtype: str, problem: Problem) -> Optional[str]:
     """Why the kernel of ``problem`` cannot run this row as aiter means it, or None."""
-    if dtype in ("int8", "fp4"):
+    if dtype == "int8":
         return "%s (%s): no harness kernel runs %s GEMMs" % (
             dtype, row.get("q_dtype_w") or row.get("q_dtype_a") or "aiter's file name", dtype)
     if dtype not in problem.dtypes:
         hint = "; fp8 GEMMs: harness build fp8_blockscale" if dtype.startswith("fp8") else ""
+        hint = "; MXFP4 GEMMs: harness build a4w4_blockscale" if dtype == "mxfp4" else hint
         return "%s: this kernel runs %s%s" % (dtype, ", ".join(problem.dtypes), hint)
     out = row.get("outdtype")
     if out:

@@ -131,7 +131,7 @@ class ShapeData(object):
 # dtype -> (the array interface's typestr, the torch dtype to view it as, where that differs)
 TORCH_TYPES = {"fp16": ("<f2", None), "bf16": ("<i2", "bfloat16"), "fp32": ("<f4", None), "u8": ("|u1", None),
                "i32": ("<i4", None), "i8": ("|i1", None), "fp8e4m3fn": ("|u1", "float8_e4m3fn"),
-               "fp8e4m3fnuz": ("|u1", "float8_e4m3fnuz")}
+               "fp8e4m3fnuz": ("|u1", "float8_e4m3fnuz"), "e8m0": ("|u1", None)}
 
 
 def torch_view(torch, ptr, rows, cols, dtype):
