@@ -192,7 +192,7 @@ def test_report_reads_results_without_a_host_column(ws):
     path = ws.path / "results" / TARGET / "matmul" / "results.csv"
     saved = path.read_text()
     try:
-        pd.read_csv(path).drop(columns=["host"]).to_csv(path, index=False)
+        pd.read_csv(path, dtype=str, keep_default_na=False).drop(columns=["host"]).to_csv(path, index=False)
         ws.harness("report", "--no-fetch", "--format", "aiter", "--out", "nohost")
         assert json.loads((ws.path / "nohost" / "matmul.json").read_text())["hosts"] == []
         assert len(pd.read_csv(ws.path / "nohost" / "matmul.aiter.csv")) == 2
