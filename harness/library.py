@@ -68,7 +68,7 @@ class OpenBlas:
     source: str = ""  # where it came from, for the build's line and the launch record
 
 
-# Checked 2026-11-26: bookworm ships no riscv64 packages (riscv64 became a Debian release
+# Why riscv64 has no OpenBLAS row: bookworm ships no riscv64 packages (riscv64 became a Debian release
 # architecture with trixie), and scipy-openblas32 0.3.34's riscv64 wheel (RVV cores
 # RISCV64_ZVL128B / ZVL256B) asks for GLIBC_2.38 symbols, newer than bookworm's riscv64 cross glibc.
 RISCV64_WHY = ("no OpenBLAS for riscv64 here (Debian bookworm has no riscv64 packages; scipy-openblas32's "

@@ -55,16 +55,9 @@ class TuneArgs:
 
 
 def tune(args: TuneArgs):
-    """Build, push, run and report. With --strategy other than exhaustive (or with --budget or
-    --time-limit) the strategy asks for a few configs per shape at a time and only those are
-    compiled, pushed and run, round by round; it resumes from the results already on disk.
-    Without --strategy, GPU targets run genetic with --budget 96 per shape, warm-started: the
-    first round of each shape holds the kernel's configs for its shape class (e.g. the persistent
-    TMA tile for large products) and the winners of the nearest shapes already tuned.
-    Then the fastest --top configs per shape are re-measured interleaved (with the config of the
-    fewest SM cycles where the rows carry the clock, and the fastest seed, which the first round
-    timed, perhaps at another clock than the later rounds), and a winner must beat the next by
-    more than the measured spread (else the tie rule decides)."""
+    """Build, push, run and report: the search asks configs round by round, the finalists are
+    re-measured interleaved, and the report writes the tuned files (``harness tune --help``,
+    commands/workflow.py, says each step and option)."""
     clock = Stopwatch()
     from .. import kernels
     from ..compile import cache as compile_cache
