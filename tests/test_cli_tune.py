@@ -139,12 +139,12 @@ def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
     winners = json.loads((ws.path / "results" / TARGET / "matmul" / "winners.json").read_text())
     all_rows = rows(ws)
     # a shape whose winner measured noisy (a busy machine) gets 3 more rounds, and says so
-    more = re.search(r"more rounds \((.*)\)", out)
+    more = re.search(r"more rounds \(([^)]*)\)", " ".join(out.split()))  # the line may wrap
     noisy = more.group(1).split(", ") if more else []
     for sid in ("32x32x32_fp32_NN", "24x16x32_fp32_NN"):
         w = winners["shapes"][sid]
         n = 6 if sid in noisy else 3
-        assert w["repeats"] == n and w["decided"] in ("clear", "tie") and len(w["candidates"]) == 2
+        assert w["repeats"] == n and w["decided"] in ("clear", "tie") and len(w["candidates"]) == 2, (sid, w, out)
         assert w["spread_ns"] >= 0 and w["median_ns"] > 0
         re_rows = [all_rows[i] for i in winners["remeasure_rows"] if all_rows[i]["shape_id"] == sid]
         # the library is timed again in every repeat, in the winners' window; the uplift uses its latest row
@@ -156,7 +156,7 @@ def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
         re_rows = [r for r in re_rows if not r["variant_id"].startswith("lib:")]
         order = [r["variant_id"] for r in re_rows]
         pairs = [order[i:i + 2] for i in range(0, len(order), 2)]
-        assert len(order) == 2 * n and pairs == [pairs[0], pairs[0][::-1]] * (n // 2) + [pairs[0]] * (n % 2)  # A B, B A, ...
+        assert len(order) == 2 * n and pairs == [pairs[0], pairs[0][::-1]] * (n // 2) + [pairs[0]] * (n % 2), (sid, order, out)  # A B, B A, ...
         minima = {}
         for r in re_rows:
             assert r["estimator"] == "min" and float(r["time_ns"]) == float(r["time_ns_min"])
