@@ -33,7 +33,7 @@ GPU_SPACE = {
     "GROUP_M": [1, 8],
     "SPLIT_K": [1, 2, 4, 8, 16],  # powers of two: aiter's tuned CSV records log2 of the split
     "num_warps": [4, 8],
-    "num_stages": [2, 3, 4, 5],
+    "num_stages": [2, 3, 4, 5, 6],  # 6: the warp-specialized kernel's ring on 96- and 128-wide tiles
 }
 # TMA: A and B through tensor descriptors (sm90+); WS: the persistent warp-specialized Gluon kernel (sm90)
 GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1]}

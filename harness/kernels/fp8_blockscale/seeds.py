@@ -12,6 +12,12 @@ Triton fp8 GEMMs: BLOCK_K 128, one scale per K step):
   tiles on 8 warps through TMA, and 64 x 128 on 4 warps;
 * **medium**: 64 x 128 and 128 x 128 tiles, with a split of K where the tiles are few.
 
+On sm90 the large and medium classes also get the persistent warp-specialized kernel (WS = 1,
+gluon_kernel.py), its BLOCK_N chosen by the waves it takes (ws_seeds): of 96, 128, 160 and 192
+columns (128 rows; 64 rows in the medium class), the two with the least estimated time, where a
+tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
+and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
+
 On AMD (hip) the space has no TMA and the stage count of the AMD pipeliner (2). Every seed is
 completed with the first value of each parameter it does not name, and kept only when its values
 are in the target's space and no pruning rule rejects it for the shape.
@@ -38,6 +44,25 @@ MEDIUM = [
 ]
 
 
+WS_STAGES = {96: 6, 128: 5, 160: 4, 192: 4}  # ring slots that fit beside the C tile (128-row tiles)
+WS_TILE_COST = 32  # a tile's fixed cost (epilogue, A loads), in columns' worth of MMA time
+
+
+def ws_seeds(shape, multiprocessors: int, block_m: int = 128) -> List[dict]:
+    """The warp-specialized kernel's seeds: 128 x 128, and the two BLOCK_N of 96, 128, 160, 192 whose
+    whole waves of tiles take the least estimated time (waves x (BLOCK_N + WS_TILE_COST))."""
+    def cost(bn):
+        tiles = cdiv(shape.M, block_m) * cdiv(shape.N, bn)
+        return cdiv(tiles, multiprocessors) * (bn + WS_TILE_COST)
+
+    widths = sorted(WS_STAGES, key=lambda bn: (cost(bn), -bn))[:2]
+    if 128 not in widths:
+        widths.append(128)
+    stages = lambda bn: WS_STAGES[bn] + (1 if block_m == 64 else 0)  # noqa: E731 (half the A tile a slot)
+    return [dict(BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=stages(bn), TMA=1,
+                 WS=1) for bn in widths]
+
+
 def _split(tiles: int, multiprocessors: int) -> int:
     """The split of K (1, 2, 4, 8) that brings tiles x splits nearest to the multiprocessors."""
     return min((1, 2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
@@ -54,9 +79,9 @@ def shape_class(shape, multiprocessors: int) -> str:
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
-        return LARGE
+        return ws_seeds(shape, multiprocessors) + LARGE
     if kind == "medium":
-        out = list(MEDIUM)
+        out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
         split = _split(tiles, multiprocessors)
         if split > 1:
@@ -88,5 +113,5 @@ def seed_configs(shape, target) -> List[dict]:
         return []
     seeds = rule_seeds(shape, gemm_tiles.multiprocessors(target))
     if target.backend == "hip":
-        seeds = [_for_hip(seed) for seed in seeds]
+        seeds = [_for_hip(seed) for seed in seeds if not seed.get("WS")]
     return complete_seeds(seeds, KERNEL, shape, target)
