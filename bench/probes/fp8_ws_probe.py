@@ -67,8 +67,6 @@ def scaled_mm_launch(torch, a, b, a_s, b_s, c):
 
 
 def triton_launch(torch, a, b, a_s, b_s, c):
-    import triton
-
     from harness.kernels.fp8_blockscale.triton_kernel import fp8_blockscale_kernel
 
     M, K = a.shape
@@ -160,8 +158,6 @@ def run(args):
             best = max(good, key=lambda r: r["speedup"])
             print("  best ws: %s x%.3f (%.0f TFLOP/s)" % (best["variant"], best["speedup"], best["tflops"]), flush=True)
         rows.append(dict(shape=spec, results=results))
-        del a, b, a_s, b_s, ref, c
-        torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -9,13 +9,12 @@ C is M x N bf16. GPU only (Triton). The shape's dtype is the e4m3 format of A an
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ...shapes import Problem
 from .. import gemm_tiles
-from ..base import Kernel, Operand
+from ..base import Operand
+from ..blockscale import block_scaled_kernel
 from . import descriptors, fp8, rules, seeds
 from .fp8 import SCALE_BLOCK, cdiv
 
@@ -99,15 +98,10 @@ OPERANDS = (  # in the order the Triton kernel takes its pointers
 # DeepSeek-V3's linear layers: decode (M = 16) and prefill sizes
 DEFAULT_SHAPES = {"gpu": "16x7168x2048,16x2112x7168,128x24576x1536,1024x7168x16384,4096x4096x7168,4096x2112x7168"}
 
-KERNEL = Kernel(
-    name=NAME,
-    description=__doc__.strip().splitlines()[0],
-    cpu_space={},
-    cpu_rules=[],
-    cpu_template=None,
+KERNEL = block_scaled_kernel(
+    NAME, __doc__, __file__,
     make_data=make_data,
     strides=strides,
-    flops=gemm_tiles.flops,
     bytes_moved=bytes_moved,
     grid=grid,
     operands=OPERANDS,
@@ -118,11 +112,8 @@ KERNEL = Kernel(
     gpu_space_cuda=GPU_SPACE_CUDA,
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
-    triton_module="harness.kernels.fp8_blockscale.triton_kernel:fp8_blockscale_kernel",
     other_source=lambda config: WS_SOURCE if descriptors.warp_specialized(config) else None,
     tensor_descriptors=descriptors.tensor_descriptors,
     seed_configs=seeds.seed_configs,
-    device_reference="fp8_blockscale",
-    device_plugin=Path(__file__).with_name("device.py"),
     gpu_library="torch._scaled_mm",
 )

@@ -32,11 +32,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
+# the matmul's Gluon GROUP_M tile order and TMA copies (named by the Triton version: 3.9's or 3.6's)
+from ..matmul.gluon_kernel import tile_of, tma_load, tma_store
 from .fp8 import SCALE_BLOCK
-
-# Triton 3.9 names the TMA copies async_load / async_store; 3.6 has the old names only
-tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 LANGUAGE = "gluon"  # built through GluonASTSource, each descriptor's shared layout in its signature
 # The tensor descriptor arguments, made on the host (descriptors.py in this folder); b2_desc and
@@ -62,14 +60,6 @@ CONSUMER_REGS = {1: 256, 2: 232, 3: 160}
 REGS_1 = gl.constexpr(CONSUMER_REGS[1])
 REGS_2 = gl.constexpr(CONSUMER_REGS[2])
 REGS_3 = gl.constexpr(CONSUMER_REGS[3])
-
-
-@gluon.jit
-def tile_of(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
-    group = GROUP_M * num_pid_n
-    first_m = (t // group) * GROUP_M
-    size_m = gl.minimum(num_pid_m - first_m, GROUP_M)
-    return first_m + (t % group) % size_m, (t % group) // size_m
 
 
 @gluon.jit

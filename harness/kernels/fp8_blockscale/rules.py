@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, split_k_rules,
                           tile_rules)
-from .descriptors import WS_ROWS, tile_parts, warp_specialized
+from .descriptors import tile_parts, warp_specialized
 from .fp8 import SCALE_BLOCK
 
 # AMD arches with fp8 matrix instructions, and the e4m3 format each takes (NVIDIA sm89+: e4m3fn)

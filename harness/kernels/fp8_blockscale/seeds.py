@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import List
 
-from .. import gemm_tiles
-from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+from ..blockscale import gpu_seed_configs, nearest_split, shape_class
+from ..gemm_tiles import cdiv, skinny_tile
 
 LARGE = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
@@ -63,19 +63,6 @@ def ws_seeds(shape, multiprocessors: int, block_m: int = 128) -> List[dict]:
                  WS=1) for bn in widths]
 
 
-def _split(tiles: int, multiprocessors: int) -> int:
-    """The split of K (1, 2, 4, 8) that brings tiles x splits nearest to the multiprocessors."""
-    return min((1, 2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
-
-
-def shape_class(shape, multiprocessors: int) -> str:
-    if shape.M <= 64:
-        return "skinny"
-    if cdiv(shape.M, 128) * cdiv(shape.N, 128) >= multiprocessors:
-        return "large"
-    return "medium"
-
-
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
@@ -83,14 +70,14 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     if kind == "medium":
         out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
-        split = _split(tiles, multiprocessors)
+        split = nearest_split(tiles, multiprocessors)
         if split > 1:
             out.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SPLIT_K=split))
         return out
     bm = skinny_tile(shape.M)
     out = []
     for bn in (64, 128):
-        split = _split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
+        split = nearest_split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
         for tma in (0, 1):
             out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=5, SPLIT_K=split,
                             TMA=tma))
@@ -98,20 +85,14 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     return out
 
 
-def _for_hip(seed: dict) -> dict:
-    """AMD: no tensor descriptors, the AMD pipeliner's two stages."""
-    seed = {name: value for name, value in seed.items() if name != "TMA"}
-    seed["num_stages"] = 2
-    return seed
+def _for_hip(seeds: List[dict]) -> List[dict]:
+    """AMD: no tensor descriptors nor the warp-specialized kernel, the AMD pipeliner's two stages."""
+    return [dict({name: value for name, value in seed.items() if name != "TMA"}, num_stages=2) for seed in seeds
+            if not seed.get("WS")]
 
 
 def seed_configs(shape, target) -> List[dict]:
     """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
     from . import KERNEL
 
-    if not target.is_gpu:
-        return []
-    seeds = rule_seeds(shape, gemm_tiles.multiprocessors(target))
-    if target.backend == "hip":
-        seeds = [_for_hip(seed) for seed in seeds if not seed.get("WS")]
-    return complete_seeds(seeds, KERNEL, shape, target)
+    return gpu_seed_configs(KERNEL, rule_seeds, shape, target, _for_hip)
