@@ -671,3 +671,58 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_n, stages):
     sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(res.artifact)], capture_output=True,
                           text=True, check=True).stdout
     assert "QGMMA" in sass and "USETMAXREG" in sass
+
+
+def test_ws_probe_variants_are_configs_the_tune_builds():
+    """bench/probes/fp8_ws_probe.py times what `harness tune` would: each default variant is in the
+    space and passes every rule on the default shapes of the probe; bad variants exit 2."""
+    from bench.probes import fp8_ws_probe as probe
+    from harness.shapes import parse_shape_list
+
+    gpu = _targets()["gpu-node"]
+    space = fk.KERNEL.space_for(gpu)
+    for v in probe.DEFAULT_VARIANTS:
+        cfg = probe.variant_config(v)
+        assert all(cfg[k] in space[k] for k in cfg), v
+        for spec in probe.DEFAULT_SHAPES:
+            s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+            assert _why(cfg, s, gpu) is None, (v, spec)
+    assert probe.main(["--variant", "128x160"]) == 2
+
+
+def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, monkeypatch):
+    """A real sm90 bundle of two WS configs (one tile part and two; host descriptors, persistent
+    grid), run by the GPU worker on the CPU stand-in: the agent encodes each fp8 and bf16 tensor
+    map over its operand, launches one program per tile at most, and every answer is checked."""
+    pytest.importorskip("triton")
+    import csv
+    import os
+
+    from harness.build import BuildOptions, build
+    from harness.shapes import parse_shape_list
+    from remote_agent.agent import Agent
+    from remote_agent.runners import gpu
+    from tests.test_gpu_supervisor import options
+
+    target = _targets()["gpu-node"]
+    shapes = parse_shape_list("64x256x384", "fp8e4m3fn", problem=fk.KERNEL.problem)
+    configs = [dict(WS, BLOCK_M=64, BLOCK_N=128, GROUP_M=1, num_stages=4),
+               dict(WS, BLOCK_M=64, BLOCK_N=160, GROUP_M=1, num_stages=4)]
+    summary = build(fk.KERNEL, target, shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=configs))
+    m = json.loads((summary.bundle / "manifest.json").read_text())
+    launches = [v["launch"] for v in m["variants"]]
+    assert sorted(l["entry"].split("_ws_")[0] for l in launches) == ["fp8_blockscale", "fp8_blockscale"]
+    maps = [[p["name"] for p in l["params"] if p.get("type") == "tensormap"] for l in launches]
+    assert sorted(map(len, maps)) == [3, 5]  # a_desc, b_desc, c_desc (+ b2_desc, c2_desc for 160 = 128 + 32)
+    monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(
+        bundle, manifest, opts, log, [("cuda:0", "0")]))
+    results = tmp_path / "results.csv"
+    Agent(str(summary.bundle), str(results), options(), out=open(os.devnull, "w"), log=lambda line: None).run()
+    with open(results, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert 1e-4 < float(r["rel_err"]) < 1e-2

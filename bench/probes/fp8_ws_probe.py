@@ -22,9 +22,8 @@ import json
 import sys
 
 DEFAULT_SHAPES = ["4096x7168x16384", "4096x4096x7168", "1024x7168x16384", "4096x2112x7168", "4096x24576x1536",
-                  "2048x7168x2048", "4096x7168x2048"]
-DEFAULT_VARIANTS = ["128x128x4x8", "128x128x5x8", "128x128x6x8", "128x160x4x8", "128x192x4x8", "128x96x6x8",
-                    "64x128x6x8", "128x128x5x1"]
+                  "4096x7168x2048"]
+DEFAULT_VARIANTS = ["128x128x4x8", "128x128x6x8", "128x160x4x8", "128x192x4x8", "128x96x6x8", "64x128x6x8"]
 TRITON_CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, TMA=1, num_warps=8, num_stages=4)
 SCALE = 128
 
@@ -123,6 +122,13 @@ def measure(torch, name, launch, c, ref, flop, base_ms):
                 speedup=(base_ms / ms) if base_ms else 1.0)
 
 
+def variant_config(variant: str) -> dict:
+    """The harness config of a variant BMxBNxSTAGESxGROUP_M (what `harness tune` would build)."""
+    bm, bn, stages, group_m = (int(x) for x in variant.split("x"))
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
+                TMA=1, WS=1)
+
+
 def run(args):
     import torch
     import triton
@@ -144,7 +150,8 @@ def run(args):
         results = [lib]
         candidates = [("triton BM128 BN128 w8 s4", lambda: triton_launch(torch, a, b, a_s, b_s, c))]
         for v in args.variant or DEFAULT_VARIANTS:
-            bm, bn, st, gm = (int(x) for x in v.split("x"))
+            cfg = variant_config(v)
+            bm, bn, st, gm = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"]
             candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm: ws_launch(
                 torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count)))
         for name, make in candidates:
