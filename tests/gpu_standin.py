@@ -348,6 +348,19 @@ class StandinApi(GpuApi):
 
     _reference_kernel = _fp8_blockscale_kernel
 
+    def _fp8_blockscale_ws_kernel(self, facts, v, t, grid):
+        """The fp8 GEMM's warp-specialized Gluon kernel (harness/kernels/fp8_blockscale/gluon_kernel.py):
+        each tensor descriptor must view its operand (A, B: 1-byte codes; C: bf16) where its pointer
+        is, the grid is at most one program per tile; C is computed as the Triton kernel's."""
+        views = {"a_desc": ("a_ptr", 1), "b_desc": ("b_ptr", 1), "b2_desc": ("b_ptr", 1), "c_desc": ("c_ptr", 2),
+                 "c2_desc": ("c_ptr", 2)}
+        for name, (ptr, size) in views.items():
+            d = v.get(name)
+            if isinstance(d, dict) and (d["base"] != v[ptr] or d["elem_size"] != size):
+                raise GpuError("stand-in: %s views %#x (%d-byte elements), not %s" % (name, d["base"], d["elem_size"],
+                                                                                       ptr))
+        self._fp8_blockscale_kernel(facts, v, t, grid)
+
 
 class StandinLibraryApi(StandinApi):
     """The stand-in with a stand-in vendor library: ``torch.matmul`` computed with numpy on the

@@ -583,3 +583,146 @@ def test_a_cpu_target_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(HarnessError, match="no CPU source: build it for a GPU target"):
         compiler_for(get("fp8_blockscale"), _targets()["local"], tmp_path)
+
+
+# ---- the persistent warp-specialized Gluon kernel (WS = 1) --------------------------------------
+WS = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=5, TMA=1, WS=1)
+
+
+def test_ws_rules_keep_it_to_sm90_and_its_tiles():
+    targets = _targets()
+    gpu = targets["gpu-node"]
+    big = make_shape(4096, 7168, 7168)
+    assert _why(WS, big, gpu) is None
+    assert _why(dict(WS, BLOCK_N=160, num_stages=4), big, gpu) is None
+    assert _why(dict(WS, BLOCK_N=192, num_stages=4), big, gpu) is None
+    assert _why(dict(WS, BLOCK_N=256), big, gpu) == "ws_tile_n"  # accumulator + partial spill
+    assert _why(dict(WS, num_warps=8), big, gpu) == "ws_config"
+    assert _why(dict(WS, TMA=0), big, gpu) == "ws_config"
+    assert _why(dict(WS, BLOCK_M=32), big, gpu) == "ws_config"
+    assert _why(dict(WS, BLOCK_N=160, WS=0), big, gpu) == "tile_in_parts_needs_ws"
+    assert _why(WS, make_shape(4096, 7168, 7000), gpu) == "tma_unaligned"  # K bytes a row
+    assert _why(WS, make_shape(4096, 7164, 7168), gpu) == "ws_unaligned"  # C's row: 2N bytes
+    assert _why(dict(WS, TMA=0, WS=1), make_shape(4096, 7168, 2048, "fp8e4m3fnuz"), targets["mi300"]) is not None
+
+
+def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
+    from harness.kernels.fp8_blockscale import descriptors
+
+    gpu = _targets()["gpu-node"]
+    assert fk.KERNEL.grid(WS, make_shape(4096, 7168, 7168), gpu) == (132, 1, 1)
+    assert fk.KERNEL.grid(WS, make_shape(256, 256, 7168), gpu) == (4, 1, 1)  # no more programs than tiles
+    one = {d.name: d.block for d in descriptors.tensor_descriptors(WS)}
+    assert one == {"a_desc": (64, 128), "b_desc": (128, 128), "c_desc": (64, 128)}
+    two = {d.name: d.block for d in descriptors.tensor_descriptors(dict(WS, BLOCK_N=160))}
+    assert two == {"a_desc": (64, 128), "b_desc": (128, 128), "c_desc": (64, 128), "b2_desc": (32, 128),
+                   "c2_desc": (64, 32)}
+    assert descriptors.tensor_descriptors(dict(WS, WS=0)) == []
+
+
+def test_ws_seeds_for_prefill_shapes_fill_the_waves():
+    from harness.kernels.fp8_blockscale import seeds
+
+    gpu = _targets()["gpu-node"]
+    shape = make_shape(4096, 7168, 16384)
+    # 128-row tiles: 160 columns take 32 x 45 = 1440 tiles, 11 waves (of 132) at 192 column-units each,
+    # where 128 columns take 1792 tiles, 14 waves at 160
+    assert [c["BLOCK_N"] for c in seeds.ws_seeds(shape, 132)] == [160, 192, 128]
+    for spec in ((4096, 7168, 16384), (4096, 4096, 7168), (1024, 7168, 16384), (512, 2112, 7168)):
+        from harness.shapes import parse_shape_list
+
+        s = parse_shape_list("%dx%dx%d:fp8e4m3fn" % spec, "fp8e4m3fn", fk.KERNEL.problem)[0]
+        got = fk.KERNEL.seed_configs(s, gpu)
+        ws = [c for c in got if c.get("WS")]
+        assert len(ws) >= 2, spec
+        assert all(_why(c, s, gpu) is None for c in got)
+    s = parse_shape_list("4096x7168x7168:fp8e4m3fnuz", "fp8e4m3fnuz", fk.KERNEL.problem)[0]
+    assert not [c for c in fk.KERNEL.seed_configs(s, _targets()["mi300"]) if c.get("WS")]
+
+
+@pytest.mark.parametrize("block_n,stages", [(128, 5), (160, 4)])
+def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_n, stages):
+    """Through the harness's compiler (host descriptors, Gluon signature with fp8 layouts): fp8
+    wgmma (QGMMA) in the cubin, no local memory (the consumers' setmaxnreg holds accumulator,
+    partial and scales), the descriptor parameters in the launch facts."""
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+
+    import triton
+
+    from harness.compile.triton_gpu import TritonGpuCompiler
+    from harness.shapes import parse_shape_list
+
+    gpu = _targets()["gpu-node"]
+    shape = parse_shape_list("4096x7168x7168:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+    cfg = dict(WS, BLOCK_N=block_n, num_stages=stages)
+    comp = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path)
+    res = comp.compile(cfg, shape, 300)
+    assert res.status == "ok", res.message
+    names = [p["name"] for p in res.launch["params"]]
+    assert [p.get("type") for p in res.launch["params"] if p["name"] == "a_desc"] == ["tensormap"]
+    assert ("b2_desc" in names) == (block_n == 160)
+    assert 0 < res.launch["shared"] <= 232448
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", str(res.artifact)], capture_output=True,
+                           text=True, check=True).stdout
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(res.artifact)], capture_output=True,
+                          text=True, check=True).stdout
+    assert "QGMMA" in sass and "USETMAXREG" in sass
+
+
+def test_ws_probe_variants_are_configs_the_tune_builds():
+    """bench/probes/fp8_ws_probe.py times what `harness tune` would: each default variant is in the
+    space and passes every rule on the default shapes of the probe; bad variants exit 2."""
+    from bench.probes import fp8_ws_probe as probe
+    from harness.shapes import parse_shape_list
+
+    gpu = _targets()["gpu-node"]
+    space = fk.KERNEL.space_for(gpu)
+    for v in probe.DEFAULT_VARIANTS:
+        cfg = probe.variant_config(v)
+        assert all(cfg[k] in space[k] for k in cfg), v
+        for spec in probe.DEFAULT_SHAPES:
+            s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+            assert _why(cfg, s, gpu) is None, (v, spec)
+    assert probe.main(["--variant", "128x160"]) == 2
+
+
+def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, monkeypatch):
+    """A real sm90 bundle of two WS configs (one tile part and two; host descriptors, persistent
+    grid), run by the GPU worker on the CPU stand-in: the agent encodes each fp8 and bf16 tensor
+    map over its operand, launches one program per tile at most, and every answer is checked."""
+    pytest.importorskip("triton")
+    import csv
+    import os
+
+    from harness.build import BuildOptions, build
+    from harness.shapes import parse_shape_list
+    from remote_agent.agent import Agent
+    from remote_agent.runners import gpu
+    from tests.test_gpu_supervisor import options
+
+    target = _targets()["gpu-node"]
+    shapes = parse_shape_list("64x256x384", "fp8e4m3fn", problem=fk.KERNEL.problem)
+    configs = [dict(WS, BLOCK_M=64, BLOCK_N=128, GROUP_M=1, num_stages=4),
+               dict(WS, BLOCK_M=64, BLOCK_N=160, GROUP_M=1, num_stages=4)]
+    summary = build(fk.KERNEL, target, shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=configs))
+    m = json.loads((summary.bundle / "manifest.json").read_text())
+    launches = [v["launch"] for v in m["variants"]]
+    assert sorted(l["entry"].split("_ws_")[0] for l in launches) == ["fp8_blockscale", "fp8_blockscale"]
+    maps = [[p["name"] for p in l["params"] if p.get("type") == "tensormap"] for l in launches]
+    assert sorted(map(len, maps)) == [3, 5]  # a_desc, b_desc, c_desc (+ b2_desc, c2_desc for 160 = 128 + 32)
+    monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(
+        bundle, manifest, opts, log, [("cuda:0", "0")]))
+    results = tmp_path / "results.csv"
+    Agent(str(summary.bundle), str(results), options(), out=open(os.devnull, "w"), log=lambda line: None).run()
+    with open(results, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert 1e-4 < float(r["rel_err"]) < 1e-2

@@ -563,6 +563,10 @@ def _compile_in_process(job: dict) -> dict:
     return {"status": "ok", "launch": launch}
 
 
+# the element types of Gluon kernels' tensor descriptors (Triton's name -> Gluon's type)
+GLUON_DTYPES = {"fp16": lambda gl: gl.float16, "bf16": lambda gl: gl.bfloat16, "fp8e4nv": lambda gl: gl.float8e4nv}
+
+
 def _gluon_signature(job: dict) -> dict:
     """The job's signature with each tensor descriptor's shared memory layout, as Gluon needs it:
     the default NVMMA layout of its block (the swizzle TMA and wgmma agree on)."""
@@ -573,7 +577,7 @@ def _gluon_signature(job: dict) -> dict:
         if ty.startswith("tensordesc<"):
             dtype = ty[len("tensordesc<"):].split("[")[0]
             block = job["descriptors"][name]["block"]
-            layout = gl.NVMMASharedLayout.get_default_for(block, {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype])
+            layout = gl.NVMMASharedLayout.get_default_for(block, GLUON_DTYPES[dtype](gl))
             signature[name] = "tensordesc<%s%s,%r>" % (dtype, block, layout)
     return signature
 

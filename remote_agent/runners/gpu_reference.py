@@ -5,6 +5,7 @@ plug-in's ``check_reference_kernel``). Which reference a kernel has is its plug-
 (gpu_plugin.py); nothing here names a kernel. Standard library only (torch where present)."""
 
 import array
+import math
 import struct
 
 from .gpu_api import GpuError
@@ -81,3 +82,53 @@ def decode(raw, dtype):
     halves = array.array("H", raw)
     words = array.array("I", [h << 16 for h in halves])
     return list(array.array("f", words.tobytes()))
+
+
+# ---- the host check of a plug-in's reference kernel on a small product (block-scaled GEMMs) ----------
+SELF_CHECK_TOLERANCE = 1e-5  # the reference kernel and the host both compute in fp32 or better
+
+
+def floats(raw):
+    """Downloaded fp32 bytes as a list of floats."""
+    out = array.array("f")
+    out.frombytes(raw)
+    return list(out)
+
+
+def small_product_error(worker, small, host_reference):
+    """The bundle's reference kernel on a small shape (a manifest shape dict): its inputs seeded
+    on the device, then ``host_reference(got)`` (``got``: each input's and the reference's
+    downloaded bytes by operand name; returns the expected values, row-major) against the
+    kernel's output. Returns the relative error norm."""
+    from .gpu_memory import ShapeData
+
+    api = worker.api
+    data = ShapeData(api, small, 1)
+    try:
+        for seed, op in enumerate(o for o in small["operands"] if o["role"] == "input"):
+            worker.fill(data.ptr(op["name"]), op["elements"], op["dtype"], 11 + seed)
+        run_reference_kernel(worker, data, data.ptr("ref"))
+        api.synchronize()
+        got = {op["name"]: api.dtoh(data.ptr(op["name"]), op["bytes"]) for op in small["operands"]
+               if op["role"] in ("input", "reference")}
+    finally:
+        data.release()
+    want = host_reference(got)
+    ref = floats(got["ref"])
+    d2 = math.fsum((g - w) ** 2 for g, w in zip(ref, want))
+    r2 = math.fsum(w * w for w in want)
+    return math.sqrt(d2 / r2) if r2 else float("inf")
+
+
+def check_each_dtype(worker, self_check, product):
+    """``self_check(worker, dtype)`` (a relative error) for every dtype of the bundle's shapes;
+    an error over SELF_CHECK_TOLERANCE stops the run (``product`` names the small product in
+    the message). Returns the errors by dtype."""
+    report = {}
+    for dtype in sorted({s["dtype"] for s in worker.manifest["shapes"]}):
+        rel = self_check(worker, dtype)
+        report[dtype] = rel
+        if not rel <= SELF_CHECK_TOLERANCE:
+            raise fatal("the reference kernel disagrees with the host on a %s %s product (relative error %.3g); no "
+                        "answer can be checked" % (product, dtype, rel))
+    return report

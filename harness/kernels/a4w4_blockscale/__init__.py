@@ -10,13 +10,12 @@ multiple of 32 (whole MX blocks).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ...shapes import Problem
 from .. import gemm_tiles
-from ..base import Kernel, Operand
+from ..base import Operand
+from ..blockscale import block_scaled_kernel
 from . import mxfp4, rules, seeds
 from .mxfp4 import MX_BLOCK, cdiv
 
@@ -86,15 +85,10 @@ OPERANDS = (  # in the order the Triton kernel takes its pointers
 # from aiter's a4w4_blockscale_untuned_gemm.csv (DeepSeek-V3 projections): decode, mid, prefill
 DEFAULT_SHAPES = {"gpu": "32x7168x2048:mxfp4,256x4608x7168:mxfp4,4096x7168x2304:mxfp4"}
 
-KERNEL = Kernel(
-    name=NAME,
-    description=__doc__.strip().splitlines()[0],
-    cpu_space={},
-    cpu_rules=[],
-    cpu_template=None,
+KERNEL = block_scaled_kernel(
+    NAME, __doc__, __file__,
     make_data=make_data,
     strides=strides,
-    flops=gemm_tiles.flops,
     bytes_moved=bytes_moved,
     grid=gemm_tiles.grid,
     operands=OPERANDS,
@@ -105,9 +99,6 @@ KERNEL = Kernel(
     gpu_space_cuda=GPU_SPACE_CUDA,
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
-    triton_module="harness.kernels.a4w4_blockscale.triton_kernel:a4w4_blockscale_kernel",
     seed_configs=seeds.seed_configs,
-    device_reference="a4w4_blockscale",
-    device_plugin=Path(__file__).with_name("device.py"),
     gpu_library="dequantize+torch.matmul",
 )

@@ -16,14 +16,13 @@ range for the e8m0 scales the fill writes) and run cuBLAS's bf16 GEMM with ``tor
 The timed launch does both, since the operands given are MXFP4; the message of the row says so.
 Runs on the node: Python >= 3.8 standard library, torch and numpy where present."""
 
-import array
 import math
 
 from remote_agent.contract import DTYPE_BYTES
 from remote_agent.runners.gpu_api import GpuError
 from remote_agent.runners.gpu_library import torch_runtime
-from remote_agent.runners.gpu_memory import ShapeData, torch_view
-from remote_agent.runners.gpu_reference import fatal, run_reference_kernel
+from remote_agent.runners.gpu_memory import torch_view
+from remote_agent.runners.gpu_reference import check_each_dtype, small_product_error
 
 MX_BLOCK = 32
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
@@ -123,45 +122,17 @@ def host_reference(a_bytes, a_scale, b_bytes, b_scale, M, N, K):
     return [math.fsum(x * y for x, y in zip(a[m], b[n])) for m in range(M) for n in range(N)]
 
 
-def floats(raw):
-    out = array.array("f")
-    out.frombytes(raw)
-    return list(out)
-
-
 def check_reference_kernel(worker):
     """The bundle's reference kernel against the host on a 67x45x320 product; a failure stops
     the run. Returns the errors."""
-    report = {}
-    for dtype in sorted({s["dtype"] for s in worker.manifest["shapes"]}):
-        rel = self_check(worker, dtype)
-        report[dtype] = rel
-        if not rel <= 1e-5:
-            raise fatal("the reference kernel disagrees with the host on a 67x45x320 %s product (relative "
-                        "error %.3g); no answer can be checked" % (dtype, rel))
-    return report
+    return check_each_dtype(worker, self_check, "67x45x320")
 
 
 def self_check(worker, dtype, M=67, N=45, K=320):
     """The bundle's reference kernel against the host on a small odd shape (partial tiles, an
     odd count of MX blocks): the relative error norm."""
-    api = worker.api
-    small = shape(M, N, K, dtype)
-    data = ShapeData(api, small, 1)
-    try:
-        for seed, op in enumerate(o for o in small["operands"] if o["role"] == "input"):
-            worker.fill(data.ptr(op["name"]), op["elements"], op["dtype"], 11 + seed)
-        run_reference_kernel(worker, data, data.ptr("ref"))
-        api.synchronize()
-        got = {op["name"]: api.dtoh(data.ptr(op["name"]), op["bytes"]) for op in small["operands"]
-               if op["role"] in ("input", "reference")}
-    finally:
-        data.release()
-    want = host_reference(got["a"], got["a_scale"], got["b"], got["b_scale"], M, N, K)
-    ref = floats(got["ref"])
-    d2 = math.fsum((g - w) ** 2 for g, w in zip(ref, want))
-    r2 = math.fsum(w * w for w in want)
-    return math.sqrt(d2 / r2) if r2 else float("inf")
+    return small_product_error(worker, shape(M, N, K, dtype), lambda got: host_reference(
+        got["a"], got["a_scale"], got["b"], got["b_scale"], M, N, K))
 
 
 def pair_table(torch, device, dtype):

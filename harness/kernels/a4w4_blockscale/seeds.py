@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import List
 
-from .. import gemm_tiles
-from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+from ..blockscale import gpu_seed_configs, nearest_split, shape_class
+from ..gemm_tiles import cdiv, skinny_tile
 
 LARGE = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=256, GROUP_M=8, num_warps=8, num_stages=3),
@@ -35,17 +35,7 @@ MEDIUM = [
 ]
 
 
-def _split(tiles: int, multiprocessors: int) -> int:
-    """The split of K (1, 2, 4, 8, 16) that brings tiles x splits nearest to the multiprocessors."""
-    return min((1, 2, 4, 8, 16), key=lambda s: abs(tiles * s - multiprocessors))
-
-
-def shape_class(shape, multiprocessors: int) -> str:
-    if shape.M <= 64:
-        return "skinny"
-    if cdiv(shape.M, 128) * cdiv(shape.N, 128) >= multiprocessors:
-        return "large"
-    return "medium"
+SPLITS = (1, 2, 4, 8, 16)
 
 
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
@@ -54,26 +44,26 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
         return LARGE
     if kind == "medium":
         out = list(MEDIUM)
-        split = _split(cdiv(shape.M, 64) * cdiv(shape.N, 128), multiprocessors)
+        split = nearest_split(cdiv(shape.M, 64) * cdiv(shape.N, 128), multiprocessors, SPLITS)
         if split > 1:
             out.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3, SPLIT_K=split))
         return out
     bm = skinny_tile(shape.M)
     out = []
     for bn in (64, 128):
-        split = _split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
+        split = nearest_split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors, SPLITS)
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3, SPLIT_K=split))
         out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=3))
     return out
+
+
+def _for_hip(seeds: List[dict]) -> List[dict]:
+    """AMD: the AMD pipeliner's two stages."""
+    return [dict(seed, num_stages=2) for seed in seeds]
 
 
 def seed_configs(shape, target) -> List[dict]:
     """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
     from . import KERNEL
 
-    if not target.is_gpu:
-        return []
-    seeds = rule_seeds(shape, gemm_tiles.multiprocessors(target))
-    if target.backend == "hip":
-        seeds = [dict(seed, num_stages=2) for seed in seeds]
-    return complete_seeds(seeds, KERNEL, shape, target)
+    return gpu_seed_configs(KERNEL, rule_seeds, shape, target, _for_hip)

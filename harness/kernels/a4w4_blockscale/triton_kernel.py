@@ -29,8 +29,10 @@ its own, no dot_scaled) and multiplies with IEEE fp32 dots; ``error_kernel`` is 
 import triton
 import triton.language as tl
 
-# the agent's error reduction and the deterministic split-K reduction, shared with the matmul
-from ..matmul.triton_kernel import _reduce_splits, error_kernel  # noqa: F401
+# the GROUP_M tile order and the store of a tile with split-K (shared with the other block-scaled GEMM),
+# the agent's error reduction (the matmul's)
+from ..blockscale_triton import store_tile, tile_of
+from ..matmul.triton_kernel import error_kernel  # noqa: F401
 
 # The run-time arguments of a4w4_blockscale_kernel, in order (the compiler and the agent agree on them).
 ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
@@ -59,7 +61,7 @@ def a4w4_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr
     SCALES_K: tl.constexpr = BLOCK_K // 32  # one e8m0 scale per 32 values (MX_BLOCK)
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # rows and columns past the edge wrap onto valid memory: loads need no mask on M and N
@@ -97,30 +99,8 @@ def a4w4_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr
         a_s_ptrs += SCALES_K * stride_ask
         b_s_ptrs += SCALES_K * stride_bsk
 
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
-    if SPLIT_K == 1:
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
-    else:
-        # this split's partial into its own slice of the workspace; the last to arrive reduces
-        ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-        tl.store(ws_ptrs + pid_k.to(tl.int64) * M * N, acc, mask=mask)
-        tl.debug_barrier()  # every thread's partial is written before the counter is bumped
-        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            _reduce_splits(ws_ptr, c_ptr, M, N, stride_cm, stride_cn, pid_m, pid_n, BLOCK_M, BLOCK_N, SPLIT_K)
-            tl.atomic_xchg(lock_ptr + pid, 0)
-
-
-@triton.jit
-def _tile_of(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """GROUP_M swizzle: consecutive tiles walk down GROUP_M rows of tiles, then move right."""
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * grid_n
-    first_m = (tile // width) * GROUP_M
-    group_size = min(grid_m - first_m, GROUP_M)
-    return first_m + (tile % group_size), (tile % width) // group_size
+    store_tile(acc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, stride_cn, pid, pid_k, pid_m, pid_n, BLOCK_M, BLOCK_N,
+               SPLIT_K)
 
 
 @triton.jit

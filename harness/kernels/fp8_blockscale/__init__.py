@@ -9,14 +9,13 @@ C is M x N bf16. GPU only (Triton). The shape's dtype is the e4m3 format of A an
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ...shapes import Problem
 from .. import gemm_tiles
-from ..base import Kernel, Operand
-from . import fp8, rules, seeds
+from ..base import Operand
+from ..blockscale import block_scaled_kernel
+from . import descriptors, fp8, rules, seeds
 from .fp8 import SCALE_BLOCK, cdiv
 
 NAME = "fp8_blockscale"
@@ -28,14 +27,16 @@ TOLERANCE = {"rel_err": 1e-2, "rtol": 1e-2, "atol": 1e-2}
 
 GPU_SPACE = {
     "BLOCK_M": [16, 32, 64, 128],
-    "BLOCK_N": [32, 64, 128, 256],
+    "BLOCK_N": [32, 64, 96, 128, 160, 192, 256],  # 96, 160, 192: the warp-specialized kernel's (WS = 1)
     "BLOCK_K": [64, 128],
     "GROUP_M": [1, 8],
     "SPLIT_K": [1, 2, 4, 8, 16],  # powers of two: aiter's tuned CSV records log2 of the split
     "num_warps": [4, 8],
-    "num_stages": [2, 3, 4, 5],
+    "num_stages": [2, 3, 4, 5, 6],  # 6: the warp-specialized kernel's ring on 96- and 128-wide tiles
 }
-GPU_SPACE_CUDA = {"TMA": [0, 1]}  # A and B through tensor descriptors (sm90+)
+# TMA: A and B through tensor descriptors (sm90+); WS: the persistent warp-specialized Gluon kernel (sm90)
+GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1]}
+WS_SOURCE = "harness.kernels.fp8_blockscale.gluon_kernel:fp8_blockscale_ws_kernel"
 GPU_SPACE_HIP = {
     "waves_per_eu": [0, 2],
     "matrix_instr_nonkdim": [16, 32],
@@ -77,6 +78,14 @@ def bytes_moved(shape) -> int:
             + 2 * shape.M * shape.N)
 
 
+def grid(config: dict, shape, target=None) -> tuple:
+    """One program per output tile and split of K; the warp-specialized kernel's persistent grid:
+    one program per multiprocessor (at most one per tile)."""
+    if descriptors.warp_specialized(config):
+        return (min(gemm_tiles.tiles(config, shape), gemm_tiles.multiprocessors(target)), 1, 1)
+    return gemm_tiles.grid(config, shape, target)
+
+
 PROBLEM = Problem(dims=("M", "N", "K"), dtypes=fp8.FORMATS, layouts=())
 OPERANDS = (  # in the order the Triton kernel takes its pointers
     Operand("a", "input", ("M", "K")),
@@ -89,17 +98,12 @@ OPERANDS = (  # in the order the Triton kernel takes its pointers
 # DeepSeek-V3's linear layers: decode (M = 16) and prefill sizes
 DEFAULT_SHAPES = {"gpu": "16x7168x2048,16x2112x7168,128x24576x1536,1024x7168x16384,4096x4096x7168,4096x2112x7168"}
 
-KERNEL = Kernel(
-    name=NAME,
-    description=__doc__.strip().splitlines()[0],
-    cpu_space={},
-    cpu_rules=[],
-    cpu_template=None,
+KERNEL = block_scaled_kernel(
+    NAME, __doc__, __file__,
     make_data=make_data,
     strides=strides,
-    flops=gemm_tiles.flops,
     bytes_moved=bytes_moved,
-    grid=gemm_tiles.grid,
+    grid=grid,
     operands=OPERANDS,
     problem=PROBLEM,
     tolerances={name: {f: value for f in fp8.FORMATS} for name, value in TOLERANCE.items()},
@@ -108,9 +112,8 @@ KERNEL = Kernel(
     gpu_space_cuda=GPU_SPACE_CUDA,
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
-    triton_module="harness.kernels.fp8_blockscale.triton_kernel:fp8_blockscale_kernel",
+    other_source=lambda config: WS_SOURCE if descriptors.warp_specialized(config) else None,
+    tensor_descriptors=descriptors.tensor_descriptors,
     seed_configs=seeds.seed_configs,
-    device_reference="fp8_blockscale",
-    device_plugin=Path(__file__).with_name("device.py"),
     gpu_library="torch._scaled_mm",
 )

@@ -9,14 +9,13 @@ TF32); the host check of the bundle's reference kernel decodes the fp8 codes her
 present, else plain Python). The library is ``torch._scaled_mm`` with blockwise scales. Runs on
 the node: Python >= 3.8 standard library, torch and numpy where present."""
 
-import array
 import math
 
 from remote_agent.contract import DTYPE_BYTES
 from remote_agent.runners.gpu_api import GpuError
 from remote_agent.runners.gpu_library import torch_runtime
-from remote_agent.runners.gpu_memory import ShapeData, torch_view
-from remote_agent.runners.gpu_reference import fatal, run_reference_kernel
+from remote_agent.runners.gpu_memory import torch_view
+from remote_agent.runners.gpu_reference import check_each_dtype, floats, small_product_error
 
 SCALE_BLOCK = 128
 # e4m3 formats: exponent bias and the NaN codes
@@ -116,46 +115,17 @@ def host_reference(a_codes, a_scale, b_codes, b_scale, M, N, K, dtype):
     return [math.fsum(a[m * K + k] * b[n * K + k] for k in range(K)) for m in range(M) for n in range(N)]
 
 
-def floats(raw):
-    out = array.array("f")
-    out.frombytes(raw)
-    return list(out)
-
-
 def check_reference_kernel(worker):
     """The bundle's reference kernel against the host on a 67x45x300 product per dtype in the
     bundle; a failure stops the run. Returns the errors."""
-    report = {}
-    for dtype in sorted({s["dtype"] for s in worker.manifest["shapes"]}):
-        rel = self_check(worker, dtype)
-        report[dtype] = rel
-        if not rel <= 1e-5:
-            raise fatal("the reference kernel disagrees with the host on a 67x45x300 %s product (relative "
-                        "error %.3g); no answer can be checked" % (dtype, rel))
-    return report
+    return check_each_dtype(worker, self_check, "67x45x300")
 
 
 def self_check(worker, dtype, M=67, N=45, K=300):
     """The bundle's reference kernel against the host on a small odd shape (partial tiles and a
     partial last scale block): the relative error norm."""
-    api = worker.api
-    small = shape(M, N, K, dtype)
-    data = ShapeData(api, small, 1)
-    try:
-        for seed, op in enumerate(o for o in small["operands"] if o["role"] == "input"):
-            worker.fill(data.ptr(op["name"]), op["elements"], op["dtype"], 11 + seed)
-        run_reference_kernel(worker, data, data.ptr("ref"))
-        api.synchronize()
-        got = {op["name"]: api.dtoh(data.ptr(op["name"]), op["bytes"]) for op in small["operands"]
-               if op["role"] in ("input", "reference")}
-    finally:
-        data.release()
-    want = host_reference(got["a"], floats(got["a_scale"]), got["b"], floats(got["b_scale"]), M, N, K, dtype)
-    ref = floats(got["ref"])
-    d2 = math.fsum((g - w) ** 2 for g, w in zip(ref, want))
-    r2 = math.fsum(w * w for w in want)
-    return math.sqrt(d2 / r2) if r2 else float("inf")
-
+    return small_product_error(worker, shape(M, N, K, dtype), lambda got: host_reference(
+        got["a"], floats(got["a_scale"]), got["b"], floats(got["b_scale"]), M, N, K, dtype))
 
 
 def torch_scaled_mm_launcher(torch, stream, data):

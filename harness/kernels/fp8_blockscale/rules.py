@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, split_k_rules,
                           tile_rules)
+from .descriptors import tile_parts, warp_specialized
 from .fp8 import SCALE_BLOCK
 
 # AMD arches with fp8 matrix instructions, and the e4m3 format each takes (NVIDIA sm89+: e4m3fn)
@@ -43,6 +44,48 @@ def _tma_rows_unaligned(c, s, t):
     return bool(c.get("TMA")) and s.K % 16 != 0
 
 
+WS_BLOCK_M = (64, 128)  # one or two consumer warpgroups of 64 rows
+WS_MAX_BLOCK_N = 192  # an fp32 accumulator and partial of 64 x BLOCK_N a warpgroup: 256 spills at 232 registers
+
+
+def _ws_off_config(c, s, t):
+    # the Gluon kernel: Hopper's wgmma (sm90 only), TMA, no split-K, one K step per scale block, 4 warps
+    if not warp_specialized(c):
+        return False
+    arch = str(getattr(t, "gpu_arch", "") or "")
+    return (getattr(t, "backend", "") != "cuda" or arch != "90" or not c.get("TMA") or c["SPLIT_K"] != 1
+            or c["BLOCK_K"] != SCALE_BLOCK or c["num_warps"] != 4 or c["BLOCK_M"] not in WS_BLOCK_M)
+
+
+def _ws_tile_n(c, s, t):
+    # BLOCK_N one power of two, or two parts (WIDE a power of two, NARROW its lowest set bit: 96, 160, 192)
+    if not warp_specialized(c):
+        return False
+    wide, narrow = tile_parts(c["BLOCK_N"])
+    return c["BLOCK_N"] > WS_MAX_BLOCK_N or wide & (wide - 1) != 0 or (narrow and narrow < 16)
+
+
+def _tile_in_parts_needs_ws(c, s, t):
+    # Triton's tensors are powers of two: only the warp-specialized kernel splits a tile in parts
+    bn = c["BLOCK_N"]
+    return not warp_specialized(c) and bn & (bn - 1) != 0
+
+
+def _ws_unaligned(c, s, t):
+    # host descriptors: rows of A and B (K bytes) and of C (2 N bytes) multiples of 16 bytes
+    return warp_specialized(c) and (s.K % 16 != 0 or s.N % 8 != 0)
+
+
+def _ws_without_multiprocessors(c, s, t):
+    # the persistent grid is one program per multiprocessor: the target must say how many
+    return warp_specialized(c) and not getattr(t, "multiprocessors", None)
+
+
+def _accumulator_spills_one_program(c, s, t):
+    # the warp-specialized kernel spreads the accumulator over BLOCK_M / 64 warpgroups (rule ws_tile_n)
+    return not warp_specialized(c) and ACCUMULATOR_SPILLS.prunes(c, s, t)
+
+
 GPU_RULES = [
     Rule("no_fp8_mma", "the target has no fp8 matrix instructions (NVIDIA sm89+ and AMD gfx942 / gfx950 have)",
          _no_fp8_mma),
@@ -55,5 +98,14 @@ GPU_RULES = [
     GROUP_M_USELESS,
     TMA_NEEDS_SM90,
     Rule("tma_unaligned", "TMA = 1 where a row of A or B (K bytes) is not a multiple of 16 bytes", _tma_rows_unaligned),
-    ACCUMULATOR_SPILLS,
+    Rule("ws_config", "WS = 1 is the warp-specialized Gluon kernel: sm90, TMA = 1, SPLIT_K 1, BLOCK_K 128, "
+         "num_warps 4, BLOCK_M 64 or 128", _ws_off_config),
+    Rule("ws_tile_n", "WS = 1 takes BLOCK_N a power of two or 96, 160, 192 (two parts), at most %d" % WS_MAX_BLOCK_N,
+         _ws_tile_n),
+    Rule("tile_in_parts_needs_ws", "BLOCK_N not a power of two (96, 160, 192) without WS = 1", _tile_in_parts_needs_ws),
+    Rule("ws_unaligned", "WS = 1 where a row of A or B (K bytes) or of C (2N bytes) is not a multiple of 16 bytes",
+         _ws_unaligned),
+    Rule("ws_needs_multiprocessors", "WS = 1 (a persistent grid) on a target without `multiprocessors`",
+         _ws_without_multiprocessors),
+    Rule(ACCUMULATOR_SPILLS.name, ACCUMULATOR_SPILLS.why, _accumulator_spills_one_program),
 ]

@@ -12,6 +12,12 @@ Triton fp8 GEMMs: BLOCK_K 128, one scale per K step):
   tiles on 8 warps through TMA, and 64 x 128 on 4 warps;
 * **medium**: 64 x 128 and 128 x 128 tiles, with a split of K where the tiles are few.
 
+On sm90 the large and medium classes also get the persistent warp-specialized kernel (WS = 1,
+gluon_kernel.py), its BLOCK_N chosen by the waves it takes (ws_seeds): of 96, 128, 160 and 192
+columns (128 rows; 64 rows in the medium class), the two with the least estimated time, where a
+tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
+and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
+
 On AMD (hip) the space has no TMA and the stage count of the AMD pipeliner (2). Every seed is
 completed with the first value of each parameter it does not name, and kept only when its values
 are in the target's space and no pruning rule rejects it for the shape.
@@ -21,8 +27,8 @@ from __future__ import annotations
 
 from typing import List
 
-from .. import gemm_tiles
-from ..gemm_tiles import cdiv, complete_seeds, skinny_tile
+from ..blockscale import gpu_seed_configs, nearest_split, shape_class
+from ..gemm_tiles import cdiv, skinny_tile
 
 LARGE = [
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=8, num_stages=4, TMA=1),
@@ -38,34 +44,40 @@ MEDIUM = [
 ]
 
 
-def _split(tiles: int, multiprocessors: int) -> int:
-    """The split of K (1, 2, 4, 8) that brings tiles x splits nearest to the multiprocessors."""
-    return min((1, 2, 4, 8), key=lambda s: abs(tiles * s - multiprocessors))
+WS_STAGES = {96: 6, 128: 5, 160: 4, 192: 4}  # ring slots that fit beside the C tile (128-row tiles)
+WS_TILE_COST = 32  # a tile's fixed cost (epilogue, A loads), in columns' worth of MMA time
 
 
-def shape_class(shape, multiprocessors: int) -> str:
-    if shape.M <= 64:
-        return "skinny"
-    if cdiv(shape.M, 128) * cdiv(shape.N, 128) >= multiprocessors:
-        return "large"
-    return "medium"
+def ws_seeds(shape, multiprocessors: int, block_m: int = 128) -> List[dict]:
+    """The warp-specialized kernel's seeds: 128 x 128, and the two BLOCK_N of 96, 128, 160, 192 whose
+    whole waves of tiles take the least estimated time (waves x (BLOCK_N + WS_TILE_COST))."""
+    def cost(bn):
+        tiles = cdiv(shape.M, block_m) * cdiv(shape.N, bn)
+        return cdiv(tiles, multiprocessors) * (bn + WS_TILE_COST)
+
+    widths = sorted(WS_STAGES, key=lambda bn: (cost(bn), -bn))[:2]
+    if 128 not in widths:
+        widths.append(128)
+    stages = lambda bn: WS_STAGES[bn] + (1 if block_m == 64 else 0)  # noqa: E731 (half the A tile a slot)
+    return [dict(BLOCK_M=block_m, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=stages(bn), TMA=1,
+                 WS=1) for bn in widths]
 
 
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
-        return LARGE
+        return ws_seeds(shape, multiprocessors) + LARGE
     if kind == "medium":
-        out = list(MEDIUM)
+        out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
-        split = _split(tiles, multiprocessors)
+        split = nearest_split(tiles, multiprocessors)
         if split > 1:
             out.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SPLIT_K=split))
         return out
     bm = skinny_tile(shape.M)
     out = []
     for bn in (64, 128):
-        split = _split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
+        split = nearest_split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
         for tma in (0, 1):
             out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=5, SPLIT_K=split,
                             TMA=tma))
@@ -73,20 +85,14 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     return out
 
 
-def _for_hip(seed: dict) -> dict:
-    """AMD: no tensor descriptors, the AMD pipeliner's two stages."""
-    seed = {name: value for name, value in seed.items() if name != "TMA"}
-    seed["num_stages"] = 2
-    return seed
+def _for_hip(seeds: List[dict]) -> List[dict]:
+    """AMD: no tensor descriptors nor the warp-specialized kernel, the AMD pipeliner's two stages."""
+    return [dict({name: value for name, value in seed.items() if name != "TMA"}, num_stages=2) for seed in seeds
+            if not seed.get("WS")]
 
 
 def seed_configs(shape, target) -> List[dict]:
     """The seeds of ``shape``'s class on ``target`` that are in its space and pass every rule."""
     from . import KERNEL
 
-    if not target.is_gpu:
-        return []
-    seeds = rule_seeds(shape, gemm_tiles.multiprocessors(target))
-    if target.backend == "hip":
-        seeds = [_for_hip(seed) for seed in seeds]
-    return complete_seeds(seeds, KERNEL, shape, target)
+    return gpu_seed_configs(KERNEL, rule_seeds, shape, target, _for_hip)

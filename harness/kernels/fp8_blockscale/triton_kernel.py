@@ -34,8 +34,10 @@ Support kernels: ``fill_kernel`` writes seeded test data in the pointer's type (
 import triton
 import triton.language as tl
 
-# the agent's error reduction and the deterministic split-K reduction, shared with the matmul
-from ..matmul.triton_kernel import _reduce_splits, error_kernel  # noqa: F401
+# the GROUP_M tile order and the store of a tile with split-K (shared with the other block-scaled GEMM),
+# the agent's error reduction (the matmul's)
+from ..blockscale_triton import store_tile, tile_of
+from ..matmul.triton_kernel import error_kernel  # noqa: F401
 
 # The run-time arguments of fp8_blockscale_kernel, in order (the compiler and the agent agree on them).
 ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "ws_ptr", "lock_ptr", "M", "N", "K",
@@ -45,6 +47,8 @@ ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "ws_ptr", "lock
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
 # Constexprs a config may leave out, with their defaults (the compiler passes them always).
 OPTIONAL_CONSTEXPRS = {"TMA": 0}
+# WS = 1 configs run on gluon_kernel.py's kernel; this one takes WS = 0 only (checked, not passed)
+FIXED = {"WS": 0}
 # The agent's reference: reference_kernel at this config (the grid: BLOCK_M x BLOCK_N tiles of C).
 REFERENCE = {"fn": "reference_kernel",
              "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1}}
@@ -64,7 +68,7 @@ def fp8_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
     tl.static_assert(SCALE_BLOCK_K % BLOCK_K == 0, "BLOCK_K must divide the 128-wide scale block")
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # rows and columns past the edge wrap onto valid memory: loads need no mask on M and N
@@ -105,30 +109,8 @@ def fp8_blockscale_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, ws_ptr,
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
-    if SPLIT_K == 1:
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
-    else:
-        # this split's partial into its own slice of the workspace; the last to arrive reduces
-        ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-        tl.store(ws_ptrs + pid_k.to(tl.int64) * M * N, acc, mask=mask)
-        tl.debug_barrier()  # every thread's partial is written before the counter is bumped
-        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            _reduce_splits(ws_ptr, c_ptr, M, N, stride_cm, stride_cn, pid_m, pid_n, BLOCK_M, BLOCK_N, SPLIT_K)
-            tl.atomic_xchg(lock_ptr + pid, 0)
-
-
-@triton.jit
-def _tile_of(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """GROUP_M swizzle: consecutive tiles walk down GROUP_M rows of tiles, then move right."""
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * grid_n
-    first_m = (tile // width) * GROUP_M
-    group_size = min(grid_m - first_m, GROUP_M)
-    return first_m + (tile % group_size), (tile % width) // group_size
+    store_tile(acc, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, stride_cn, pid, pid_k, pid_m, pid_n, BLOCK_M, BLOCK_N,
+               SPLIT_K)
 
 
 @triton.jit

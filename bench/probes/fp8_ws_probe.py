@@ -1,0 +1,190 @@
+"""Probe: the fp8 block-scaled GEMM's warp-specialized Gluon kernel (WS = 1) against torch._scaled_mm
+with blockwise scales and against the Triton kernel, on a GPU node (sm90, torch with blockwise
+_scaled_mm: 2.9+ with CUDA 12.9+).
+
+Each shape gets fp8 e4m3fn A (M x K) and B (N x K) with fp32 scales per 1 x 128 (A) and 128 x 128
+(B) block, the layout of harness/kernels/fp8_blockscale. The reference is dequantize(A) @
+dequantize(B)^T in fp32 (no TF32); every launch's C (NaN-filled first) is checked against it
+(relative error norm, tolerance 1e-2 as the harness's). Times are triton.testing.do_bench medians
+(its L2 flush included) of: torch._scaled_mm (the harness's library row, same argument
+preparation as device.py), the Triton kernel at its tuned prefill config (docs/fp8.md), and each
+WS variant (BLOCK_M x BLOCK_N, num_stages, GROUP_M). Launches go through the JIT (tens of
+microseconds of Python a launch): prefill shapes read true, decode shapes do not.
+
+    python3 -m bench.probes.fp8_ws_probe                      # on the GPU node, the default shapes and variants
+    python3 -m bench.probes.fp8_ws_probe --shape 4096x7168x16384 --variant 128x160x4x8 [--json OUT]
+
+A variant is BMxBNxSTAGESxGROUP_M; a variant that fails to build or run prints its error and the
+probe goes on.
+"""
+import argparse
+import json
+import sys
+
+DEFAULT_SHAPES = ["4096x7168x16384", "4096x4096x7168", "1024x7168x16384", "4096x2112x7168", "4096x24576x1536",
+                  "4096x7168x2048"]
+DEFAULT_VARIANTS = ["128x128x4x8", "128x128x6x8", "128x160x4x8", "128x192x4x8", "128x96x6x8", "64x128x6x8"]
+TRITON_CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, TMA=1, num_warps=8, num_stages=4)
+SCALE = 128
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def make_inputs(torch, M, N, K, seed=0):
+    """fp8 codes (uniform in [-224, 224] rounded) and scales 2^u, u uniform in [-8, -4], as the agent's fill."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = ((torch.rand((M, K), device="cuda", generator=g) * 2 - 1) * 224).to(torch.float8_e4m3fn)
+    b = ((torch.rand((N, K), device="cuda", generator=g) * 2 - 1) * 224).to(torch.float8_e4m3fn)
+    a_s = torch.exp2(-8 + 4 * torch.rand((M, cdiv(K, SCALE)), device="cuda", generator=g))
+    b_s = torch.exp2(-8 + 4 * torch.rand((cdiv(N, SCALE), cdiv(K, SCALE)), device="cuda", generator=g))
+    return a, b, a_s, b_s
+
+
+def reference(torch, a, b, a_s, b_s):
+    K = a.shape[1]
+    N = b.shape[0]
+    a32 = a.float() * a_s.repeat_interleave(SCALE, dim=1)[:, :K]
+    b32 = b.float() * b_s.repeat_interleave(SCALE, dim=0).repeat_interleave(SCALE, dim=1)[:N, :K]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return a32 @ b32.t()
+
+
+def rel_err(torch, c, ref):
+    return (torch.linalg.vector_norm(c.float() - ref) / torch.linalg.vector_norm(ref)).item()
+
+
+def scaled_mm_launch(torch, a, b, a_s, b_s, c):
+    """The harness's library row (device.py torch_scaled_mm_launcher): A scales M-major, B scales'
+    rows padded to a multiple of 4."""
+    sn, sk = b_s.shape
+    padded = torch.zeros((sn, cdiv(sk, 4) * 4), dtype=torch.float32, device="cuda")[:, :sk]
+    padded.copy_(b_s)
+    sa, sb = a_s.t().contiguous().t(), padded.t()
+    return lambda: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16, out=c)
+
+
+def triton_launch(torch, a, b, a_s, b_s, c):
+    from harness.kernels.fp8_blockscale.triton_kernel import fp8_blockscale_kernel
+
+    M, K = a.shape
+    N = b.shape[0]
+    cfg = TRITON_CONFIG
+    ws = torch.empty(1, device="cuda", dtype=torch.float32)
+    lock = torch.zeros(1, device="cuda", dtype=torch.int32)
+    grid = (cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]), 1)
+    sk = a_s.shape[1]
+    return lambda: fp8_blockscale_kernel[grid](
+        a, b, c, a_s, b_s, ws, lock, M, N, K, K, 1, K, 1, N, 1, sk, 1, sk, 1,
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        SPLIT_K=1, EVEN_K=K % cfg["BLOCK_K"] == 0, TMA=1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+
+def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms):
+    """The WS kernel through Gluon's JIT, with host tensor descriptors from the harness's plan."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from harness.kernels.fp8_blockscale import descriptors
+    from harness.kernels.fp8_blockscale.gluon_kernel import fp8_blockscale_ws_kernel
+
+    M, K = a.shape
+    N = b.shape[0]
+    cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, WS=1)
+    stored = {"a": (a, gl.float8e4nv), "b": (b, gl.float8e4nv), "c": (c, gl.bfloat16)}
+    descs = {name: None for name in ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc")}
+    for d in descriptors.tensor_descriptors(cfg):
+        t, dt = stored[d.operand]
+        block = list(d.block)
+        descs[d.name] = TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, dt))
+    sk = a_s.shape[1]
+    grid = (min(sms, cdiv(M, bm) * cdiv(N, bn)),)
+    return lambda: fp8_blockscale_ws_kernel[grid](
+        a, b, c, a_s, b_s, M, N, K, K, 1, K, 1, N, 1, sk, 1, sk, 1,
+        descs["a_desc"], descs["b_desc"], descs["b2_desc"], descs["c_desc"], descs["c2_desc"],
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, num_warps=4)
+
+
+def measure(torch, name, launch, c, ref, flop, base_ms):
+    import triton
+
+    c.fill_(float("nan"))
+    launch()
+    torch.cuda.synchronize()
+    err = rel_err(torch, c, ref)
+    ms = triton.testing.do_bench(launch, warmup=25, rep=200)
+    ok = err <= 1e-2
+    print("  %-22s %9.1f us %7.0f TFLOP/s  x%.3f vs _scaled_mm  err %.1e%s" % (
+        name, ms * 1e3, flop / ms / 1e9, (base_ms / ms) if base_ms else 1.0, err, "" if ok else "  WRONG"),
+        flush=True)
+    return dict(variant=name, us=ms * 1e3, tflops=flop / ms / 1e9, rel_err=err, ok=ok,
+                speedup=(base_ms / ms) if base_ms else 1.0)
+
+
+def variant_config(variant: str) -> dict:
+    """The harness config of a variant BMxBNxSTAGESxGROUP_M (what `harness tune` would build)."""
+    bm, bn, stages, group_m = (int(x) for x in variant.split("x"))
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
+                TMA=1, WS=1)
+
+
+def run(args):
+    import torch
+    import triton
+
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    props = torch.cuda.get_device_properties(0)
+    print("device %s, %d SMs, torch %s, triton %s" % (props.name, props.multi_processor_count, torch.__version__,
+                                                      triton.__version__), flush=True)
+    rows = []
+    for spec in args.shape or DEFAULT_SHAPES:
+        M, N, K = (int(x) for x in spec.split("x"))
+        a, b, a_s, b_s = make_inputs(torch, M, N, K)
+        ref = reference(torch, a, b, a_s, b_s)
+        c = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+        flop = 2.0 * M * N * K
+        print("%s (%.2f TFLOP)" % (spec, flop / 1e12), flush=True)
+        lib = measure(torch, "torch._scaled_mm", scaled_mm_launch(torch, a, b, a_s, b_s, c), c, ref, flop, None)
+        base = lib["us"] / 1e3
+        results = [lib]
+        candidates = [("triton BM128 BN128 w8 s4", lambda: triton_launch(torch, a, b, a_s, b_s, c))]
+        for v in args.variant or DEFAULT_VARIANTS:
+            cfg = variant_config(v)
+            bm, bn, st, gm = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"]
+            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm: ws_launch(
+                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count)))
+        for name, make in candidates:
+            try:
+                results.append(measure(torch, name, make(), c, ref, flop, base))
+            except Exception as exc:  # a probe: report and go on
+                print("  %-22s failed: %s" % (name, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]),
+                      flush=True)
+        good = [r for r in results[1:] if r["ok"] and r["variant"].startswith("ws")]
+        if good:
+            best = max(good, key=lambda r: r["speedup"])
+            print("  best ws: %s x%.3f (%.0f TFLOP/s)" % (best["variant"], best["speedup"], best["tflops"]), flush=True)
+        rows.append(dict(shape=spec, results=results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable); default: %s" % DEFAULT_SHAPES)
+    ap.add_argument("--variant", action="append", default=[],
+                    help="BMxBNxSTAGESxGROUP_M of the WS kernel (repeatable); default: %s" % DEFAULT_VARIANTS)
+    ap.add_argument("--json", help="write every measurement here")
+    args = ap.parse_args(argv)
+    for v in args.variant:
+        if len(v.split("x")) != 4 or not all(x.isdigit() for x in v.split("x")):
+            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M, e.g. 128x160x4x8" % v, file=sys.stderr)
+            return 2
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The tensor descriptors of the fp8 block-scaled GEMM's warp-specialized kernel (WS = 1,
+gluon_kernel.py), made on the host by the GPU agent (cuTensorMapEncodeTiled) as for the matmul
+(harness/kernels/matmul/descriptors.py has the why and the Descriptor record).
+
+A is M x K and B is N x K, both K-major (what the fp8 wgmma takes); A in blocks of 64 rows (a
+consumer warpgroup's) x 128 K, B in its parts of BLOCK_N x 128 K, C (bf16) in blocks of 64 rows
+and each part's width. Standard library only: the compiler, the tests and the GPU probe read it.
+"""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from ..matmul.descriptors import Descriptor
+
+WS_ROWS = 64  # rows of a tile per consumer warpgroup (gluon_kernel.WS_ROWS)
+
+
+def warp_specialized(config: dict) -> bool:
+    """The config runs on the warp-specialized Gluon kernel."""
+    return bool(config.get("WS"))
+
+
+def tile_parts(block_n: int) -> Tuple[int, int]:
+    """(WIDE, NARROW) of BLOCK_N: one part (NARROW 0) for a power of two, else WIDE = BLOCK_N -
+    NARROW with NARROW its lowest set bit (96 = 64 + 32, 160 = 128 + 32, 192 = 128 + 64); the
+    kernel needs WIDE a power of two too (rule ws_config)."""
+    narrow = block_n & -block_n
+    return (block_n, 0) if narrow == block_n else (block_n - narrow, narrow)
+
+
+def tensor_descriptors(config: dict, a_t: bool = False, b_t: bool = True) -> List[Descriptor]:
+    """The descriptors a WS config takes (none otherwise: the Triton kernel makes its own on the
+    device). a_t / b_t: unused, the operands' layout is fixed."""
+    if not warp_specialized(config):
+        return []
+    wide, narrow = tile_parts(config["BLOCK_N"])
+    bk = config["BLOCK_K"]
+    out = [Descriptor("a_desc", "a", ("M", "K"), ("stride_am", "stride_ak"), (WS_ROWS, bk)),
+           Descriptor("b_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (wide, bk)),
+           Descriptor("c_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (WS_ROWS, wide))]
+    if narrow:
+        out += [Descriptor("b2_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (narrow, bk)),
+                Descriptor("c2_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (WS_ROWS, narrow))]
+    return out

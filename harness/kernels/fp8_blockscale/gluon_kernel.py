@@ -1,0 +1,240 @@
+"""The fp8 block-scaled GEMM as a persistent, warp-specialized Gluon kernel for NVIDIA Hopper (sm90).
+
+The Triton kernel (triton_kernel.py) runs one fp8 warpgroup MMA per 128-wide K step and then
+rescales its result in registers before the next MMA can start, so the tensor cores idle while
+the CUDA cores promote. This kernel does what DeepGEMM does instead:
+
+* the grid is persistent: one program per multiprocessor walks the tiles, GROUP_M rows of tiles
+  at a time (the kernel's ``grid``: min(tiles, multiprocessors));
+* one loader warp issues every TMA load into a ring of STAGES slots (the config's num_stages):
+  A in BLOCK_M / 64 blocks of 64 rows x 128 K, B (N x K, K-major as the fp8 wgmma needs it) in
+  one part, or in two (WIDE + NARROW) where BLOCK_N is not a power of two (96 = 64 + 32,
+  160 = 128 + 32, 192 = 128 + 64): Triton's tensors are powers of two;
+* BLOCK_M / 64 consumer warpgroups (cooperative: each owns 64 rows of the tile) each run the
+  step's fp8 wgmma into a fresh fp32 partial, wait for it, free the slot and promote the partial
+  into the fp32 accumulator times the step's A scale per row and B scale per column. While one
+  warpgroup promotes, the other's MMA keeps the tensor cores busy: the promotion overlaps the
+  MMAs across warpgroups (two or three of them), and the scales' loads are issued before the
+  step's wait;
+* B's scale is one scalar a step where the tile lies inside one 128-wide scale block (BLOCK_N a
+  power of two up to 128), else two scalars a part and a select by column: a part that
+  straddles two scale blocks (96, 160, 192 and 256 wide tiles) is promoted right;
+* C leaves through TMA stores (bf16, 64 rows a warpgroup), clipped at M and N.
+
+TMA zero-fills loads past M, N and K, so any K that is a multiple of 16 and any N that is a
+multiple of 8 runs (rules ws_unaligned). One scale per 128-wide K step: BLOCK_K is 128. The
+kernel has no interpreter: the tests build it for sm90 and check its registers; its answers are
+checked on a GPU like every variant's.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+
+# the matmul's Gluon GROUP_M tile order and TMA copies (named by the Triton version: 3.9's or 3.6's)
+from ..matmul.gluon_kernel import tile_of, tma_load, tma_store
+from .fp8 import SCALE_BLOCK
+
+LANGUAGE = "gluon"  # built through GluonASTSource, each descriptor's shared layout in its signature
+# The tensor descriptor arguments, made on the host (descriptors.py in this folder); b2_desc and
+# c2_desc only where BLOCK_N is in two parts (otherwise None)
+DESCRIPTOR_ARGS = ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc")
+# The run-time arguments (the pointers of A, B and C are there so that every artifact of the
+# kernel takes them alike; the kernel reads A, B and C through the descriptors)
+ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "M", "N", "K",
+        "stride_am", "stride_ak", "stride_bn", "stride_bk", "stride_cm", "stride_cn",
+        "stride_asm", "stride_ask", "stride_bsn", "stride_bsk") + DESCRIPTOR_ARGS
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+OPTION_CONSTEXPRS = {"STAGES": "num_stages"}  # constexprs the config gives as compile options
+# what every config of this kernel has (rules.ws_config); the compiler checks them
+FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128}
+
+WS_ROWS = 64  # the rows of a tile each consumer warpgroup computes
+ROWS = gl.constexpr(WS_ROWS)
+SCALE = gl.constexpr(SCALE_BLOCK)
+# setmaxnreg of the consumer warpgroups, by their count: consumers x 128 threads x regs and the
+# loader's warpgroup fit the 64 K registers of a multiprocessor
+# (the loader's warpgroup keeps the rest: 65536 - consumers x 128 x regs, over 128 threads)
+CONSUMER_REGS = {1: 256, 2: 232, 3: 160}
+REGS_1 = gl.constexpr(CONSUMER_REGS[1])
+REGS_2 = gl.constexpr(CONSUMER_REGS[2])
+REGS_3 = gl.constexpr(CONSUMER_REGS[3])
+
+
+@gluon.jit
+def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+            STAGES: gl.constexpr, TWO_PARTS: gl.constexpr):
+    W: gl.constexpr = BLOCK_M // ROWS
+    WIDE: gl.constexpr = b_desc.block_type.shape[0]
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    steps = gl.cdiv(K, BLOCK_K)
+    step = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        for kk in range(steps):
+            s = step % STAGES
+            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # the slot's last readers are done
+            bar = ready.index(s)
+            k = kk * BLOCK_K
+            if TWO_PARTS:
+                mbarrier.expect(bar, W * a_desc.block_type.nbytes + b_desc.block_type.nbytes
+                                + b2_desc.block_type.nbytes)
+            else:
+                mbarrier.expect(bar, W * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            for w in gl.static_range(W):
+                tma_load(a_desc, [off_m + ROWS * w, k], bar, a_bufs.index(s * W + w))
+            tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
+            if TWO_PARTS:
+                tma_load(b2_desc, [off_n + WIDE, k], bar, b2_bufs.index(s))
+            step += 1
+
+
+@gluon.jit
+def _promote(acc, part, a_s, b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk, WIDTH: gl.constexpr,
+             ONE_BLOCK: gl.constexpr, layout: gl.constexpr):
+    """acc + part x (A scale of the row) x (B scale of the column) at K step kk, for a WIDTH-wide
+    part of the tile at column off_n. The part lies in one 128-wide scale block (ONE_BLOCK: a power
+    of two BLOCK_N up to 128) or straddles two (WIDTH up to 128 anywhere, 256 aligned): two scalar
+    loads and a select by column, so no per-column pointers live in registers."""
+    first = off_n // SCALE
+    s0 = gl.load(b_scale_ptr + first * stride_bsn + kk * stride_bsk)
+    if ONE_BLOCK:
+        return acc + part * (a_s * s0)[:, None]
+    else:
+        s1 = gl.load(b_scale_ptr + gl.minimum(first + 1, (N - 1) // SCALE) * stride_bsn + kk * stride_bsk)
+        cols = off_n + gl.arange(0, WIDTH, gl.SliceLayout(0, layout))
+        b_s = gl.where(cols < (first + 1) * SCALE, s0, s1)
+        return acc + part * (a_s[:, None] * b_s[None, :])
+
+
+@gluon.jit
+def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+              M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+              STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr):
+    """One warpgroup: rows WHO * 64 to WHO * 64 + 63 of each tile; per K step an fp8 wgmma into a
+    fresh partial (two, one a part, where BLOCK_N is in two parts), then the promotion."""
+    W: gl.constexpr = BLOCK_M // ROWS
+    WIDE: gl.constexpr = c_desc.block_type.shape[1]
+    ONE_BLOCK: gl.constexpr = (not TWO_PARTS) and WIDE <= SCALE  # each tile inside one B scale block
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, WIDE, 32])
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    steps = gl.cdiv(K, BLOCK_K)
+    step = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M + ROWS * WHO
+        off_n = pid_n * BLOCK_N
+        rows = gl.minimum(off_m + gl.arange(0, ROWS, gl.SliceLayout(1, layout)), M - 1)
+        a_scale_rows = a_scale_ptr + rows * stride_asm
+        acc = gl.zeros((ROWS, WIDE), gl.float32, layout)
+        part = gl.zeros((ROWS, WIDE), gl.float32, layout)
+        if TWO_PARTS:
+            NARROW: gl.constexpr = c2_desc.block_type.shape[1]
+            layout2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                              instr_shape=[16, NARROW, 32])
+            acc2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+            part2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+        for kk in range(steps):
+            a_s = gl.load(a_scale_rows + kk * stride_ask)  # in flight while the MMA waits for its tiles
+            if TWO_PARTS:
+                a_s2 = gl.convert_layout(a_s, gl.SliceLayout(1, layout2))
+            s = step % STAGES
+            mbarrier.wait(ready.index(s), (step // STAGES) & 1)
+            a = a_bufs.index(s * W + WHO)
+            part = warpgroup_mma(a, b_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
+            if TWO_PARTS:
+                part2 = warpgroup_mma(a, b2_bufs.index(s).permute((1, 0)), part2, use_acc=False, is_async=True)
+                part, part2 = warpgroup_mma_wait(0, deps=[part, part2])
+            else:
+                part = warpgroup_mma_wait(0, deps=[part])
+            mbarrier.arrive(empty.index(s))  # the slot is read: the loader may refill it
+            acc = _promote(acc, part, a_s, b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk, WIDE, ONE_BLOCK, layout)
+            if TWO_PARTS:
+                acc2 = _promote(acc2, part2, a_s2, b_scale_ptr, N, off_n + WIDE, kk, stride_bsn, stride_bsk, NARROW,
+                                False, layout2)
+            step += 1
+        tma.store_wait(0)  # this warpgroup's last tile has left its C buffers
+        c_smem.store(acc.to(c_desc.dtype))
+        if TWO_PARTS:
+            c2_smem.store(acc2.to(c2_desc.dtype))
+        fence_async_shared()
+        tma_store(c_desc, [off_m, off_n], c_smem)
+        if TWO_PARTS:
+            tma_store(c2_desc, [off_m, off_n + WIDE], c2_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
+                             stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
+                             stride_asm, stride_ask, stride_bsn, stride_bsk,
+                             a_desc, b_desc, b2_desc, c_desc, c2_desc,
+                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                             GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    gl.static_assert(BLOCK_K == SCALE, "one scale per K step: BLOCK_K is the 128-wide scale block")
+    gl.static_assert(BLOCK_M % ROWS == 0, "BLOCK_M is 64 rows a consumer warpgroup")
+    TWO_PARTS: gl.constexpr = (BLOCK_N & (BLOCK_N - 1)) != 0
+    W: gl.constexpr = BLOCK_M // ROWS
+    dtype: gl.constexpr = a_desc.dtype
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES * W] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    c_bufs = gl.allocate_shared_memory(c_desc.dtype, [W] + c_desc.block_type.shape, c_desc.layout)
+    if TWO_PARTS:
+        b2_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b2_desc.block_type.shape, b2_desc.layout)
+        c2_bufs = gl.allocate_shared_memory(c2_desc.dtype, [W] + c2_desc.block_type.shape, c2_desc.layout)
+    else:  # unused stand-ins: the partitions take the same arguments either way
+        b2_bufs = b_bufs
+        c2_bufs = c_bufs
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=W)  # each consumer releases the slot
+    fence_async_shared()
+    # The loader is the default partition (its warpgroup: the kernel's num_warps 4; one thread
+    # issues the copies) and gives up its registers; the consumers are the workers, each with
+    # CONSUMER_REGS: a consumer in the default partition would keep the kernel's entry cap
+    # (65536 / 384 threads: 168) and spill its accumulator, partial and scales.
+    # (the argument tuples are written out: constexprs joined into a tuple lose their constexpr-ness)
+    if W == 1:
+        gl.warp_specialize([
+            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
+                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0)),
+        ], [4], [REGS_1])
+    elif W == 2:
+        gl.warp_specialize([
+            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
+                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(1), c2_bufs.index(1),
+                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1)),
+        ], [4, 4], [REGS_2, REGS_2])
+    else:
+        gl.static_assert(W == 3, "one, two or three consumer warpgroups (BLOCK_M 64, 128, 192)")
+        gl.warp_specialize([
+            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
+                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(1), c2_bufs.index(1),
+                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(2), c2_bufs.index(2),
+                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2)),
+        ], [4, 4, 4], [REGS_3, REGS_3, REGS_3])
