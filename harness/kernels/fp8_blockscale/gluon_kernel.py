@@ -95,20 +95,27 @@ def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N
 
 
 @gluon.jit
-def _promote(acc, part, a_s, b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk, WIDTH: gl.constexpr,
-             ONE_BLOCK: gl.constexpr, layout: gl.constexpr):
-    """acc + part x (A scale of the row) x (B scale of the column) at K step kk, for a WIDTH-wide
-    part of the tile at column off_n. The part lies in one 128-wide scale block (ONE_BLOCK: a power
-    of two BLOCK_N up to 128) or straddles two (WIDTH up to 128 anywhere, 256 aligned): two scalar
-    loads and a select by column, so no per-column pointers live in registers."""
+def _b_scales(b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk):
+    """The two B scales a part at column off_n may need at K step kk: its first 128-wide scale
+    block's and the next one's (clipped at the last block). Two scalar loads, so no per-column
+    pointers live in registers."""
     first = off_n // SCALE
     s0 = gl.load(b_scale_ptr + first * stride_bsn + kk * stride_bsk)
+    s1 = gl.load(b_scale_ptr + gl.minimum(first + 1, (N - 1) // SCALE) * stride_bsn + kk * stride_bsk)
+    return s0, s1
+
+
+@gluon.jit
+def _promote(acc, part, a_s, s0, s1, off_n, WIDTH: gl.constexpr, ONE_BLOCK: gl.constexpr, layout: gl.constexpr):
+    """acc + part x (A scale of the row) x (B scale of the column), for a WIDTH-wide part of the
+    tile at column off_n whose B scales are s0 (its first scale block) and s1 (the next). The part
+    lies in one 128-wide scale block (ONE_BLOCK: a power of two BLOCK_N up to 128: one FFMA an
+    element with the row's product a_s * s0) or may straddle two (a select by column)."""
     if ONE_BLOCK:
         return acc + part * (a_s * s0)[:, None]
     else:
-        s1 = gl.load(b_scale_ptr + gl.minimum(first + 1, (N - 1) // SCALE) * stride_bsn + kk * stride_bsk)
         cols = off_n + gl.arange(0, WIDTH, gl.SliceLayout(0, layout))
-        b_s = gl.where(cols < (first + 1) * SCALE, s0, s1)
+        b_s = gl.where(cols < (off_n // SCALE + 1) * SCALE, s0, s1)
         return acc + part * (a_s[:, None] * b_s[None, :])
 
 
@@ -142,10 +149,18 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2
                                                               instr_shape=[16, NARROW, 32])
             acc2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
             part2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+        # The scales of step kk + 1 are loaded while step kk's MMA runs (prefetched one step
+        # ahead): a load issued after the MMA's wait stalls the promotion for a round trip to L2.
+        a_s = gl.load(a_scale_rows)
+        s0, s1 = _b_scales(b_scale_ptr, N, off_n, 0, stride_bsn, stride_bsk)
+        if TWO_PARTS:
+            t0, t1 = _b_scales(b_scale_ptr, N, off_n + WIDE, 0, stride_bsn, stride_bsk)
         for kk in range(steps):
-            a_s = gl.load(a_scale_rows + kk * stride_ask)  # in flight while the MMA waits for its tiles
+            nk = gl.minimum(kk + 1, steps - 1)
+            a_next = gl.load(a_scale_rows + nk * stride_ask)
+            s0_next, s1_next = _b_scales(b_scale_ptr, N, off_n, nk, stride_bsn, stride_bsk)
             if TWO_PARTS:
-                a_s2 = gl.convert_layout(a_s, gl.SliceLayout(1, layout2))
+                t0_next, t1_next = _b_scales(b_scale_ptr, N, off_n + WIDE, nk, stride_bsn, stride_bsk)
             s = step % STAGES
             mbarrier.wait(ready.index(s), (step // STAGES) & 1)
             a = a_bufs.index(s * W + WHO)
@@ -156,10 +171,15 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2
             else:
                 part = warpgroup_mma_wait(0, deps=[part])
             mbarrier.arrive(empty.index(s))  # the slot is read: the loader may refill it
-            acc = _promote(acc, part, a_s, b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk, WIDE, ONE_BLOCK, layout)
+            acc = _promote(acc, part, a_s, s0, s1, off_n, WIDE, ONE_BLOCK, layout)
             if TWO_PARTS:
-                acc2 = _promote(acc2, part2, a_s2, b_scale_ptr, N, off_n + WIDE, kk, stride_bsn, stride_bsk, NARROW,
-                                False, layout2)
+                acc2 = _promote(acc2, part2, gl.convert_layout(a_s, gl.SliceLayout(1, layout2)), t0, t1,
+                                off_n + WIDE, NARROW, False, layout2)
+                t0 = t0_next
+                t1 = t1_next
+            a_s = a_next
+            s0 = s0_next
+            s1 = s1_next
             step += 1
         tma.store_wait(0)  # this warpgroup's last tile has left its C buffers
         c_smem.store(acc.to(c_desc.dtype))
