@@ -35,7 +35,10 @@ GPU_SPACE = {
     "num_stages": [2, 3, 4, 5, 6],  # 6: the warp-specialized kernel's ring on 96- and 128-wide tiles
 }
 # TMA: A and B through tensor descriptors (sm90+); WS: the persistent warp-specialized Gluon kernel (sm90)
-GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1]}
+# and the WS kernel's 192-row tiles (three consumer warpgroups) and 80-wide tiles (64 + 16: 10240
+# columns in 128 tiles, one wave of 132 multiprocessors, for decode)
+GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1], "BLOCK_M": GPU_SPACE["BLOCK_M"] + [192],
+                  "BLOCK_N": sorted(GPU_SPACE["BLOCK_N"] + [80])}
 WS_SOURCE = "harness.kernels.fp8_blockscale.gluon_kernel:fp8_blockscale_ws_kernel"
 GPU_SPACE_HIP = {
     "waves_per_eu": [0, 2],

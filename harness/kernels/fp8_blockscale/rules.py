@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ...space import Rule
-from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, split_k_rules,
-                          tile_rules)
+from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, shared_memory,
+                          split_k_rules, tile_rules)
 from .descriptors import tile_parts, warp_specialized
 from .fp8 import SCALE_BLOCK
 
@@ -44,8 +44,11 @@ def _tma_rows_unaligned(c, s, t):
     return bool(c.get("TMA")) and s.K % 16 != 0
 
 
-WS_BLOCK_M = (64, 128)  # one or two consumer warpgroups of 64 rows
-WS_MAX_BLOCK_N = 192  # an fp32 accumulator and partial of 64 x BLOCK_N a warpgroup: 256 spills at 232 registers
+WS_BLOCK_M = (64, 128, 192)  # one, two or three consumer warpgroups of 64 rows
+# the widest tile by BLOCK_M: an fp32 accumulator and partial of 64 x BLOCK_N a warpgroup live in its
+# setmaxnreg registers (gluon_kernel.CONSUMER_REGS): 256 columns spill at 232 (two consumers), 160
+# at 160 (three consumers: 176 bytes of stack at 192 x 160)
+WS_MAX_BLOCK_N = {64: 192, 128: 192, 192: 128}
 
 
 def _ws_off_config(c, s, t):
@@ -62,13 +65,28 @@ def _ws_tile_n(c, s, t):
     if not warp_specialized(c):
         return False
     wide, narrow = tile_parts(c["BLOCK_N"])
-    return c["BLOCK_N"] > WS_MAX_BLOCK_N or wide & (wide - 1) != 0 or (narrow and narrow < 16)
+    too_wide = c["BLOCK_N"] > WS_MAX_BLOCK_N.get(c["BLOCK_M"], 0)
+    return too_wide or wide & (wide - 1) != 0 or (narrow and narrow < 16)
+
+
+def ws_shared_bytes(c) -> int:
+    """Shared memory of the WS kernel: num_stages ring slots of A (BLOCK_M x 128 fp8) and B (BLOCK_N x
+    128 fp8), the bf16 C tile, and 1 KiB for the barriers and the compiler's own (the sm90 builds:
+    128 x 128 x 6 takes 229640 bytes, 192 x 128 x 4 213244)."""
+    return c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * SCALE_BLOCK + 2 * c["BLOCK_M"] * c["BLOCK_N"] + 1024
+
+
+def _ws_shared_memory(c, s, t):
+    # the ring and the C tile must fit the block's shared memory (227 KiB on sm90)
+    limit = shared_memory(t)
+    return warp_specialized(c) and limit is not None and ws_shared_bytes(c) > limit
 
 
 def _tile_in_parts_needs_ws(c, s, t):
     # Triton's tensors are powers of two: only the warp-specialized kernel splits a tile in parts
-    bn = c["BLOCK_N"]
-    return not warp_specialized(c) and bn & (bn - 1) != 0
+    # (BLOCK_N 80, 96, 160, 192 as two MMAs; BLOCK_M 192 as three consumer warpgroups)
+    bm, bn = c["BLOCK_M"], c["BLOCK_N"]
+    return not warp_specialized(c) and (bn & (bn - 1) != 0 or bm & (bm - 1) != 0)
 
 
 def _ws_unaligned(c, s, t):
@@ -86,6 +104,17 @@ def _accumulator_spills_one_program(c, s, t):
     return not warp_specialized(c) and ACCUMULATOR_SPILLS.prunes(c, s, t)
 
 
+def _ws_floor_exempt(rule: Rule) -> Rule:
+    """tile_m_exceeds_dim, but not for the WS kernel's 64-row tile: its MMA is 64 rows at least and
+    TMA reads no row past M (decode shapes, M of 16, stream B through it)."""
+    return Rule(rule.name, rule.why + " (the WS kernel's 64-row tile excepted: its smallest)",
+                lambda c, s, t: not (warp_specialized(c) and c["BLOCK_M"] == 64) and rule.prunes(c, s, t))
+
+
+def _tile_rules():
+    return [_ws_floor_exempt(r) if r.name == "tile_m_exceeds_dim" else r for r in tile_rules(m_floor=16, n_floor=32)]
+
+
 GPU_RULES = [
     Rule("no_fp8_mma", "the target has no fp8 matrix instructions (NVIDIA sm89+ and AMD gfx942 / gfx950 have)",
          _no_fp8_mma),
@@ -93,16 +122,19 @@ GPU_RULES = [
          "(NVIDIA and gfx950: fp8e4m3fn; gfx942: fp8e4m3fnuz)", _format_not_native),
     Rule("block_k_splits_scale", "BLOCK_K does not divide the 128-wide scale block (a K step must have one scale)",
          _block_k_splits_scale),
-    *tile_rules(m_floor=16, n_floor=32),
+    *_tile_rules(),
     *split_k_rules(hip_multiprocessors=HIP_MULTIPROCESSORS, full_grid_fills="the multiprocessors"),
     GROUP_M_USELESS,
     TMA_NEEDS_SM90,
     Rule("tma_unaligned", "TMA = 1 where a row of A or B (K bytes) is not a multiple of 16 bytes", _tma_rows_unaligned),
     Rule("ws_config", "WS = 1 is the warp-specialized Gluon kernel: sm90, TMA = 1, SPLIT_K 1, BLOCK_K 128, "
-         "num_warps 4, BLOCK_M 64 or 128", _ws_off_config),
-    Rule("ws_tile_n", "WS = 1 takes BLOCK_N a power of two or 96, 160, 192 (two parts), at most %d" % WS_MAX_BLOCK_N,
-         _ws_tile_n),
-    Rule("tile_in_parts_needs_ws", "BLOCK_N not a power of two (96, 160, 192) without WS = 1", _tile_in_parts_needs_ws),
+         "num_warps 4, BLOCK_M 64, 128 or 192", _ws_off_config),
+    Rule("ws_tile_n", "WS = 1 takes BLOCK_N a power of two or 80, 96, 160, 192 (two parts), at most 192 "
+         "(128 with BLOCK_M 192: three consumers' registers)", _ws_tile_n),
+    Rule("ws_shared_memory", "WS = 1 whose ring of num_stages A and B slots and C tile exceed the shared memory",
+         _ws_shared_memory),
+    Rule("tile_in_parts_needs_ws", "BLOCK_N (80, 96, 160, 192) or BLOCK_M (192) not a power of two without WS = 1",
+         _tile_in_parts_needs_ws),
     Rule("ws_unaligned", "WS = 1 where a row of A or B (K bytes) or of C (2N bytes) is not a multiple of 16 bytes",
          _ws_unaligned),
     Rule("ws_needs_multiprocessors", "WS = 1 (a persistent grid) on a target without `multiprocessors`",

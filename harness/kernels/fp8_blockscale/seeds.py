@@ -18,6 +18,9 @@ columns (128 rows; 64 rows in the medium class), the two with the least estimate
 tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
 and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
 
+Large shapes also get the 192 x 128 WS tile (three consumers). Decode shapes get one 64-row WS
+tile (ws_decode_seed) where a single wave of its columns of tiles fills most multiprocessors.
+
 On AMD (hip) the space has no TMA and the stage count of the AMD pipeliner (2). Every seed is
 completed with the first value of each parameter it does not name, and kept only when its values
 are in the target's space and no pruning rule rejects it for the shape.
@@ -63,10 +66,27 @@ def ws_seeds(shape, multiprocessors: int, block_m: int = 128) -> List[dict]:
                  WS=1) for bn in widths]
 
 
+# 192 x 128: three consumer warpgroups share each B slot (a third more MMA work a slot than 128 x
+# 128's two); four ring slots fit beside its 48 KiB C tile
+WS_TALL = dict(BLOCK_M=192, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4, TMA=1, WS=1)
+WS_DECODE_WIDTHS = (64, 80, 96, 128)  # 64-row WS tiles for M <= 64: the narrowest in one wave
+
+
+def ws_decode_seed(shape, multiprocessors: int) -> List[dict]:
+    """Decode streams B once: the 64-row WS tile of the narrowest width whose columns of tiles fit
+    one wave (10240 columns: 128 tiles of 80, where 64 takes 160, two waves), six ring slots of B
+    in flight; none where that wave would leave half the multiprocessors idle (the WS kernel has
+    no split of K: the Triton kernel's split-K seeds cover those)."""
+    fits = [bn for bn in WS_DECODE_WIDTHS if cdiv(shape.N, bn) <= multiprocessors]
+    if not fits or cdiv(shape.N, fits[0]) * 2 < multiprocessors:
+        return []
+    return [dict(BLOCK_M=64, BLOCK_N=fits[0], BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=6, TMA=1, WS=1)]
+
+
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
-        return ws_seeds(shape, multiprocessors) + LARGE
+        return ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + LARGE
     if kind == "medium":
         out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
@@ -75,7 +95,7 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
             out.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SPLIT_K=split))
         return out
     bm = skinny_tile(shape.M)
-    out = []
+    out = ws_decode_seed(shape, multiprocessors)
     for bn in (64, 128):
         split = nearest_split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
         for tma in (0, 1):
