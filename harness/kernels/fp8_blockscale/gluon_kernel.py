@@ -120,7 +120,7 @@ def _promote(acc, part, a_s, s0, s1, off_n, WIDTH: gl.constexpr, ONE_BLOCK: gl.c
 
 
 @gluon.jit
-def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
               M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
               STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr):
@@ -193,12 +193,139 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2
 
 
 @gluon.jit
+def _tile_rows(t, a_scale_ptr, M, N, stride_asm, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               GROUP_M: gl.constexpr, WHO: gl.constexpr, layout: gl.constexpr):
+    """Tile t's first row for warpgroup WHO, first column, and its rows' A scale pointers (rows
+    past M clipped to the last: TMA zero-fills them and the C store drops them)."""
+    pid_m, pid_n = tile_of(t, gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N), GROUP_M)
+    off_m = pid_m * BLOCK_M + ROWS * WHO
+    rows = gl.minimum(off_m + gl.arange(0, ROWS, gl.SliceLayout(1, layout)), M - 1)
+    return off_m, pid_n * BLOCK_N, a_scale_ptr + rows * stride_asm
+
+
+@gluon.jit
+def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr,
+                      b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                      BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                      STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr):
+    """_consumer with the epilogue under the next tile's first MMA (OVERLAP = 1): one flat loop over
+    this program's K steps of all its tiles; each step waits for its MMA, promotes, then issues the
+    next step's MMA (the next tile's first at a tile's end) before the tile's C store, so the
+    store's conversion and shared-memory writes run while the tensor cores work. The scales are
+    prefetched a step ahead across tiles too."""
+    W: gl.constexpr = BLOCK_M // ROWS
+    WIDE: gl.constexpr = c_desc.block_type.shape[1]
+    ONE_BLOCK: gl.constexpr = (not TWO_PARTS) and WIDE <= SCALE
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                     instr_shape=[16, WIDE, 32])
+    tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    steps = gl.cdiv(K, BLOCK_K)
+    me = gl.program_id(0)
+    programs = gl.num_programs(0)
+    total = gl.cdiv(tiles - me, programs) * steps  # this program's K steps, all tiles
+    t = me
+    off_m, off_n, a_scale_rows = _tile_rows(t, a_scale_ptr, M, N, stride_asm, BLOCK_M, BLOCK_N, GROUP_M, WHO, layout)
+    acc = gl.zeros((ROWS, WIDE), gl.float32, layout)
+    part = gl.zeros((ROWS, WIDE), gl.float32, layout)
+    a_s = gl.load(a_scale_rows)
+    s0, s1 = _b_scales(b_scale_ptr, N, off_n, 0, stride_bsn, stride_bsk)
+    if TWO_PARTS:
+        NARROW: gl.constexpr = c2_desc.block_type.shape[1]
+        layout2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, NARROW, 32])
+        acc2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+        part2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+        t0, t1 = _b_scales(b_scale_ptr, N, off_n + WIDE, 0, stride_bsn, stride_bsk)
+    # the first step's MMA
+    mbarrier.wait(ready.index(0), 0)
+    part = warpgroup_mma(a_bufs.index(WHO), b_bufs.index(0).permute((1, 0)), part, use_acc=False, is_async=True)
+    if TWO_PARTS:
+        part2 = warpgroup_mma(a_bufs.index(WHO), b2_bufs.index(0).permute((1, 0)), part2, use_acc=False,
+                              is_async=True)
+    kk = 0
+    for step in range(total):
+        # the next step's tile and K step, and its scales (in flight while this step's MMA runs)
+        last = kk == steps - 1
+        nk = gl.where(last, 0, kk + 1)
+        nt = gl.where(last, t + programs, t)
+        n_off_m, n_off_n, n_rows = _tile_rows(gl.minimum(nt, tiles - 1), a_scale_ptr, M, N, stride_asm, BLOCK_M,
+                                              BLOCK_N, GROUP_M, WHO, layout)
+        a_next = gl.load(n_rows + nk * stride_ask)
+        s0_next, s1_next = _b_scales(b_scale_ptr, N, n_off_n, nk, stride_bsn, stride_bsk)
+        if TWO_PARTS:
+            t0_next, t1_next = _b_scales(b_scale_ptr, N, n_off_n + WIDE, nk, stride_bsn, stride_bsk)
+        s = step % STAGES
+        if TWO_PARTS:
+            part, part2 = warpgroup_mma_wait(0, deps=[part, part2])
+        else:
+            part = warpgroup_mma_wait(0, deps=[part])
+        mbarrier.arrive(empty.index(s))  # the slot is read: the loader may refill it
+        acc = _promote(acc, part, a_s, s0, s1, off_n, WIDE, ONE_BLOCK, layout)
+        if TWO_PARTS:
+            acc2 = _promote(acc2, part2, gl.convert_layout(a_s, gl.SliceLayout(1, layout2)), t0, t1,
+                            off_n + WIDE, NARROW, False, layout2)
+        # the next step's MMA, before this tile's store; after the last step it reads a stale slot
+        # (nothing refills it any more) and is drained below: the loop carries one MMA in flight
+        ns = (step + 1) % STAGES
+        if step + 1 < total:
+            mbarrier.wait(ready.index(ns), ((step + 1) // STAGES) & 1)
+        part = warpgroup_mma(a_bufs.index(ns * W + WHO), b_bufs.index(ns).permute((1, 0)), part, use_acc=False,
+                             is_async=True)
+        if TWO_PARTS:
+            part2 = warpgroup_mma(a_bufs.index(ns * W + WHO), b2_bufs.index(ns).permute((1, 0)), part2,
+                                  use_acc=False, is_async=True)
+        if last:  # the tile's C leaves through TMA stores; its accumulators start over
+            tma.store_wait(0)
+            c_smem.store(acc.to(c_desc.dtype))
+            if TWO_PARTS:
+                c2_smem.store(acc2.to(c2_desc.dtype))
+            fence_async_shared()
+            tma_store(c_desc, [off_m, off_n], c_smem)
+            if TWO_PARTS:
+                tma_store(c2_desc, [off_m, off_n + WIDE], c2_smem)
+            acc = gl.zeros((ROWS, WIDE), gl.float32, layout)
+            if TWO_PARTS:
+                acc2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+        off_m = n_off_m
+        off_n = n_off_n
+        t = nt
+        kk = nk
+        a_s = a_next
+        s0 = s0_next
+        s1 = s1_next
+        if TWO_PARTS:
+            t0 = t0_next
+            t1 = t1_next
+    if TWO_PARTS:
+        part, part2 = warpgroup_mma_wait(0, deps=[part, part2])
+    else:
+        part = warpgroup_mma_wait(0, deps=[part])
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+              M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+              STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, OVERLAP: gl.constexpr):
+    """Consumer warpgroup WHO: the epilogue under the next tile's first MMA (OVERLAP) or after it."""
+    if OVERLAP:
+        _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr,
+                          b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO)
+    else:
+        _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr,
+                        b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO)
+
+
+@gluon.jit
 def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
                              stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
                              stride_asm, stride_ask, stride_bsn, stride_bsk,
                              a_desc, b_desc, b2_desc, c_desc, c2_desc,
                              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                             GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr = 0):
     gl.static_assert(BLOCK_K == SCALE, "one scale per K step: BLOCK_K is the 128-wide scale block")
     gl.static_assert(BLOCK_M % ROWS == 0, "BLOCK_M is 64 rows a consumer warpgroup")
     TWO_PARTS: gl.constexpr = (BLOCK_N & (BLOCK_N - 1)) != 0
@@ -230,7 +357,7 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
             (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP)),
         ], [4], [REGS_1])
     elif W == 2:
         gl.warp_specialize([
@@ -238,10 +365,10 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
             (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP)),
             (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(1), c2_bufs.index(1),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP)),
         ], [4, 4], [REGS_2, REGS_2])
     else:
         gl.static_assert(W == 3, "one, two or three consumer warpgroups (BLOCK_M 64, 128, 192)")
@@ -250,11 +377,11 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
             (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP)),
             (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(1), c2_bufs.index(1),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP)),
             (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(2), c2_bufs.index(2),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP)),
         ], [4, 4, 4], [REGS_3, REGS_3, REGS_3])
