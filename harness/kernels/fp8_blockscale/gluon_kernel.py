@@ -46,7 +46,8 @@ ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "M", "N", "K",
         "stride_am", "stride_ak", "stride_bn", "stride_bk", "stride_cm", "stride_cn",
         "stride_asm", "stride_ask", "stride_bsn", "stride_bsk") + DESCRIPTOR_ARGS
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-OPTION_CONSTEXPRS = {"STAGES": "num_stages"}  # constexprs the config gives as compile options
+OPTION_CONSTEXPRS = {"STAGES": "num_stages"}
+OPTIONAL_CONSTEXPRS = {"OVERLAP": 0}  # 1: the epilogue under the next tile's first MMA (_consumer_overlap)  # constexprs the config gives as compile options
 # what every config of this kernel has (rules.ws_config); the compiler checks them
 FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128}
 

@@ -69,6 +69,11 @@ def _ws_tile_n(c, s, t):
     return too_wide or wide & (wide - 1) != 0 or (narrow and narrow < 16)
 
 
+def _overlap_needs_ws(c, s, t):
+    # OVERLAP is the WS kernel's (its epilogue under the next tile's MMA); the Triton kernel has none
+    return bool(c.get("OVERLAP")) and not warp_specialized(c)
+
+
 def ws_shared_bytes(c) -> int:
     """Shared memory of the WS kernel: num_stages ring slots of A (BLOCK_M x 128 fp8) and B (BLOCK_N x
     128 fp8), the bf16 C tile, and 1 KiB for the barriers and the compiler's own (the sm90 builds:
@@ -131,6 +136,7 @@ GPU_RULES = [
          "num_warps 4, BLOCK_M 64, 128 or 192", _ws_off_config),
     Rule("ws_tile_n", "WS = 1 takes BLOCK_N a power of two or 80, 96, 160, 192 (two parts), at most 192 "
          "(128 with BLOCK_M 192: three consumers' registers)", _ws_tile_n),
+    Rule("overlap_needs_ws", "OVERLAP = 1 (the epilogue under the next tile's MMA) without WS = 1", _overlap_needs_ws),
     Rule("ws_shared_memory", "WS = 1 whose ring of num_stages A and B slots and C tile exceed the shared memory",
          _ws_shared_memory),
     Rule("tile_in_parts_needs_ws", "BLOCK_N (80, 96, 160, 192) or BLOCK_M (192) not a power of two without WS = 1",
