@@ -606,6 +606,37 @@ def test_ws_rules_keep_it_to_sm90_and_its_tiles():
     assert _why(dict(WS, TMA=0, WS=1), make_shape(4096, 7168, 2048, "fp8e4m3fnuz"), targets["mi300"]) is not None
 
 
+def test_ws_rules_for_tall_narrow_overlapped_and_decode_tiles():
+    """192-row tiles (three consumers at 160 registers: 128 columns at most), 80-wide tiles (64 + 16),
+    the shared-memory bound on ring and C tile, OVERLAP on the WS kernel only, and the 64-row WS
+    tile on decode shapes (TMA reads no row past M)."""
+    from harness.kernels.fp8_blockscale import rules
+
+    targets = _targets()
+    gpu = targets["gpu-node"]
+    big = make_shape(4096, 7168, 7168)
+    tall = dict(WS, BLOCK_M=192, num_stages=4)
+    assert _why(tall, big, gpu) is None
+    assert _why(dict(tall, BLOCK_N=160, num_stages=3), big, gpu) == "ws_tile_n"  # 176 bytes of stack
+    assert _why(dict(tall, num_stages=5), big, gpu) == "ws_shared_memory"  # 255 KB
+    assert _why(dict(WS, num_stages=6), big, gpu) is None  # 229640 bytes built
+    assert rules.ws_shared_bytes(dict(WS, num_stages=6)) - 229640 in range(0, 1024)
+    assert rules.ws_shared_bytes(tall) - 213244 in range(0, 1024)
+    assert _why(dict(tall, WS=0, TMA=1, num_warps=8), big, gpu) == "tile_in_parts_needs_ws"
+    assert _why(dict(WS, BLOCK_N=80), big, gpu) is None
+    assert _why(dict(WS, BLOCK_N=80, WS=0, num_warps=8), big, gpu) == "tile_in_parts_needs_ws"
+    assert _why(dict(WS, OVERLAP=1), big, gpu) is None
+    assert _why(dict(WS, OVERLAP=1, WS=0, num_warps=8), big, gpu) == "overlap_needs_ws"
+    decode = make_shape(16, 10240, 5120)
+    assert _why(dict(WS, BLOCK_M=64, BLOCK_N=80, GROUP_M=1, num_stages=6), decode, gpu) is None
+    assert _why(dict(WS, GROUP_M=1, num_stages=4), decode, gpu) == "tile_m_exceeds_dim"  # 128 rows: not the WS floor
+    assert _why(dict(WS, BLOCK_M=64, GROUP_M=1, WS=0, TMA=0), decode, gpu) == "tile_m_exceeds_dim"
+    space = fk.KERNEL.space_for(gpu)
+    assert 192 in space["BLOCK_M"] and 80 in space["BLOCK_N"] and space["OVERLAP"] == [0, 1]
+    hip = fk.KERNEL.space_for(targets["mi300"])
+    assert 192 not in hip["BLOCK_M"] and 80 not in hip["BLOCK_N"] and "OVERLAP" not in hip
+
+
 def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
     from harness.kernels.fp8_blockscale import descriptors
 
@@ -638,6 +669,25 @@ def test_ws_seeds_for_prefill_shapes_fill_the_waves():
         assert all(_why(c, s, gpu) is None for c in got)
     s = parse_shape_list("4096x7168x7168:fp8e4m3fnuz", "fp8e4m3fnuz", fk.KERNEL.problem)[0]
     assert not [c for c in fk.KERNEL.seed_configs(s, _targets()["mi300"]) if c.get("WS")]
+    big = parse_shape_list("4096x7168x16384:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+    assert (192, 128, 4) in [(c["BLOCK_M"], c["BLOCK_N"], c["num_stages"]) for c in fk.KERNEL.seed_configs(big, gpu)
+                             if c.get("WS")]
+
+
+def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
+    from harness.kernels.fp8_blockscale import seeds
+    from harness.shapes import parse_shape_list
+
+    gpu = _targets()["gpu-node"]
+
+    def ws(spec):
+        s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+        return [(c["BLOCK_M"], c["BLOCK_N"]) for c in fk.KERNEL.seed_configs(s, gpu) if c.get("WS")]
+
+    assert ws("16x10240x5120") == [(64, 80)]  # 128 tiles of 80 columns; 64 would take 160
+    assert ws("64x7168x2048") == [(64, 64)]  # 112 tiles
+    assert ws("16x2112x7168") == []  # 33 tiles of 64: most multiprocessors idle (split-K seeds instead)
+    assert seeds.ws_decode_seed(make_shape(16, 40960, 5120), 132) == []  # 320 tiles of 128: no one wave
 
 
 @pytest.mark.parametrize("block_n,stages", [(128, 5), (160, 4)])
@@ -674,20 +724,23 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_n, stages):
 
 
 def test_ws_probe_variants_are_configs_the_tune_builds():
-    """bench/probes/fp8_ws_probe.py times what `harness tune` would: each default variant is in the
-    space and passes every rule on the default shapes of the probe; bad variants exit 2."""
+    """bench/probes/fp8_ws_probe.py times what `harness tune` would: each default variant (the decode
+    variants on decode shapes) is in the space and passes every rule on the probe's default shapes;
+    a trailing o is OVERLAP = 1; bad variants exit 2."""
     from bench.probes import fp8_ws_probe as probe
     from harness.shapes import parse_shape_list
 
     gpu = _targets()["gpu-node"]
     space = fk.KERNEL.space_for(gpu)
-    for v in probe.DEFAULT_VARIANTS:
-        cfg = probe.variant_config(v)
-        assert all(cfg[k] in space[k] for k in cfg), v
-        for spec in probe.DEFAULT_SHAPES:
-            s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+    for spec in probe.DEFAULT_SHAPES:
+        s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+        for v in probe.DECODE_VARIANTS if s.M < probe.DECODE_M else probe.DEFAULT_VARIANTS:
+            cfg = probe.variant_config(v)
+            assert all(cfg[k] in space[k] for k in cfg), v
             assert _why(cfg, s, gpu) is None, (v, spec)
+    assert probe.variant_config("128x128x6x8o")["OVERLAP"] == 1 and probe.variant_config("128x128x6x8")["OVERLAP"] == 0
     assert probe.main(["--variant", "128x160"]) == 2
+    assert probe.main(["--variant", "128x160x4x8x"]) == 2
 
 
 def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, monkeypatch):

@@ -8,22 +8,29 @@ dequantize(B)^T in fp32 (no TF32); every launch's C (NaN-filled first) is checke
 (relative error norm, tolerance 1e-2 as the harness's). Times are triton.testing.do_bench medians
 (its L2 flush included) of: torch._scaled_mm (the harness's library row, same argument
 preparation as device.py), the Triton kernel at its tuned prefill config (docs/fp8.md), and each
-WS variant (BLOCK_M x BLOCK_N, num_stages, GROUP_M). Launches go through the JIT (tens of
-microseconds of Python a launch): prefill shapes read true, decode shapes do not.
+WS variant (BLOCK_M x BLOCK_N, num_stages, GROUP_M, OVERLAP). Launches go through the JIT (tens
+of microseconds of Python a launch), so decode shapes (M < 512) are timed in a CUDA graph
+(triton.testing.do_bench_cudagraph: no L2 flush between launches; the library too) and get the
+decode variants; the Triton kernel's row is for prefill shapes only (its tuned decode configs split K).
 
     python3 -m bench.probes.fp8_ws_probe                      # on the GPU node, the default shapes and variants
-    python3 -m bench.probes.fp8_ws_probe --shape 4096x7168x16384 --variant 128x160x4x8 [--json OUT]
+    python3 -m bench.probes.fp8_ws_probe --shape 4096x7168x16384 --variant 128x160x4x8o [--json OUT]
 
-A variant is BMxBNxSTAGESxGROUP_M; a variant that fails to build or run prints its error and the
-probe goes on.
+A variant is BMxBNxSTAGESxGROUP_M, with a trailing ``o`` for OVERLAP = 1 (the epilogue under the
+next tile's first MMA); a variant that fails to build or run prints its error and the probe goes on.
 """
 import argparse
 import json
 import sys
 
 DEFAULT_SHAPES = ["4096x7168x16384", "4096x4096x7168", "1024x7168x16384", "4096x2112x7168", "4096x24576x1536",
-                  "4096x7168x2048"]
-DEFAULT_VARIANTS = ["128x128x4x8", "128x128x6x8", "128x160x4x8", "128x192x4x8", "128x96x6x8", "64x128x6x8"]
+                  "4096x7168x2048", "16x10240x5120"]
+# round 1's two best (now with the scales prefetched a step ahead), each with OVERLAP, and the
+# 192-row tile (three consumers)
+DEFAULT_VARIANTS = ["128x128x6x8", "128x192x4x8", "128x128x6x8o", "128x192x4x8o", "128x160x4x8o", "192x128x4x8",
+                    "192x128x4x8o"]
+DECODE_VARIANTS = ["64x64x6x1", "64x80x6x1", "64x80x6x1o", "64x128x6x1"]  # M < 512: one wave of 64-row tiles
+DECODE_M = 512
 TRITON_CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, TMA=1, num_warps=8, num_stages=4)
 SCALE = 128
 
@@ -81,7 +88,7 @@ def triton_launch(torch, a, b, a_s, b_s, c):
         SPLIT_K=1, EVEN_K=K % cfg["BLOCK_K"] == 0, TMA=1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms):
+def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0):
     """The WS kernel through Gluon's JIT, with host tensor descriptors from the harness's plan."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -103,17 +110,20 @@ def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms):
     return lambda: fp8_blockscale_ws_kernel[grid](
         a, b, c, a_s, b_s, M, N, K, K, 1, K, 1, N, 1, sk, 1, sk, 1,
         descs["a_desc"], descs["b_desc"], descs["b2_desc"], descs["c_desc"], descs["c2_desc"],
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, num_warps=4)
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, OVERLAP=overlap, num_warps=4)
 
 
-def measure(torch, name, launch, c, ref, flop, base_ms):
+def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
     import triton
 
     c.fill_(float("nan"))
     launch()
     torch.cuda.synchronize()
     err = rel_err(torch, c, ref)
-    ms = triton.testing.do_bench(launch, warmup=25, rep=200)
+    if graph:
+        ms = triton.testing.do_bench_cudagraph(launch, rep=100, return_mode="median")
+    else:
+        ms = triton.testing.do_bench(launch, warmup=25, rep=200)
     ok = err <= 1e-2
     print("  %-22s %9.1f us %7.0f TFLOP/s  x%.3f vs _scaled_mm  err %.1e%s" % (
         name, ms * 1e3, flop / ms / 1e9, (base_ms / ms) if base_ms else 1.0, err, "" if ok else "  WRONG"),
@@ -123,10 +133,16 @@ def measure(torch, name, launch, c, ref, flop, base_ms):
 
 
 def variant_config(variant: str) -> dict:
-    """The harness config of a variant BMxBNxSTAGESxGROUP_M (what `harness tune` would build)."""
-    bm, bn, stages, group_m = (int(x) for x in variant.split("x"))
+    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o] (what `harness tune` would build)."""
+    overlap = int(variant.endswith("o"))
+    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("o").split("x"))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
-                TMA=1, WS=1)
+                TMA=1, WS=1, OVERLAP=overlap)
+
+
+def valid_variant(v: str) -> bool:
+    parts = v[:-1].split("x") if v.endswith("o") else v.split("x")
+    return len(parts) == 4 and all(x.isdigit() for x in parts)
 
 
 def run(args):
@@ -144,19 +160,21 @@ def run(args):
         ref = reference(torch, a, b, a_s, b_s)
         c = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
         flop = 2.0 * M * N * K
-        print("%s (%.2f TFLOP)" % (spec, flop / 1e12), flush=True)
-        lib = measure(torch, "torch._scaled_mm", scaled_mm_launch(torch, a, b, a_s, b_s, c), c, ref, flop, None)
+        decode = M < DECODE_M
+        print("%s (%.2f TFLOP)%s" % (spec, flop / 1e12, " decode: CUDA-graph timing" if decode else ""), flush=True)
+        lib = measure(torch, "torch._scaled_mm", scaled_mm_launch(torch, a, b, a_s, b_s, c), c, ref, flop, None,
+                      decode)
         base = lib["us"] / 1e3
         results = [lib]
-        candidates = [("triton BM128 BN128 w8 s4", lambda: triton_launch(torch, a, b, a_s, b_s, c))]
-        for v in args.variant or DEFAULT_VARIANTS:
+        candidates = [] if decode else [("triton BM128 BN128 w8 s4", lambda: triton_launch(torch, a, b, a_s, b_s, c))]
+        for v in args.variant or (DECODE_VARIANTS if decode else DEFAULT_VARIANTS):
             cfg = variant_config(v)
-            bm, bn, st, gm = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"]
-            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm: ws_launch(
-                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count)))
+            bm, bn, st, gm, ov = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"], cfg["OVERLAP"]
+            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm, ov=ov: ws_launch(
+                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count, ov)))
         for name, make in candidates:
             try:
-                results.append(measure(torch, name, make(), c, ref, flop, base))
+                results.append(measure(torch, name, make(), c, ref, flop, base, decode))
             except Exception as exc:  # a probe: report and go on
                 print("  %-22s failed: %s" % (name, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]),
                       flush=True)
@@ -175,12 +193,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable); default: %s" % DEFAULT_SHAPES)
     ap.add_argument("--variant", action="append", default=[],
-                    help="BMxBNxSTAGESxGROUP_M of the WS kernel (repeatable); default: %s" % DEFAULT_VARIANTS)
+                    help="BMxBNxSTAGESxGROUP_M[o] of the WS kernel (repeatable; o: OVERLAP = 1); default: %s, "
+                    "decode shapes %s" % (DEFAULT_VARIANTS, DECODE_VARIANTS))
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args(argv)
     for v in args.variant:
-        if len(v.split("x")) != 4 or not all(x.isdigit() for x in v.split("x")):
-            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M, e.g. 128x160x4x8" % v, file=sys.stderr)
+        if not valid_variant(v):
+            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o], e.g. 128x160x4x8 or 128x128x6x8o" % v,
+                  file=sys.stderr)
             return 2
     run(args)
     return 0
