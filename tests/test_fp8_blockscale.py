@@ -690,11 +690,13 @@ def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
     assert seeds.ws_decode_seed(make_shape(16, 40960, 5120), 132) == []  # 320 tiles of 128: no one wave
 
 
-@pytest.mark.parametrize("block_n,stages", [(128, 5), (160, 4)])
-def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_n, stages):
+@pytest.mark.parametrize("block_m,block_n,stages,overlap", [(128, 128, 5, 0), (128, 160, 4, 0), (192, 128, 4, 1)])
+def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap):
     """Through the harness's compiler (host descriptors, Gluon signature with fp8 layouts): fp8
     wgmma (QGMMA) in the cubin, no local memory (the consumers' setmaxnreg holds accumulator,
-    partial and scales), the descriptor parameters in the launch facts."""
+    partial and scales), the descriptor parameters in the launch facts; no scale load right after
+    a wgmma wait (the scales are prefetched a step ahead: a load there stalls every promotion for
+    a round trip to L2); OVERLAP = 1 issues each consumer's MMAs in two places."""
     pytest.importorskip("triton")
     import os
     import subprocess
@@ -706,7 +708,7 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_n, stages):
 
     gpu = _targets()["gpu-node"]
     shape = parse_shape_list("4096x7168x7168:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
-    cfg = dict(WS, BLOCK_N=block_n, num_stages=stages)
+    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=stages, OVERLAP=overlap)
     comp = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path)
     res = comp.compile(cfg, shape, 300)
     assert res.status == "ok", res.message
@@ -721,6 +723,13 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_n, stages):
     sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(res.artifact)], capture_output=True,
                           text=True, check=True).stdout
     assert "QGMMA" in sass and "USETMAXREG" in sass
+    lines = sass.splitlines()
+    waits = [i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR" in line]
+    assert waits
+    for i in waits:  # two lines an instruction: the promotion's FFMAs alone are 128
+        assert not any("LDG" in line for line in lines[i:i + 150]), "\n".join(lines[i:i + 150])
+    consumers, parts = block_m // 64, 1 + (block_n & (block_n - 1) != 0)
+    assert sum("QGMMA" in line for line in lines) == consumers * parts * 4 * (1 + overlap)  # 4 MMAs of K 32
 
 
 def test_ws_probe_variants_are_configs_the_tune_builds():
