@@ -246,11 +246,19 @@ def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_
     kk = 0
     for step in range(total):
         # the next step's tile and K step, and its scales (in flight while this step's MMA runs)
+        # (the next tile's offsets are worked out at a tile's last step only: a tile index to offsets
+        # every step would double the consumers' instructions a step)
         last = kk == steps - 1
-        nk = gl.where(last, 0, kk + 1)
-        nt = gl.where(last, t + programs, t)
-        n_off_m, n_off_n, n_rows = _tile_rows(gl.minimum(nt, tiles - 1), a_scale_ptr, M, N, stride_asm, BLOCK_M,
-                                              BLOCK_N, GROUP_M, WHO, layout)
+        nk = kk + 1
+        nt = t
+        n_off_m = off_m
+        n_off_n = off_n
+        n_rows = a_scale_rows
+        if last:
+            nk = 0
+            nt = t + programs
+            n_off_m, n_off_n, n_rows = _tile_rows(gl.minimum(nt, tiles - 1), a_scale_ptr, M, N, stride_asm, BLOCK_M,
+                                                  BLOCK_N, GROUP_M, WHO, layout)
         a_next = gl.load(n_rows + nk * stride_ask)
         s0_next, s1_next = _b_scales(b_scale_ptr, N, n_off_n, nk, stride_bsn, stride_bsk)
         if TWO_PARTS:
@@ -289,6 +297,7 @@ def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_
                 acc2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
         off_m = n_off_m
         off_n = n_off_n
+        a_scale_rows = n_rows
         t = nt
         kk = nk
         a_s = a_next
