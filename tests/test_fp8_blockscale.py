@@ -627,14 +627,17 @@ def test_ws_rules_for_tall_narrow_overlapped_and_decode_tiles():
     assert _why(dict(WS, BLOCK_N=80, WS=0, num_warps=8), big, gpu) == "tile_in_parts_needs_ws"
     assert _why(dict(WS, OVERLAP=1), big, gpu) is None
     assert _why(dict(WS, OVERLAP=1, WS=0, num_warps=8), big, gpu) == "overlap_needs_ws"
+    assert _why(dict(WS, ORDERED=1), big, gpu) is None and _why(dict(tall, ORDERED=1), big, gpu) is None
+    assert _why(dict(WS, ORDERED=1, BLOCK_M=64), big, gpu) == "ordered_needs_consumers"  # one consumer
+    assert _why(dict(WS, ORDERED=1, WS=0, num_warps=8), big, gpu) == "ordered_needs_consumers"
     decode = make_shape(16, 10240, 5120)
     assert _why(dict(WS, BLOCK_M=64, BLOCK_N=80, GROUP_M=1, num_stages=6), decode, gpu) is None
     assert _why(dict(WS, GROUP_M=1, num_stages=4), decode, gpu) == "tile_m_exceeds_dim"  # 128 rows: not the WS floor
     assert _why(dict(WS, BLOCK_M=64, GROUP_M=1, WS=0, TMA=0), decode, gpu) == "tile_m_exceeds_dim"
     space = fk.KERNEL.space_for(gpu)
-    assert 192 in space["BLOCK_M"] and 80 in space["BLOCK_N"] and space["OVERLAP"] == [0, 1]
+    assert 192 in space["BLOCK_M"] and 80 in space["BLOCK_N"] and space["OVERLAP"] == space["ORDERED"] == [0, 1]
     hip = fk.KERNEL.space_for(targets["mi300"])
-    assert 192 not in hip["BLOCK_M"] and 80 not in hip["BLOCK_N"] and "OVERLAP" not in hip
+    assert 192 not in hip["BLOCK_M"] and 80 not in hip["BLOCK_N"] and "OVERLAP" not in hip and "ORDERED" not in hip
 
 
 def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
@@ -691,13 +694,15 @@ def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
     assert seeds.ws_decode_seed(make_shape(16, 40960, 5120), 132) == []  # 320 tiles of 128: no one wave
 
 
-@pytest.mark.parametrize("block_m,block_n,stages,overlap", [(128, 128, 5, 0), (128, 160, 4, 0), (192, 128, 4, 1)])
-def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap):
+@pytest.mark.parametrize("block_m,block_n,stages,overlap,ordered", [(128, 128, 5, 0, 0), (128, 128, 5, 0, 1),
+                                                                    (128, 160, 4, 0, 0), (192, 128, 4, 1, 1)])
+def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap, ordered):
     """Through the harness's compiler (host descriptors, Gluon signature with fp8 layouts): fp8
     wgmma (QGMMA) in the cubin, no local memory (the consumers' setmaxnreg holds accumulator,
     partial and scales), the descriptor parameters in the launch facts; no scale load between a
     wgmma wait and the promotion (the scales are prefetched a step ahead: a load there stalls every
-    promotion for a round trip to L2); OVERLAP = 1 issues each consumer's MMAs in two places."""
+    promotion for a round trip to L2); OVERLAP = 1 issues each consumer's MMAs in two places; ORDERED = 1
+    waits for its turn before a consumer's MMAs and passes it on after them."""
     pytest.importorskip("triton")
     import os
     import subprocess
@@ -709,7 +714,7 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
 
     gpu = _targets()["gpu-node"]
     shape = parse_shape_list("4096x7168x7168:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
-    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=stages, OVERLAP=overlap)
+    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=stages, OVERLAP=overlap, ORDERED=ordered)
     comp = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path)
     res = comp.compile(cfg, shape, 300)
     assert res.status == "ok", res.message
@@ -732,6 +737,11 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
         assert not any("LDG" in line for line in lines[i:first_ffma]), "\n".join(lines[i:first_ffma])
     consumers, parts = block_m // 64, 1 + (block_n & (block_n - 1) != 0)
     assert sum("QGMMA" in line for line in lines) == consumers * parts * 4 * (1 + overlap)  # 4 MMAs of K 32
+    # barrier waits (each a try-wait and its retry): the loader's slot wait, and at each of a
+    # consumer's MMA sites the slot's ready barrier and, ORDERED, its turn (not at consumer 0's
+    # first MMA of OVERLAP's prologue: step 0, nobody before it)
+    sites = consumers * (1 + overlap) * (1 + ordered) - (1 if overlap and ordered else 0)
+    assert sum("TRYWAIT" in line for line in lines) == 2 * (1 + sites)
 
 
 def test_ws_probe_variants_are_configs_the_tune_builds():
@@ -749,9 +759,11 @@ def test_ws_probe_variants_are_configs_the_tune_builds():
             cfg = probe.variant_config(v)
             assert all(cfg[k] in space[k] for k in cfg), v
             assert _why(cfg, s, gpu) is None, (v, spec)
-    assert probe.variant_config("128x128x6x8o")["OVERLAP"] == 1 and probe.variant_config("128x128x6x8")["OVERLAP"] == 0
+    flags = {v: (probe.variant_config(v)["OVERLAP"], probe.variant_config(v)["ORDERED"])
+             for v in ("128x128x6x8", "128x128x6x8o", "128x128x6x8p", "128x128x6x8op")}
+    assert flags == {"128x128x6x8": (0, 0), "128x128x6x8o": (1, 0), "128x128x6x8p": (0, 1), "128x128x6x8op": (1, 1)}
     assert probe.main(["--variant", "128x160"]) == 2
-    assert probe.main(["--variant", "128x160x4x8x"]) == 2
+    assert probe.main(["--variant", "128x160x4x8x"]) == 2 and probe.main(["--variant", "128x160x4x8po"]) == 2
 
 
 def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, monkeypatch):

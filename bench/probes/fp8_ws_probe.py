@@ -17,7 +17,8 @@ decode variants; the Triton kernel's row is for prefill shapes only (its tuned d
     python3 -m bench.probes.fp8_ws_probe --shape 4096x7168x16384 --variant 128x160x4x8o [--json OUT]
 
 A variant is BMxBNxSTAGESxGROUP_M, with a trailing ``o`` for OVERLAP = 1 (the epilogue under the
-next tile's first MMA); a variant that fails to build or run prints its error and the probe goes on.
+next tile's first MMA) and ``p`` for ORDERED = 1 (the consumers' MMAs in turn); a variant that fails
+to build or run prints its error and the probe goes on.
 """
 import argparse
 import json
@@ -25,10 +26,10 @@ import sys
 
 DEFAULT_SHAPES = ["4096x7168x16384", "4096x4096x7168", "1024x7168x16384", "4096x2112x7168", "4096x24576x1536",
                   "4096x7168x2048", "16x10240x5120"]
-# round 1's two best (now with the scales prefetched a step ahead), each with OVERLAP, and the
-# 192-row tile (three consumers)
-DEFAULT_VARIANTS = ["128x128x6x8", "128x192x4x8", "128x128x6x8o", "128x192x4x8o", "128x160x4x8o", "192x128x4x8",
-                    "192x128x4x8o"]
+# round 1's two best (now with the scales prefetched a step ahead), with OVERLAP (o), ORDERED (p)
+# and both, and the 192-row tile (three consumers)
+DEFAULT_VARIANTS = ["128x128x6x8", "128x192x4x8", "128x128x6x8o", "128x128x6x8p", "128x128x6x8op", "128x192x4x8o",
+                    "128x192x4x8op", "192x128x4x8", "192x128x4x8op"]
 DECODE_VARIANTS = ["64x64x6x1", "64x80x6x1", "64x80x6x1o", "64x128x6x1"]  # M < 512: one wave of 64-row tiles
 DECODE_M = 512
 TRITON_CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, TMA=1, num_warps=8, num_stages=4)
@@ -88,7 +89,7 @@ def triton_launch(torch, a, b, a_s, b_s, c):
         SPLIT_K=1, EVEN_K=K % cfg["BLOCK_K"] == 0, TMA=1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0):
+def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0, ordered=0):
     """The WS kernel through Gluon's JIT, with host tensor descriptors from the harness's plan."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -110,7 +111,8 @@ def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0)
     return lambda: fp8_blockscale_ws_kernel[grid](
         a, b, c, a_s, b_s, M, N, K, K, 1, K, 1, N, 1, sk, 1, sk, 1,
         descs["a_desc"], descs["b_desc"], descs["b2_desc"], descs["c_desc"], descs["c2_desc"],
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, OVERLAP=overlap, num_warps=4)
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, OVERLAP=overlap,
+        ORDERED=ordered, num_warps=4)
 
 
 def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
@@ -133,16 +135,18 @@ def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
 
 
 def variant_config(variant: str) -> dict:
-    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o] (what `harness tune` would build)."""
-    overlap = int(variant.endswith("o"))
-    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("o").split("x"))
+    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p] (what `harness tune` would build):
+    o for OVERLAP = 1, p for ORDERED = 1."""
+    flags = variant[len(variant.rstrip("op")):]
+    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("op").split("x"))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
-                TMA=1, WS=1, OVERLAP=overlap)
+                TMA=1, WS=1, OVERLAP=int("o" in flags), ORDERED=int("p" in flags))
 
 
 def valid_variant(v: str) -> bool:
-    parts = v[:-1].split("x") if v.endswith("o") else v.split("x")
-    return len(parts) == 4 and all(x.isdigit() for x in parts)
+    flags = v[len(v.rstrip("op")):]
+    parts = v.rstrip("op").split("x")
+    return flags in ("", "o", "p", "op") and len(parts) == 4 and all(x.isdigit() for x in parts)
 
 
 def run(args):
@@ -169,9 +173,10 @@ def run(args):
         candidates = [] if decode else [("triton BM128 BN128 w8 s4", lambda: triton_launch(torch, a, b, a_s, b_s, c))]
         for v in args.variant or (DECODE_VARIANTS if decode else DEFAULT_VARIANTS):
             cfg = variant_config(v)
-            bm, bn, st, gm, ov = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"], cfg["OVERLAP"]
-            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm, ov=ov: ws_launch(
-                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count, ov)))
+            bm, bn, st, gm = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"]
+            ov, od = cfg["OVERLAP"], cfg["ORDERED"]
+            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm, ov=ov, od=od: ws_launch(
+                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count, ov, od)))
         for name, make in candidates:
             try:
                 results.append(measure(torch, name, make(), c, ref, flop, base, decode))
@@ -193,13 +198,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable); default: %s" % DEFAULT_SHAPES)
     ap.add_argument("--variant", action="append", default=[],
-                    help="BMxBNxSTAGESxGROUP_M[o] of the WS kernel (repeatable; o: OVERLAP = 1); default: %s, "
+                    help="BMxBNxSTAGESxGROUP_M[o][p] of the WS kernel (repeatable; o: OVERLAP = 1, p: ORDERED = 1); "
+                    "default: %s, "
                     "decode shapes %s" % (DEFAULT_VARIANTS, DECODE_VARIANTS))
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args(argv)
     for v in args.variant:
         if not valid_variant(v):
-            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o], e.g. 128x160x4x8 or 128x128x6x8o" % v,
+            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p], e.g. 128x160x4x8 or 128x128x6x8op" % v,
                   file=sys.stderr)
             return 2
     run(args)

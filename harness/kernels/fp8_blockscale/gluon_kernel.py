@@ -47,7 +47,10 @@ ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "M", "N", "K",
         "stride_asm", "stride_ask", "stride_bsn", "stride_bsk") + DESCRIPTOR_ARGS
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 OPTION_CONSTEXPRS = {"STAGES": "num_stages"}
-OPTIONAL_CONSTEXPRS = {"OVERLAP": 0}  # 1: the epilogue under the next tile's first MMA (_consumer_overlap)  # constexprs the config gives as compile options
+# OVERLAP 1: the epilogue under the next tile's first MMA (_consumer_overlap); ORDERED 1: the
+# consumers issue each K step's MMAs in turn (_take_turn)
+OPTIONAL_CONSTEXPRS = {"OVERLAP": 0, "ORDERED": 0}
+# constexprs the config gives as compile options
 # what every config of this kernel has (rules.ws_config); the compiler checks them
 FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128}
 
@@ -121,10 +124,31 @@ def _promote(acc, part, a_s, s0, s1, off_n, WIDTH: gl.constexpr, ONE_BLOCK: gl.c
 
 
 @gluon.jit
-def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+def _take_turn(turn, g, WHO: gl.constexpr, ORDER: gl.constexpr):
+    """ORDER: before issuing its MMAs of step g (counted over all its tiles) consumer WHO waits
+    until consumer WHO - 1 has issued its own (consumer 0: until the last consumer issued step
+    g - 1). The tensor cores then run one consumer's step after the other's instead of both
+    interleaved, so one promotes while the next one's MMAs run rather than both finishing, and
+    promoting, together."""
+    if ORDER:
+        if WHO == 0:
+            if g > 0:
+                mbarrier.wait(turn.index(0), (g - 1) & 1)
+        else:
+            mbarrier.wait(turn.index(WHO), g & 1)
+
+
+@gluon.jit
+def _pass_turn(turn, WHO: gl.constexpr, W: gl.constexpr, ORDER: gl.constexpr):
+    if ORDER:
+        mbarrier.arrive(turn.index((WHO + 1) % W))
+
+
+@gluon.jit
+def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
               M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-              STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr):
+              STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr):
     """One warpgroup: rows WHO * 64 to WHO * 64 + 63 of each tile; per K step an fp8 wgmma into a
     fresh partial (two, one a part, where BLOCK_N is in two parts), then the promotion."""
     W: gl.constexpr = BLOCK_M // ROWS
@@ -165,9 +189,12 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_sm
             s = step % STAGES
             mbarrier.wait(ready.index(s), (step // STAGES) & 1)
             a = a_bufs.index(s * W + WHO)
+            _take_turn(turn, step, WHO, ORDER)
             part = warpgroup_mma(a, b_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
             if TWO_PARTS:
                 part2 = warpgroup_mma(a, b2_bufs.index(s).permute((1, 0)), part2, use_acc=False, is_async=True)
+            _pass_turn(turn, WHO, W, ORDER)
+            if TWO_PARTS:
                 part, part2 = warpgroup_mma_wait(0, deps=[part, part2])
             else:
                 part = warpgroup_mma_wait(0, deps=[part])
@@ -205,10 +232,10 @@ def _tile_rows(t, a_scale_ptr, M, N, stride_asm, BLOCK_M: gl.constexpr, BLOCK_N:
 
 
 @gluon.jit
-def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr,
+def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
                       b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                      STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr):
+                      STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr):
     """_consumer with the epilogue under the next tile's first MMA (OVERLAP = 1): one flat loop over
     this program's K steps of all its tiles; each step waits for its MMA, promotes, then issues the
     next step's MMA (the next tile's first at a tile's end) before the tile's C store, so the
@@ -239,10 +266,12 @@ def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_
         t0, t1 = _b_scales(b_scale_ptr, N, off_n + WIDE, 0, stride_bsn, stride_bsk)
     # the first step's MMA
     mbarrier.wait(ready.index(0), 0)
+    _take_turn(turn, 0, WHO, ORDER)
     part = warpgroup_mma(a_bufs.index(WHO), b_bufs.index(0).permute((1, 0)), part, use_acc=False, is_async=True)
     if TWO_PARTS:
         part2 = warpgroup_mma(a_bufs.index(WHO), b2_bufs.index(0).permute((1, 0)), part2, use_acc=False,
                               is_async=True)
+    _pass_turn(turn, WHO, W, ORDER)
     kk = 0
     for step in range(total):
         # the next step's tile and K step, and its scales (in flight while this step's MMA runs)
@@ -278,11 +307,13 @@ def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_
         ns = (step + 1) % STAGES
         if step + 1 < total:
             mbarrier.wait(ready.index(ns), ((step + 1) // STAGES) & 1)
+        _take_turn(turn, step + 1, WHO, ORDER)
         part = warpgroup_mma(a_bufs.index(ns * W + WHO), b_bufs.index(ns).permute((1, 0)), part, use_acc=False,
                              is_async=True)
         if TWO_PARTS:
             part2 = warpgroup_mma(a_bufs.index(ns * W + WHO), b2_bufs.index(ns).permute((1, 0)), part2,
                                   use_acc=False, is_async=True)
+        _pass_turn(turn, WHO, W, ORDER)
         if last:  # the tile's C leaves through TMA stores; its accumulators start over
             tma.store_wait(0)
             c_smem.store(acc.to(c_desc.dtype))
@@ -314,19 +345,22 @@ def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_
 
 
 @gluon.jit
-def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
               M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-              STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, OVERLAP: gl.constexpr):
-    """Consumer warpgroup WHO: the epilogue under the next tile's first MMA (OVERLAP) or after it."""
+              STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, OVERLAP: gl.constexpr,
+              ORDERED: gl.constexpr):
+    """Consumer warpgroup WHO: the epilogue under the next tile's first MMA (OVERLAP) or after it;
+    the consumers' MMAs in turn (ORDERED, two or three consumers) or as they come."""
+    ORDER: gl.constexpr = ORDERED and BLOCK_M > ROWS
     if OVERLAP:
-        _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr,
+        _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
                           b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO)
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER)
     else:
-        _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_smem, c2_smem, a_scale_ptr,
+        _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
                         b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO)
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER)
 
 
 @gluon.jit
@@ -335,7 +369,8 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
                              stride_asm, stride_ask, stride_bsn, stride_bsk,
                              a_desc, b_desc, b2_desc, c_desc, c2_desc,
                              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr = 0):
+                             GROUP_M: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr = 0,
+                             ORDERED: gl.constexpr = 0):
     gl.static_assert(BLOCK_K == SCALE, "one scale per K step: BLOCK_K is the 128-wide scale block")
     gl.static_assert(BLOCK_M % ROWS == 0, "BLOCK_M is 64 rows a consumer warpgroup")
     TWO_PARTS: gl.constexpr = (BLOCK_N & (BLOCK_N - 1)) != 0
@@ -355,6 +390,9 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=W)  # each consumer releases the slot
+    turn = gl.allocate_shared_memory(gl.int64, [W, 1], mbarrier.MBarrierLayout())  # ORDERED: consumer i's turn
+    for i in gl.static_range(W):
+        mbarrier.init(turn.index(i), count=1)
     fence_async_shared()
     # The loader is the default partition (its warpgroup: the kernel's num_warps 4; one thread
     # issues the copies) and gives up its registers; the consumers are the workers, each with
@@ -365,33 +403,33 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0), c2_bufs.index(0),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED)),
         ], [4], [REGS_1])
     elif W == 2:
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0), c2_bufs.index(0),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(1), c2_bufs.index(1),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1), c2_bufs.index(1),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED)),
         ], [4, 4], [REGS_2, REGS_2])
     else:
         gl.static_assert(W == 3, "one, two or three consumer warpgroups (BLOCK_M 64, 128, 192)")
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(0), c2_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0), c2_bufs.index(0),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(1), c2_bufs.index(1),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1), c2_bufs.index(1),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, c_bufs.index(2), c2_bufs.index(2),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(2), c2_bufs.index(2),
                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED)),
         ], [4, 4, 4], [REGS_3, REGS_3, REGS_3])

@@ -74,6 +74,11 @@ def _overlap_needs_ws(c, s, t):
     return bool(c.get("OVERLAP")) and not warp_specialized(c)
 
 
+def _ordered_needs_consumers(c, s, t):
+    # ORDERED passes the MMA turn between the WS kernel's consumers: two or three (BLOCK_M 128, 192)
+    return bool(c.get("ORDERED")) and (not warp_specialized(c) or c["BLOCK_M"] <= 64)
+
+
 def ws_shared_bytes(c) -> int:
     """Shared memory of the WS kernel: num_stages ring slots of A (BLOCK_M x 128 fp8) and B (BLOCK_N x
     128 fp8), the bf16 C tile, and 1 KiB for the barriers and the compiler's own (the sm90 builds:
@@ -137,6 +142,8 @@ GPU_RULES = [
     Rule("ws_tile_n", "WS = 1 takes BLOCK_N a power of two or 80, 96, 160, 192 (two parts), at most 192 "
          "(128 with BLOCK_M 192: three consumers' registers)", _ws_tile_n),
     Rule("overlap_needs_ws", "OVERLAP = 1 (the epilogue under the next tile's MMA) without WS = 1", _overlap_needs_ws),
+    Rule("ordered_needs_consumers", "ORDERED = 1 (consumers' MMAs in turn) without WS = 1 or with one consumer "
+         "(BLOCK_M 64)", _ordered_needs_consumers),
     Rule("ws_shared_memory", "WS = 1 whose ring of num_stages A and B slots and C tile exceed the shared memory",
          _ws_shared_memory),
     Rule("tile_in_parts_needs_ws", "BLOCK_N (80, 96, 160, 192) or BLOCK_M (192) not a power of two without WS = 1",

@@ -19,7 +19,8 @@ tile costs its width plus a fixed 32 columns' worth and the program count is the
 and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
 
 Large shapes also get the 192 x 128 WS tile (three consumers), and 128 x 128 and 192 x 128 with
-OVERLAP = 1 (the epilogue under the next tile's first MMA). Decode shapes get one 64-row WS
+OVERLAP = 1 (the epilogue under the next tile's first MMA), with and without ORDERED = 1 (the
+consumers' MMAs in turn). Decode shapes get one 64-row WS
 tile (ws_decode_seed) where a single wave of its columns of tiles fills most multiprocessors.
 
 On AMD (hip) the space has no TMA and the stage count of the AMD pipeliner (2). Every seed is
@@ -89,7 +90,8 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     if kind == "large":
         ws = ws_seeds(shape, multiprocessors) + [dict(WS_TALL)]
         overlapped = [dict(c, OVERLAP=1) for c in ws if c["BLOCK_N"] == 128]  # 128 x 128 and 192 x 128
-        return ws + overlapped + LARGE
+        ordered = [dict(c, ORDERED=1) for c in overlapped]
+        return ws + overlapped + ordered + LARGE
     if kind == "medium":
         out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
