@@ -145,10 +145,10 @@ def _pass_turn(turn, WHO: gl.constexpr, W: gl.constexpr, ORDER: gl.constexpr):
 
 
 @gluon.jit
-def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
-              M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-              STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr):
+def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
+                    b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                    STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr):
     """One warpgroup: rows WHO * 64 to WHO * 64 + 63 of each tile; per K step an fp8 wgmma into a
     fresh partial (two, one a part, where BLOCK_N is in two parts), then the promotion."""
     W: gl.constexpr = BLOCK_M // ROWS
@@ -403,19 +403,22 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0), c2_bufs.index(0),
-                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0),
+                         c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
+                         M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED)),
         ], [4], [REGS_1])
     elif W == 2:
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0), c2_bufs.index(0),
-                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0),
+                         c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
+                         M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1), c2_bufs.index(1),
-                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1),
+                         c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
+                         M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED)),
         ], [4, 4], [REGS_2, REGS_2])
     else:
@@ -423,13 +426,16 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0), c2_bufs.index(0),
-                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0),
+                         c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
+                         M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1), c2_bufs.index(1),
-                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1),
+                         c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
+                         M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(2), c2_bufs.index(2),
-                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(2),
+                         c2_bufs.index(2), a_scale_ptr, b_scale_ptr,
+                         M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED)),
         ], [4, 4, 4], [REGS_3, REGS_3, REGS_3])
