@@ -301,9 +301,11 @@ _forked_work = None  # (configs, predicates) for the forked processes of prepare
 def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: Sequence[Callable[[dict], bool]],
                      jobs: int = 0) -> None:
     """Build each strategy's Problem for (space, its predicate) at once: pruning a big space is
-    pure Python (seconds per shape), so with several shapes it runs in forked processes, one
-    per shape, up to ``jobs`` (default: the cores) at a time. Where fork is not available, or
-    the work is small, the Problems are built when first asked for."""
+    pure Python (about a minute of one core per shape for the sm90 matmul space of 1.2 million
+    configs), so with several shapes it runs in forked processes on up to ``jobs`` (default:
+    the cores) at a time, each shape's configs cut into chunks so that every core has work even
+    with fewer shapes than cores (``pruning_chunks``). Where fork is not available, or the work
+    is small, the Problems are built when first asked for."""
     global _forked_work
     import multiprocessing
     import os
@@ -312,20 +314,33 @@ def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: 
     todo = [(s, p) for s, p in zip(strategies, predicates) if not s.has_problem(space, p)]
     strategies, predicates = [s for s, _ in todo], [p for _, p in todo]
     size = math.prod(len(v) for v in space.values())
-    jobs = min(len(strategies), jobs or os.cpu_count() or 1)
+    jobs = jobs or os.cpu_count() or 1
     if jobs < 2 or size * len(strategies) < PARALLEL_PRUNING or "fork" not in multiprocessing.get_all_start_methods():
         return
+    tasks = pruning_chunks(len(strategies), size, jobs)
     _forked_work = (expand({k: list(v) for k, v in space.items()}), list(predicates))
     try:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            kept = list(pool.map(_feasible, range(len(strategies))))
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_feasible, tasks))
     finally:
         _forked_work = None
-    for strategy, is_pruned, feasible in zip(strategies, predicates, kept):
-        strategy.problem(space, is_pruned, feasible)
+    for i, (strategy, is_pruned) in enumerate(zip(strategies, predicates)):
+        mine = [part for (shape, _, _), part in zip(tasks, parts) if shape == i]
+        strategy.problem(space, is_pruned, np.concatenate(mine) if mine else np.zeros(0, dtype=np.int64))
 
 
-def _feasible(i: int):
+def pruning_chunks(searches: int, size: int, jobs: int) -> list:
+    """The forked pruning's tasks: (search, first, end) over each search's ``size`` configs, in
+    order, about two per core in all (so that a slow chunk does not hold the others up), never
+    smaller than ``PARALLEL_PRUNING`` // 4 configs."""
+    per_search = max(1, min(-(-2 * jobs // max(1, searches)), size // max(1, PARALLEL_PRUNING // 4)))
+    step = -(-size // per_search)
+    return [(i, start, min(size, start + step)) for i in range(searches) for start in range(0, size, step)]
+
+
+def _feasible(task):
+    """The indices of the configs in [first, end) that search ``i``'s predicate keeps."""
+    i, first, end = task
     configs, predicates = _forked_work
     is_pruned = predicates[i]
-    return np.array([j for j, c in enumerate(configs) if not is_pruned(c)], dtype=np.int64)
+    return np.array([j for j in range(first, end) if not is_pruned(configs[j])], dtype=np.int64)
