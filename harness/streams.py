@@ -122,9 +122,9 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
                 launch(streams[id(s)], batch, 1)
     live = [st.search for st in streams.values()]
     prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
+    for st in streams.values():
+        _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
     while True:
-        for st in streams.values():
-            _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
         if not flying[0]:
             break
         began = clock()
@@ -144,6 +144,8 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
             stats.told += 1
             if on_round is not None:
                 on_round(stats.told, done.fidelity, [(st.search, done.batch)])
+            # asked right after each batch is told: batch k sees exactly batches 1..k - ahead
+            _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
     return stats.told
 
 
