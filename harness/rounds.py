@@ -212,6 +212,9 @@ class Session:
                        push=st.push_seconds, restarts=st.restarts)
         else:
             out.update(measure=self.run_seconds)
+        if self.stream_stats is not None:  # each shape a stream (harness.streams)
+            st = self.stream_stats
+            out.update(pruning=st.pruning, ahead=st.ahead, in_flight_max=st.in_flight_max)
         return out
 
     def agents(self):

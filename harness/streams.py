@@ -84,6 +84,8 @@ class StreamStats:
     told: int = 0
     waited: float = 0.0
     in_flight_max: int = 0  # batches in flight at once, at most
+    ahead: int = 0  # batches in flight per shape allowed
+    pruning: float = 0.0  # seconds the spaces took to prune (the seeds' batches measured meanwhile)
 
 
 def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: Optional[int] = None,
@@ -121,7 +123,10 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
             if batch.configs and id(s) in streams:
                 launch(streams[id(s)], batch, 1)
     live = [st.search for st in streams.values()]
+    stats.ahead = ahead
+    began = clock()
     prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
+    stats.pruning += clock() - began
     for st in streams.values():
         _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
     while True:

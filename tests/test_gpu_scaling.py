@@ -1,6 +1,7 @@
 """A GPU tune on a node of two devices, through the real CLI: Triton's sm90 AOT compiles here (no
 GPU), the long-lived agent, and the real GPU workers on tests/gpu_standin.py's CPU stand-in.
 
+- each shape's search is a stream of its own (harness.streams), its batches rounds of their own;
 - the winners' re-measure is spread over the devices, every candidate of a shape on one device;
 - the tune's last lines give each device's busy share and where the time went, and the HTML
   report has them too (from results/<target>/<kernel>/tune_timing.json);
@@ -63,12 +64,14 @@ def test_a_two_device_tune_spreads_the_remeasure_reports_each_device_and_reuses_
     assert re.search(r"cuda:0 \d+% \(search \d+%, re-measure \d+%\); cuda:1 \d+% \(search \d+%, re-measure \d+%\)",
                      busy), busy
     assert re.search(r"where the time went: search [\d.]+ s \(\d+ configs, [\d.]+ configs/s; .*measure waited on "
-                     r"build [\d.]+ s\), re-measure [\d.]+ s, report [\d.]+ s", " ".join(out.split()))
+                     r"build [\d.]+ s; pruning [\d.]+ s; each shape's search a stream, 4 batches in flight per shape, "
+                     r"\d+ at most at once\), re-measure [\d.]+ s, report [\d.]+ s", " ".join(out.split()))
     record = json.loads((results / "tune_timing.json").read_text())
     assert set(record["devices"]) == {"cuda:0", "cuda:1"}
     assert all(v["re-measure"] > 0 for v in record["devices"].values())
     page = (first.path / "tuned" / "node" / "matmul.html").read_text()
     assert "Where the tune's time went" in page and "busy in the re-measure" in page and "cuda:1" in page
+    assert "batches in flight per shape" in page
     # the same space in a fresh project: every compile comes from the cache
     second = node_project(tmp_path / "second", tmp_path / "cache")
     out = tune(second)
