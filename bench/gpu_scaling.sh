@@ -11,6 +11,10 @@
 #
 #   bash bench/gpu_scaling.sh OUT [SHAPES_FILE] [extra harness tune options]
 #
+# COUNTS="1 4" runs those GPU counts only (default 1 2 4 8, up to the node's); QUALITY=0 skips the
+# quality bench; CACHED=0 skips the second tune. Each run's lines are printed as it ends, the
+# summary (bench/scaling_summary.py) last.
+#
 # Wheels of what the node lacks are taken from .whl/ (bench/_node_env.sh). OUT/<run>/ gets each
 # run's tune.log, tune_timing.json, winners.json, quality.json and quality.log.
 set -u
@@ -45,14 +49,16 @@ run() {  # run NAME DEVICES CACHE [options]: one tune in a fresh project with co
 
 devices() { seq -s, 0 $(($1 - 1)); }
 RUNS=""
-for n in 1 2 4 8; do
+for n in ${COUNTS:-1 2 4 8}; do
   [ "$n" -le "$GPUS" ] || break
   rm -rf "$OUT/cache-$n"; mkdir -p "$OUT/cache-$n"  # an empty compile cache
   echo "== $n GPU(s): $(devices $n), empty compile cache"
   run "gpus$n" "$(devices $n)" "$OUT/cache-$n" "$@"
   RUNS="$RUNS gpus$n"; LAST=$n
 done
-echo "== $LAST GPU(s) again in a fresh project, the compile cache of the run before kept"
-run "gpus$LAST-cached" "$(devices $LAST)" "$OUT/cache-$LAST" "$@"
-RUNS="$RUNS gpus$LAST-cached"
+if [ "${CACHED:-1}" != 0 ]; then
+  echo "== $LAST GPU(s) again in a fresh project, the compile cache of the run before kept"
+  run "gpus$LAST-cached" "$(devices $LAST)" "$OUT/cache-$LAST" "$@"
+  RUNS="$RUNS gpus$LAST-cached"
+fi
 python3 "$REPO/bench/scaling_summary.py" "$OUT" $RUNS | tee "$OUT/scaling.txt"

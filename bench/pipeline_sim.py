@@ -26,6 +26,8 @@ Pipelines compared (each for 1 GPU and for every count of ``--devices``):
   streams      every shape's search a stream of its own (harness.streams), each batch a round
                sent as soon as built, pruning cut into chunks over every core (see
                ``simulate_streams``); the pipeline now
+  streams-whole  streams, each shape's space pruned in one process (as before): what the
+               chunked pruning adds
   spread       async, the seeds' round sent before the spaces are pruned (its compiles, the
                agent's start and its measuring overlap the pruning), rounds measured as a stream
                (a device takes the next round's jobs when it has none left of the earlier ones,
@@ -290,7 +292,7 @@ def simulate(setup: Setup, args, devices: int, mode: str, depth=None) -> dict:
                 busy_all=node.busy / (devices * node.now))
 
 
-def simulate_streams(setup: Setup, args, devices: int) -> dict:
+def simulate_streams(setup: Setup, args, devices: int, chunked: bool = True) -> dict:
     """The pipeline now (``streams``): every shape's search a stream of its own with
     ``harness.streams.ahead_for`` batches in flight, asked right after each of its batches is told
     (the real strategies and the real ``_tell``); each batch a round built as soon as asked (its
@@ -306,7 +308,8 @@ def simulate_streams(setup: Setup, args, devices: int) -> dict:
     a = args
     node = Node(args, devices, len(setup.shapes), True, True, early=True)
     node.now = 0.0
-    pruned_at = a.prune_s * len(setup.shapes) / a.cores  # chunks over every core
+    shapes = len(setup.shapes)  # pruned in chunks over every core, or (before) one process per shape
+    pruned_at = a.prune_s * (shapes / a.cores if chunked else math.ceil(shapes / a.cores))
     searches = setup.searches(a.budget, a.batch, a.seed)
     ahead = ahead_for(devices, len(searches))
     rng = random.Random(a.seed)
@@ -410,7 +413,7 @@ def simulate_streams(setup: Setup, args, devices: int) -> dict:
     configs = sum(len(s.new) for s in searches)
     search_s, search_busy = node.now, node.busy
     remeasure_s = node.remeasure(setup.shapes, True) if a.remeasure_s > 0 else 0.0
-    return dict(mode="streams", devices=devices, depth=ahead, rounds=sum(len(s.round_sizes) for s in searches),
+    return dict(mode="streams" if chunked else "streams-whole", devices=devices, depth=ahead, rounds=sum(len(s.round_sizes) for s in searches),
                 configs=configs, seconds=search_s, asking=node.asking, rate=configs / search_s,
                 busy=search_busy / (devices * search_s), compiles=node.compiles, build=0.0, remeasure=remeasure_s,
                 wall=node.now, busy_all=node.busy / (devices * node.now))
@@ -435,8 +438,9 @@ def main(argv=None) -> int:
     p.add_argument("--compile-s", type=float, default=0.33, help="core-seconds per compile (median)")
     p.add_argument("--compile-spread", type=float, default=0.5, help="sigma of the log-normal compile factor")
     p.add_argument("--round-s", type=float, default=0.4, help="host seconds per round besides compiling")
-    p.add_argument("--prune-s", type=float, default=2.5,
-                   help="seconds to prune one shape's space on one core (before the first round)")
+    p.add_argument("--prune-s", type=float, default=20.0,
+                   help="seconds to prune one shape's space on one core (before the first round); the sm90 "
+                        "matmul space has 1.2 million configs, about 50 us each on this busy host")
     p.add_argument("--ask-s", type=float, default=0.0, help="model seconds per shape asked (besides the real asking)")
     p.add_argument("--host-factor", type=float, default=0.5,
                    help="the strategies' real asking time here counts this much (the node's CPU is faster)")
@@ -470,8 +474,8 @@ def main(argv=None) -> int:
                   % (c, one["rate"], counts[1], two["rate"]))
         return 0
     for mode in args.modes.split(","):
-        runs = {d: simulate_streams(setup, args, d) if mode == "streams" else simulate(setup, args, d, mode)
-                for d in counts}
+        runs = {d: simulate_streams(setup, args, d, mode == "streams") if mode.startswith("streams")
+                else simulate(setup, args, d, mode) for d in counts}
         for d in counts:
             print(line(runs[d]))
         print("%-7s %s" % (mode, "; ".join("%d GPUs: search configs/s x%.2f, wall %.3f of one GPU's (x%.2f)" % (
