@@ -170,9 +170,12 @@ class Session:
         (one thread at a time)."""
         if isinstance(waited, list):
             return waited
+        from .build import _bundle_lock
+
         ticket, replies = waited
         rows = self.agents().take(ticket, replies, self.results_path)
-        state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
+        with _bundle_lock:  # rounds being built record their bundle in the same state file
+            state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
         return rows
 
     def depth(self) -> int:
