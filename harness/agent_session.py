@@ -151,6 +151,7 @@ class Lane:
         self.have: Optional[set] = None  # bundle files known to be on the remote
         self.bridge: Optional[Bridge] = None
         self.started = False
+        self.restart_lock = threading.Lock()  # several rounds wait at once (streams): one restart
 
     def install(self, bundle: Path, manifest) -> None:
         """The first time on a remote: the agent's code and the bundle files it lacks (one tar
@@ -232,10 +233,11 @@ class Lane:
             if attempt < MAX_RESTARTS and self.started:  # (not one this tune stopped)
                 from . import ui
 
-                ui.console.print("[yellow]the agent on %s is gone (%s); restarting it, it resumes round %s[/]"
-                                 % (self.label, reply.get("gone"), name))
-                self.session.stats.restarts += 1
-                self.start()
+                with self.restart_lock:  # a start is a no-op where an agent serves already
+                    ui.console.print("[yellow]the agent on %s is gone (%s); restarting it, it resumes round %s[/]"
+                                     % (self.label, reply.get("gone"), name))
+                    self.session.stats.restarts += 1
+                    self.start()
         raise HarnessError("the agent on %s died %d times in round %s: %s" % (
             self.label, MAX_RESTARTS + 1, name, reply.get("gone")))
 
