@@ -28,6 +28,7 @@ Pipelines compared (each for 1 GPU and for every count of ``--devices``):
                ``simulate_streams``); the pipeline now
   streams-whole  streams, each shape's space pruned in one process (as before): what the
                chunked pruning adds
+  spread-chunks  spread with the pruning in chunks over every core: what the streams add
   spread       async, the seeds' round sent before the spaces are pruned (its compiles, the
                agent's start and its measuring overlap the pruning), rounds measured as a stream
                (a device takes the next round's jobs when it has none left of the earlier ones,
@@ -247,10 +248,14 @@ def simulate(setup: Setup, args, devices: int, mode: str, depth=None) -> dict:
     from harness.strategies import Trial
     from harness.strategies.driver import AskAhead, drive
 
+    chunked = mode == "spread-chunks"
+    mode = "spread" if chunked else mode
     per_pair = mode != "before"
     overlap = mode in ("async", "spread")
     spread = mode == "spread"
     node = Node(args, devices, len(setup.shapes), per_pair, overlap, early=spread)
+    if chunked:  # the pruning cut into chunks over every core
+        node.pruning = args.prune_s * len(setup.shapes) / args.cores
     depth = depth or (devices + 1 if overlap else 2)
     searches = setup.searches(args.budget, args.batch, args.seed)
     rng = random.Random(args.seed)
@@ -286,7 +291,7 @@ def simulate(setup: Setup, args, devices: int, mode: str, depth=None) -> dict:
     configs = sum(len(s.new) for s in searches)
     search_s, search_busy = node.now, node.busy
     remeasure_s = node.remeasure(setup.shapes, spread) if args.remeasure_s > 0 else 0.0
-    return dict(mode=mode, devices=devices, depth=depth, rounds=rounds, configs=configs, seconds=search_s,
+    return dict(mode="spread-chunks" if chunked else mode, devices=devices, depth=depth, rounds=rounds, configs=configs, seconds=search_s,
                 asking=node.asking, rate=configs / search_s, busy=search_busy / (devices * search_s),
                 compiles=node.compiles, build=node.build_wall(), remeasure=remeasure_s, wall=node.now,
                 busy_all=node.busy / (devices * node.now))
