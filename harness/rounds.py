@@ -500,9 +500,19 @@ def _search_streams(session: Session, searches: list, space: dict, budget, time_
     ahead = ahead_for(session.measuring_devices(), len(searches), session.in_flight)
     first = (lambda live: seeds_round(live, space, budget)) if warm_start else None  # noqa: E731
     stats = session.stream_stats = StreamStats()
+    every = max(1, len(searches))
+
+    def told(number, fidelity, group):  # a batch per shape: the progress lines once per shapes' worth
+        if number % every == 0:
+            on_round(number, fidelity, group)
+        else:
+            with _quiet(True):
+                on_round(number, fidelity, group)
+
     try:
         drive_streams(searches, space, SessionRounds(session, library_todo), budget, time_limit, ahead=ahead,
-                      on_round=on_round, clock=clock, first_round=first, stats=stats)
+                      on_round=told if on_round is not None else None, clock=clock, first_round=first,
+                      stats=stats)
     except StrategyError as exc:
         raise HarnessError("strategy %s: %s" % (strategy_name, exc))
     return searches
