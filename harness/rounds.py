@@ -12,7 +12,9 @@ hands them to the one search loop, ``strategies.driver.drive``, with ``Session.e
 evaluator (one build, push and run per round for all shapes). With long-lived agents a round is
 ``submit``-ted and built in a thread of its own while earlier rounds build or are measured (as
 many rounds in flight as there are measuring devices, plus one), and ``collect``-ed later; the
-rounds reach the agents in the order they were asked. ``remeasure_winners`` measures the
+rounds reach the agents in the order they were asked. On a GPU target with long-lived agents each
+shape's search is a stream of its own instead (``harness.streams``): each batch a round of one
+shape, sent as soon as it is built. ``remeasure_winners`` measures the
 top candidates of each shape interleaved (each shape's on one device, the shapes spread over the
 devices) and picks noise-aware winners; they are kept in
 ``results/<target>/<kernel>/winners.json``, which ``harness report`` reads.
