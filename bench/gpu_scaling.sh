@@ -13,7 +13,8 @@
 #
 # COUNTS="1 4" runs those GPU counts only (default 1 2 4 8, up to the node's); QUALITY=0 skips the
 # quality bench; CACHED=0 skips the second tune. Each run's lines are printed as it ends, the
-# summary (bench/scaling_summary.py) last.
+# summary (bench/scaling_summary.py) last, of every run in OUT (an earlier call's too, so that
+# COUNTS="1 2" CACHED=0 then COUNTS=4 into the same OUT give one summary).
 #
 # Wheels of what the node lacks are taken from .whl/ (bench/_node_env.sh). OUT/<run>/ gets each
 # run's tune.log, tune_timing.json, winners.json, quality.json and quality.log.
@@ -61,4 +62,8 @@ if [ "${CACHED:-1}" != 0 ]; then
   run "gpus$LAST-cached" "$(devices $LAST)" "$OUT/cache-$LAST" "$@"
   RUNS="$RUNS gpus$LAST-cached"
 fi
-python3 "$REPO/bench/scaling_summary.py" "$OUT" $RUNS | tee "$OUT/scaling.txt"
+ALL=""  # this call's runs and those an earlier call left in OUT (COUNTS split over several calls)
+for r in gpus1 gpus2 gpus4 gpus8 gpus1-cached gpus2-cached gpus4-cached gpus8-cached; do
+  [ -f "$OUT/$r/tune.log" ] && ALL="$ALL $r"
+done
+python3 "$REPO/bench/scaling_summary.py" "$OUT" ${ALL:-$RUNS} | tee "$OUT/scaling.txt"
