@@ -320,7 +320,8 @@ def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: 
     tasks = pruning_chunks(len(strategies), size, jobs)
     _forked_work = (expand({k: list(v) for k, v in space.items()}), list(predicates))
     try:
-        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_lower_priority) as pool:
             parts = list(pool.map(_feasible, tasks))
     finally:
         _forked_work = None
@@ -336,6 +337,20 @@ def pruning_chunks(searches: int, size: int, jobs: int) -> list:
     per_search = max(1, min(-(-2 * jobs // max(1, searches)), size // max(1, PARALLEL_PRUNING // 4)))
     step = -(-size // per_search)
     return [(i, start, min(size, start + step)) for i in range(searches) for start in range(0, size, step)]
+
+
+PRUNING_NICE = 10  # as the compile workers': the agent and its GPU workers measuring the seeds come first
+
+
+def _lower_priority() -> None:
+    """A pruning process yields the cores to the agent on the same node (it measures the seeds
+    meanwhile) and shares them evenly with the compile workers (the seeds' compiles)."""
+    import os
+
+    try:
+        os.nice(PRUNING_NICE)
+    except OSError:
+        pass
 
 
 def _feasible(task):
