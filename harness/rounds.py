@@ -499,7 +499,7 @@ def _search_streams(session: Session, searches: list, space: dict, budget, time_
     from .streams import SessionRounds, StreamStats, ahead_for, drive_streams
 
     session.streams = True
-    ahead = ahead_for(session.measuring_devices(), len(searches), session.in_flight)
+    ahead = lambda: ahead_for(session.measuring_devices(), len(searches), session.in_flight)  # noqa: E731
     first = (lambda live: seeds_round(live, space, budget)) if warm_start else None  # noqa: E731
     stats = session.stream_stats = StreamStats()
     every = max(1, len(searches))

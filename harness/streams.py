@@ -16,7 +16,9 @@ told, with exactly those results and its batches in flight as pending trials, an
 batches are told in the order they were asked (one that comes back early waits for the ones
 asked before it). So the configs a search asks depend only on the times it measured, not on
 which device or round came back first: a second tune that measures the same times asks the same
-configs (and compiles nothing new: ``harness.compile.cache``).
+configs (and compiles nothing new: ``harness.compile.cache``). A shape whose warm-start seeds
+went out before the pruning asks its next batches once the seeds are told: the genetic search
+breeds from them at once, and by then the agents have said how many devices measure.
 
 ``ahead_for`` picks ``ahead`` from the devices and shapes: enough batches in flight to keep
 every device busy while the next batches compile, no more (a batch asked with fewer results
@@ -89,7 +91,7 @@ class StreamStats:
 
 
 def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: Optional[int] = None,
-                  time_limit: Optional[float] = None, *, ahead: int = AHEAD_MIN, on_round: Optional[Callable] = None,
+                  time_limit: Optional[float] = None, *, ahead=AHEAD_MIN, on_round: Optional[Callable] = None,
                   clock: Callable[[], float] = time.monotonic, first_round: Optional[Callable] = None,
                   stats: Optional[StreamStats] = None) -> int:
     """Run every search as a stream of its own until each is spent; returns the batches told.
@@ -97,9 +99,12 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
     Stops as ``strategies.driver.drive`` does (budget per shape with its history, a strategy with
     nothing left, a batch that brought nothing back, ``time_limit``: under it nothing is asked
     ahead of the first results, and a batch only where an evaluation is expected to fit).
-    ``ahead``: batches in flight per shape (a strategy without ``asks_ahead``: one).
+    ``ahead``: batches in flight per shape (a strategy without ``asks_ahead``: one); a callable is
+    asked before each ask (the devices are learned from the agents' first round: every shape
+    with seeds asks after they are told, so on one node it gives one value to all its asks).
     ``first_round(searches) -> [(ShapeSearch, Batch)]``: batches known before any space is pruned
-    (the warm start's seeds), each shape's submitted as its batch 1 before the pruning.
+    (the warm start's seeds), each shape's submitted as its batch 1 before the pruning; that
+    shape asks its next batches once its seeds are told.
     ``on_round(number, fidelity, [(ShapeSearch, Batch)])`` after each batch is told."""
     stats = stats if stats is not None else StreamStats()
     start = clock()
@@ -123,12 +128,12 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
             if batch.configs and id(s) in streams:
                 launch(streams[id(s)], batch, 1)
     live = [st.search for st in streams.values()]
-    stats.ahead = ahead
     began = clock()
     prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
     stats.pruning += clock() - began
     for st in streams.values():
-        _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
+        if not st.flights:  # a shape with seeds out asks once they are told (with them known)
+            _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
     while True:
         if not flying[0]:
             break
@@ -161,11 +166,12 @@ def _wait(evaluator, st: ShapeStream, flight: Flight, arrivals: "queue.Queue") -
         arrivals.put((st, flight, None, exc))
 
 
-def _ask(st: ShapeStream, space: dict, budget, time_limit, ahead: int, elapsed: float, stats: StreamStats,
+def _ask(st: ShapeStream, space: dict, budget, time_limit, ahead, elapsed: float, stats: StreamStats,
          streams: dict, launch: Callable) -> None:
     """Ask ``st``'s strategy for batches while it has room in flight."""
     s = st.search
-    room = ahead if getattr(s.strategy, "asks_ahead", False) else 1
+    stats.ahead = max(1, int(ahead() if callable(ahead) else ahead))
+    room = stats.ahead if getattr(s.strategy, "asks_ahead", False) else 1
     if time_limit is not None and not stats.told:
         room = 1  # nothing is known of the pace yet
     while s.stopped is None and len(st.flights) < room:

@@ -151,3 +151,24 @@ def test_ahead_grows_with_the_devices_and_shrinks_with_the_shapes():
     assert ahead_for(8, 10) == 5
     assert ahead_for(4, 1) == 8  # one shape on four GPUs: as many as allowed
     assert ahead_for(4, 10, in_flight=6) == 6  # --in-flight
+
+
+def test_a_shape_with_seeds_asks_once_they_are_told_with_the_devices_learned_by_then():
+    from harness.rounds import seeds_round
+    from harness.strategies.seeded import Seeded
+
+    learned = {"devices": 1}
+    ev = Evaluator(delay=lambda shape, n: 0.01)
+    finish = ev.finish
+    ev.finish = lambda handle, waited: learned.update(devices=4) or finish(handle, waited)  # the agents reported
+    seeds = [{"A": 7, "B": 3}, {"A": 1, "B": 1}, {"A": 2, "B": 2}]
+    mine = [ShapeSearch(Seeded(get_strategy("genetic", seed=1, batch_size=3), seeds), lambda c: False, shape=s)
+            for s in ("a", "b")]
+    stats = StreamStats()
+    drive_streams(mine, SPACE, ev, budget=30, ahead=lambda: ahead_for(learned["devices"], 2), stats=stats,
+                  first_round=lambda live: seeds_round(live, SPACE, 30))
+    for shape in ("a", "b"):
+        events = [kind for kind, sh, _ in ev.log if sh == shape]
+        assert events[:2] == ["submit", "told"]  # nothing asked while its seeds were out
+        assert events[2:2 + ahead_for(4, 2)] == ["submit"] * ahead_for(4, 2)  # then the learned depth at once
+    assert stats.ahead == ahead_for(4, 2) == 8 and ev.most == {"a": 8, "b": 8}
