@@ -400,7 +400,8 @@ def simulate_streams(setup: Setup, args, devices: int, chunked: bool = True) -> 
         end = max(end, now)
         if kind == "pruned":
             for s in searches:
-                ask(s, now)
+                if not flights[id(s)]:  # a shape with seeds out asks once they are told
+                    ask(s, now)
         elif kind == "built":
             queue += [(now, c, payload["search"].shape, payload) for c in payload["batch"].configs]
         elif kind == "done":
