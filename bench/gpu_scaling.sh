@@ -16,6 +16,7 @@
 # summary (bench/scaling_summary.py) last, of every run in OUT (an earlier call's too, so that
 # COUNTS="1 2" CACHED=0 then COUNTS=4 into the same OUT give one summary).
 #
+# The compile caches live in a temporary folder (removed at the end), not in OUT.
 # Wheels of what the node lacks are taken from .whl/ (bench/_node_env.sh). OUT/<run>/ gets each
 # run's tune.log, tune_timing.json, winners.json, quality.json and quality.log.
 set -u
@@ -49,17 +50,19 @@ run() {  # run NAME DEVICES CACHE [options]: one tune in a fresh project with co
 }
 
 devices() { seq -s, 0 $(($1 - 1)); }
+# the compile caches (a thousand cubins each) outside OUT, so that OUT stays small to copy back
+CACHES=$(mktemp -d /tmp/harness-scaling-caches.XXXXXX); trap 'rm -rf "$CACHES"' EXIT
 RUNS=""
 for n in ${COUNTS:-1 2 4 8}; do
   [ "$n" -le "$GPUS" ] || break
-  rm -rf "$OUT/cache-$n"; mkdir -p "$OUT/cache-$n"  # an empty compile cache
+  rm -rf "$CACHES/cache-$n"; mkdir -p "$CACHES/cache-$n"  # an empty compile cache
   echo "== $n GPU(s): $(devices $n), empty compile cache"
-  run "gpus$n" "$(devices $n)" "$OUT/cache-$n" "$@"
+  run "gpus$n" "$(devices $n)" "$CACHES/cache-$n" "$@"
   RUNS="$RUNS gpus$n"; LAST=$n
 done
 if [ "${CACHED:-1}" != 0 ]; then
   echo "== $LAST GPU(s) again in a fresh project, the compile cache of the run before kept"
-  run "gpus$LAST-cached" "$(devices $LAST)" "$OUT/cache-$LAST" "$@"
+  run "gpus$LAST-cached" "$(devices $LAST)" "$CACHES/cache-$LAST" "$@"
   RUNS="$RUNS gpus$LAST-cached"
 fi
 ALL=""  # this call's runs and those an earlier call left in OUT (COUNTS split over several calls)
