@@ -472,7 +472,9 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
         return [[r for r in round_rows if r.get("shape_id") == s.shape.id and not is_library_id(r.get("variant_id"))]
                 for s, _ in asks]
 
-    if session.long_lived and getattr(tgt, "is_gpu", False):  # each shape a stream (harness.streams)
+    # each shape a stream (harness.streams); under --time-limit the shapes keep in step in rounds (a
+    # stream whose first batch came back first would take the time before the others were told)
+    if session.long_lived and getattr(tgt, "is_gpu", False) and time_limit is None:
         return _search_streams(session, searches, space, budget, time_limit, on_round, clock, warm_start,
                                library_todo, strategy_name)
     first = None

@@ -186,14 +186,15 @@ def _ask(st: ShapeStream, space: dict, budget, time_limit, ahead, elapsed: float
         if time_limit is not None and stats.told:
             done = sum(len(x.search.new) for x in streams.values())
             fit = _evaluations_that_fit(elapsed, time_limit, done)
-            if fit is not None:
-                fit -= sum(len(x.search.pending) for x in streams.values())
-                if fit < 1:
+            if fit is not None:  # the evaluations that fit, shared so that the live shapes end even
+                live = [x.search for x in streams.values() if x.search.stopped is None]
+                share = (sum(len(x.new) for x in live) + fit) // max(1, len(live))
+                room_left = share - len(s.new) - len(s.pending)
+                if room_left < 1:
                     if not s.pending:
                         s.stopped = STOP_TIME
                     return
-                live = sum(1 for x in streams.values() if x.search.stopped is None)
-                limit = min(limit, max(1, fit // max(1, live)))
+                limit = min(limit, room_left)
         batch = s.strategy.next_batch(s.history + [Trial(c, PENDING) for c in s.pending], space, s.is_pruned,
                                       limit, budget)
         if not batch.configs:
