@@ -131,9 +131,10 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
     began = clock()
     prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
     stats.pruning += clock() - began
-    for st in streams.values():
-        if not st.flights:  # a shape with seeds out asks once they are told (with them known)
-            _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
+    fresh = [st for st in streams.values() if not st.flights]  # one with seeds out asks once they are told
+    while fresh:  # the shapes' first batches in turn (one each, then a second each, ...): none waits behind another's
+        fresh = [st for st in fresh if _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams,
+                                            launch, most=1)]
     while True:
         if not flying[0]:
             break
@@ -167,21 +168,23 @@ def _wait(evaluator, st: ShapeStream, flight: Flight, arrivals: "queue.Queue") -
 
 
 def _ask(st: ShapeStream, space: dict, budget, time_limit, ahead, elapsed: float, stats: StreamStats,
-         streams: dict, launch: Callable) -> None:
-    """Ask ``st``'s strategy for batches while it has room in flight."""
+         streams: dict, launch: Callable, most: Optional[int] = None) -> int:
+    """Ask ``st``'s strategy for batches while it has room in flight (``most`` at most); returns
+    how many it asked."""
     s = st.search
+    asked = 0
     stats.ahead = max(1, int(ahead() if callable(ahead) else ahead))
     room = stats.ahead if getattr(s.strategy, "asks_ahead", False) else 1
     if time_limit is not None and not stats.told:
         room = 1  # nothing is known of the pace yet
-    while s.stopped is None and len(st.flights) < room:
+    while s.stopped is None and len(st.flights) < room and (most is None or asked < most):
         limit = s.strategy.batch_size
         if budget is not None:
             left = budget - len(s.history) - len(s.pending)
             if left <= 0:
                 if not s.pending:
                     s.stopped = STOP_BUDGET
-                return
+                return asked
             limit = min(limit, left)
         if time_limit is not None and stats.told:
             done = sum(len(x.search.new) for x in streams.values())
@@ -193,19 +196,21 @@ def _ask(st: ShapeStream, space: dict, budget, time_limit, ahead, elapsed: float
                 if room_left < 1:
                     if not s.pending:
                         s.stopped = STOP_TIME
-                    return
+                    return asked
                 limit = min(limit, room_left)
         batch = s.strategy.next_batch(s.history + [Trial(c, PENDING) for c in s.pending], space, s.is_pruned,
                                       limit, budget)
         if not batch.configs:
             if not s.pending:
                 s.stopped = STOP_FINISHED
-            return
+            return asked
         if len(batch.configs) > limit:
             from .strategies.base import StrategyError
 
             raise StrategyError("%s overran its limit" % s.strategy.name)
         launch(st, batch, batch.fidelity)
+        asked += 1
+    return asked
 
 
 class SessionRounds:

@@ -172,3 +172,12 @@ def test_a_shape_with_seeds_asks_once_they_are_told_with_the_devices_learned_by_
         assert events[:2] == ["submit", "told"]  # nothing asked while its seeds were out
         assert events[2:2 + ahead_for(4, 2)] == ["submit"] * ahead_for(4, 2)  # then the learned depth at once
     assert stats.ahead == ahead_for(4, 2) == 8 and ev.most == {"a": 8, "b": 8}
+
+
+def test_the_shapes_first_batches_go_out_in_turn():
+    ev = Evaluator(gate={"a": threading.Event(), "b": threading.Event(), "c": threading.Event()})
+    for gate in ev.gate.values():
+        gate.set()
+    drive_streams(searches(), SPACE, ev, budget=12, ahead=3)
+    firsts = [shape for kind, shape, _ in ev.log if kind == "submit"][:9]
+    assert firsts == ["a", "b", "c"] * 3  # no shape's batches queued behind another's whole depth
