@@ -84,11 +84,10 @@ class Problem:
         self.space = {name: list(values) for name, values in space.items()}
         self.names = list(self.space)
         self.is_pruned = is_pruned
-        configs = expand(self.space)
         if feasible is None:  # else: the indices in expand(space) of the configs is_pruned keeps
-            self.candidates = [c for c in configs if not is_pruned(c)]
-        else:
-            self.candidates = [configs[i] for i in feasible]
+            self.candidates = [c for c in expand(self.space) if not is_pruned(c)]
+        else:  # only those (the whole space is a million dicts: seconds per shape)
+            self.candidates = configs_at(self.space, feasible)
         self.index = {key(c): i for i, c in enumerate(self.candidates)}
         self._value_pos = [{_hashable(v): j for j, v in enumerate(self.space[n])} for n in self.names]
         self.codes = np.array([self.encode(c) for c in self.candidates], dtype=np.int32).reshape(
@@ -295,7 +294,7 @@ def parse_option(cls, text: str) -> tuple:
 
 
 PARALLEL_PRUNING = 50_000  # configs x searches from which prepare_problems prunes in forked processes
-_forked_work = None  # (configs, predicates) for the forked processes of prepare_problems
+_forked_work = None  # (space, predicates) for the forked processes of prepare_problems
 
 
 def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: Sequence[Callable[[dict], bool]],
@@ -318,7 +317,7 @@ def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: 
     if jobs < 2 or size * len(strategies) < PARALLEL_PRUNING or "fork" not in multiprocessing.get_all_start_methods():
         return
     tasks = pruning_chunks(len(strategies), size, jobs)
-    _forked_work = (expand({k: list(v) for k, v in space.items()}), list(predicates))
+    _forked_work = ({k: list(v) for k, v in space.items()}, list(predicates))
     try:
         with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork"),
                                  initializer=_lower_priority) as pool:
@@ -355,7 +354,27 @@ def _lower_priority() -> None:
 
 def _feasible(task):
     """The indices of the configs in [first, end) that search ``i``'s predicate keeps."""
+    import itertools
+
     i, first, end = task
-    configs, predicates = _forked_work
+    space, predicates = _forked_work
     is_pruned = predicates[i]
-    return np.array([j for j in range(first, end) if not is_pruned(configs[j])], dtype=np.int64)
+    names = list(space)
+    chunk = itertools.islice(itertools.product(*(space[n] for n in names)), first, end)  # expand's order
+    return np.array([first + j for j, values in enumerate(chunk) if not is_pruned(dict(zip(names, values)))],
+                    dtype=np.int64)
+
+
+def configs_at(space: dict, indices) -> list:
+    """The configs at ``indices`` of ``expand(space)`` (its order: the last parameter varies
+    fastest), made without expanding the whole space."""
+    names = list(space)
+    sizes = [len(space[n]) for n in names]
+    out = []
+    for index in indices:
+        index, values = int(index), [None] * len(names)
+        for k in range(len(names) - 1, -1, -1):
+            index, j = divmod(index, sizes[k])
+            values[k] = space[names[k]][j]
+        out.append(dict(zip(names, values)))
+    return out
