@@ -11,6 +11,12 @@
 #
 #   bash bench/gpu_scaling.sh OUT [SHAPES_FILE] [extra harness tune options]
 #
+# COUNTS="1 4" runs those GPU counts only (default 1 2 4 8, up to the node's); QUALITY=0 skips the
+# quality bench; CACHED=0 skips the second tune. Each run's lines are printed as it ends, the
+# summary (bench/scaling_summary.py) last, of every run in OUT (an earlier call's too, so that
+# COUNTS="1 2" CACHED=0 then COUNTS=4 into the same OUT give one summary).
+#
+# The compile caches live in a temporary folder (removed at the end), not in OUT.
 # Wheels of what the node lacks are taken from .whl/ (bench/_node_env.sh). OUT/<run>/ gets each
 # run's tune.log, tune_timing.json, winners.json, quality.json and quality.log.
 set -u
@@ -44,15 +50,23 @@ run() {  # run NAME DEVICES CACHE [options]: one tune in a fresh project with co
 }
 
 devices() { seq -s, 0 $(($1 - 1)); }
+# the compile caches (a thousand cubins each) outside OUT, so that OUT stays small to copy back
+CACHES=$(mktemp -d /tmp/harness-scaling-caches.XXXXXX); trap 'rm -rf "$CACHES"' EXIT
 RUNS=""
-for n in 1 2 4 8; do
+for n in ${COUNTS:-1 2 4 8}; do
   [ "$n" -le "$GPUS" ] || break
-  rm -rf "$OUT/cache-$n"; mkdir -p "$OUT/cache-$n"  # an empty compile cache
+  rm -rf "$CACHES/cache-$n"; mkdir -p "$CACHES/cache-$n"  # an empty compile cache
   echo "== $n GPU(s): $(devices $n), empty compile cache"
-  run "gpus$n" "$(devices $n)" "$OUT/cache-$n" "$@"
+  run "gpus$n" "$(devices $n)" "$CACHES/cache-$n" "$@"
   RUNS="$RUNS gpus$n"; LAST=$n
 done
-echo "== $LAST GPU(s) again in a fresh project, the compile cache of the run before kept"
-run "gpus$LAST-cached" "$(devices $LAST)" "$OUT/cache-$LAST" "$@"
-RUNS="$RUNS gpus$LAST-cached"
-python3 "$REPO/bench/scaling_summary.py" "$OUT" $RUNS | tee "$OUT/scaling.txt"
+if [ "${CACHED:-1}" != 0 ]; then
+  echo "== $LAST GPU(s) again in a fresh project, the compile cache of the run before kept"
+  run "gpus$LAST-cached" "$(devices $LAST)" "$CACHES/cache-$LAST" "$@"
+  RUNS="$RUNS gpus$LAST-cached"
+fi
+ALL=""  # this call's runs and those an earlier call left in OUT (COUNTS split over several calls)
+for r in gpus1 gpus2 gpus4 gpus8 gpus1-cached gpus2-cached gpus4-cached gpus8-cached; do
+  [ -f "$OUT/$r/tune.log" ] && ALL="$ALL $r"
+done
+python3 "$REPO/bench/scaling_summary.py" "$OUT" ${ALL:-$RUNS} | tee "$OUT/scaling.txt"

@@ -23,12 +23,18 @@ Pipelines compared (each for 1 GPU and for every count of ``--devices``):
   pairs        each config compiled for its own shape only, otherwise as before
   async        pairs, and rounds built in threads of their own (their compiles overlap), with
                devices + 1 rounds in flight; ``--depth`` adds fixed depths
+  streams      every shape's search a stream of its own (harness.streams), each batch a round
+               sent as soon as built, pruning cut into chunks over every core (see
+               ``simulate_streams``); the pipeline now
+  streams-whole  streams, each shape's space pruned in one process (as before): what the
+               chunked pruning adds
+  spread-chunks  spread with the pruning in chunks over every core: what the streams add
   spread       async, the seeds' round sent before the spaces are pruned (its compiles, the
                agent's start and its measuring overlap the pruning), rounds measured as a stream
                (a device takes the next round's jobs when it has none left of the earlier ones,
                instead of waiting for the round's slowest job), and the winners' re-measure
-               spread over the devices, every candidate of a shape on one device (the default
-               now; every mode before it re-measures on one device)
+               spread over the devices, every candidate of a shape on one device (every
+               mode before it re-measures on one device)
 
 The defaults are calibrated on the H200 measurements in docs/throughput.md: ``--measure-s``
 0.055 (one GPU 64 % busy at 11.7 configs/s), and ``--compile-s`` chosen so that ``before``
@@ -242,10 +248,14 @@ def simulate(setup: Setup, args, devices: int, mode: str, depth=None) -> dict:
     from harness.strategies import Trial
     from harness.strategies.driver import AskAhead, drive
 
+    chunked = mode == "spread-chunks"
+    mode = "spread" if chunked else mode
     per_pair = mode != "before"
     overlap = mode in ("async", "spread")
     spread = mode == "spread"
     node = Node(args, devices, len(setup.shapes), per_pair, overlap, early=spread)
+    if chunked:  # the pruning cut into chunks over every core
+        node.pruning = args.prune_s * len(setup.shapes) / args.cores
     depth = depth or (devices + 1 if overlap else 2)
     searches = setup.searches(args.budget, args.batch, args.seed)
     rng = random.Random(args.seed)
@@ -281,10 +291,138 @@ def simulate(setup: Setup, args, devices: int, mode: str, depth=None) -> dict:
     configs = sum(len(s.new) for s in searches)
     search_s, search_busy = node.now, node.busy
     remeasure_s = node.remeasure(setup.shapes, spread) if args.remeasure_s > 0 else 0.0
-    return dict(mode=mode, devices=devices, depth=depth, rounds=rounds, configs=configs, seconds=search_s,
+    return dict(mode="spread-chunks" if chunked else mode, devices=devices, depth=depth, rounds=rounds, configs=configs, seconds=search_s,
                 asking=node.asking, rate=configs / search_s, busy=search_busy / (devices * search_s),
                 compiles=node.compiles, build=node.build_wall(), remeasure=remeasure_s, wall=node.now,
                 busy_all=node.busy / (devices * node.now))
+
+
+def simulate_streams(setup: Setup, args, devices: int, chunked: bool = True) -> dict:
+    """The pipeline now (``streams``): every shape's search a stream of its own with
+    ``harness.streams.ahead_for`` batches in flight, asked right after each of its batches is told
+    (the real strategies and the real ``_tell``); each batch a round built as soon as asked (its
+    compiles in the shared slots, ``--batch-round-s`` of host work) and queued for the agent as
+    soon as built; a device takes the next queued job as soon as it is free; the seeds' batches go
+    out before the pruning, which is cut into chunks over every core (``--prune-s`` per shape
+    over ``--cores``); the winners' re-measure spread over the devices."""
+    from harness.strategies import Trial
+    from harness.strategies.driver import PENDING, _tell
+    from harness.rounds import seeds_round
+    from harness.streams import ahead_for
+
+    a = args
+    node = Node(args, devices, len(setup.shapes), True, True, early=True)
+    node.now = 0.0
+    shapes = len(setup.shapes)  # pruned in chunks over every core, or (before) one process per shape
+    pruned_at = a.prune_s * (shapes / a.cores if chunked else math.ceil(shapes / a.cores))
+    searches = setup.searches(a.budget, a.batch, a.seed)
+    ahead = ahead_for(devices, len(searches))
+    rng = random.Random(a.seed)
+    times = {}
+    events = []  # (time, order, kind, payload)
+    order = [0]
+    queue = []  # built jobs waiting for a device: [(available, cfg, shape, flight)]
+    flights = {id(s): [] for s in searches}
+    host = [0.0]  # the search's thread: asks one at a time
+
+    def push(t, kind, payload):
+        order[0] += 1
+        heapq.heappush(events, (t, order[0], kind, payload))
+
+    def time_of(cfg, shape) -> float:
+        k = (repr(sorted(cfg.items())), shape.id)
+        if k not in times:
+            times[k] = 1000.0 * (1.0 + 4.0 * _unit(k[0] + k[1])) * (1.0 + 0.01 * rng.random())
+        return times[k]
+
+    def submit(s, batch, now):
+        s.pending += [dict(c) for c in batch.configs]
+        flight = {"search": s, "batch": batch, "left": len(batch.configs), "back": False}
+        flights[id(s)].append(flight)
+        ready = now
+        for vid in setup.variants([(c, s.shape) for c in batch.configs], True):
+            if vid in node.compiled:
+                ready = max(ready, node.compiled[vid])
+                continue
+            slot = heapq.heappop(node.slots)
+            begin = max(slot, now)
+            end = begin + a.compile_s * math.exp(a.compile_spread * _gauss(vid))
+            heapq.heappush(node.slots, end)
+            node.compiled[vid] = end
+            node.compiles += 1
+            ready = max(ready, end)
+        built = ready + a.batch_round_s
+        if node.started is None:
+            node.started = built + a.start_s
+        push(max(built, node.started), "built", flight)
+
+    def ask(s, now):
+        if now < pruned_at:
+            return
+        while s.stopped is None and len(flights[id(s)]) < ahead:
+            left = a.budget - len(s.history) - len(s.pending)
+            if left <= 0:
+                if not s.pending:
+                    s.stopped = "budget"
+                return
+            began = time.monotonic()
+            batch = s.strategy.next_batch(s.history + [Trial(c, PENDING) for c in s.pending], setup.space,
+                                          s.is_pruned, min(a.batch, left), a.budget)
+            spent = time.monotonic() - began
+            node.asking += spent
+            host[0] = max(host[0], now) + spent * a.host_factor + a.ask_s
+            if not batch.configs:
+                if not s.pending:
+                    s.stopped = "finished"
+                return
+            submit(s, batch, host[0])
+
+    def dispatch(now):
+        while queue:
+            i = node.free.index(min(node.free))
+            if node.free[i] > now:
+                push(node.free[i], "free", None)
+                return
+            avail, cfg, shape, flight = queue.pop(0)
+            t = a.measure_s * (0.7 + 0.6 * _unit("m" + repr(sorted(cfg.items())) + shape.id))
+            node.free[i] = max(now, avail) + t
+            node.busy += t
+            flight["left"] -= 1
+            if not flight["left"]:
+                push(node.free[i], "done", flight)
+
+    for s, batch in seeds_round(searches, setup.space, a.budget):
+        submit(s, batch, 0.0)
+    push(pruned_at, "pruned", None)
+    end = 0.0
+    while events:
+        now, _, kind, payload = heapq.heappop(events)
+        end = max(end, now)
+        if kind == "pruned":
+            for s in searches:
+                if not flights[id(s)]:  # a shape with seeds out asks once they are told
+                    ask(s, now)
+        elif kind == "built":
+            queue += [(now, c, payload["search"].shape, payload) for c in payload["batch"].configs]
+        elif kind == "done":
+            payload["back"] = True
+            s = payload["search"]
+            mine = flights[id(s)]
+            while mine and mine[0]["back"]:
+                f = mine.pop(0)
+                del s.pending[:len(f["batch"].configs)]
+                _tell([(s, f["batch"])], [[Trial(c, "ok", time_of(c, s.shape)) for c in f["batch"].configs]],
+                      setup.space)
+                ask(s, max(now, host[0]))
+        dispatch(now)
+    node.now = node.agent_free = end
+    configs = sum(len(s.new) for s in searches)
+    search_s, search_busy = node.now, node.busy
+    remeasure_s = node.remeasure(setup.shapes, True) if a.remeasure_s > 0 else 0.0
+    return dict(mode="streams" if chunked else "streams-whole", devices=devices, depth=ahead, rounds=sum(len(s.round_sizes) for s in searches),
+                configs=configs, seconds=search_s, asking=node.asking, rate=configs / search_s,
+                busy=search_busy / (devices * search_s), compiles=node.compiles, build=0.0, remeasure=remeasure_s,
+                wall=node.now, busy_all=node.busy / (devices * node.now))
 
 
 def line(r: dict) -> str:
@@ -306,8 +444,9 @@ def main(argv=None) -> int:
     p.add_argument("--compile-s", type=float, default=0.33, help="core-seconds per compile (median)")
     p.add_argument("--compile-spread", type=float, default=0.5, help="sigma of the log-normal compile factor")
     p.add_argument("--round-s", type=float, default=0.4, help="host seconds per round besides compiling")
-    p.add_argument("--prune-s", type=float, default=2.5,
-                   help="seconds to prune one shape's space on one core (before the first round)")
+    p.add_argument("--prune-s", type=float, default=20.0,
+                   help="seconds to prune one shape's space on one core (before the first round); the sm90 "
+                        "matmul space has 1.2 million configs; 20 s reproduces the 4x H200 node's before-numbers")
     p.add_argument("--ask-s", type=float, default=0.0, help="model seconds per shape asked (besides the real asking)")
     p.add_argument("--host-factor", type=float, default=0.5,
                    help="the strategies' real asking time here counts this much (the node's CPU is faster)")
@@ -317,7 +456,9 @@ def main(argv=None) -> int:
                    help="seconds from the first round reaching the agent to its GPU workers being ready")
     p.add_argument("--remeasure-s", type=float, default=0.15,
                    help="device seconds per job of the winners' re-measure (0: no re-measure)")
-    p.add_argument("--modes", default="before,pairs,async,spread", help="which pipelines (see above)")
+    p.add_argument("--batch-round-s", type=float, default=0.05,
+                   help="streams: host seconds per batch's round besides compiling (one shape's pairs)")
+    p.add_argument("--modes", default="before,pairs,async,spread,streams", help="which pipelines (see above)")
     p.add_argument("--depth", default="", help="also async with these fixed depths, e.g. 2,4")
     p.add_argument("--calibrate", action="store_true", help="before, over compile costs 0.4-1.0 s")
     args = p.parse_args(argv)
@@ -339,7 +480,8 @@ def main(argv=None) -> int:
                   % (c, one["rate"], counts[1], two["rate"]))
         return 0
     for mode in args.modes.split(","):
-        runs = {d: simulate(setup, args, d, mode) for d in counts}
+        runs = {d: simulate_streams(setup, args, d, mode == "streams") if mode.startswith("streams")
+                else simulate(setup, args, d, mode) for d in counts}
         for d in counts:
             print(line(runs[d]))
         print("%-7s %s" % (mode, "; ".join("%d GPUs: search configs/s x%.2f, wall %.3f of one GPU's (x%.2f)" % (

@@ -52,7 +52,7 @@ def row(run: dict) -> dict:
     search = t.get("search") or {}
     return {"run": run["name"], "gpus": len(t.get("devices") or {}) or None, "wall": run["wall"],
             "search_s": (t.get("phases") or {}).get("search"), "remeasure_s": (t.get("phases") or {}).get("re-measure"),
-            "configs": t.get("configs"), "rate": search.get("configs_per_s"),
+            "configs": t.get("configs"), "rate": search.get("configs_per_s"), "pruning_s": search.get("pruning_s"),
             "busy": busy(t), "busy_search": busy(t, ("search",)), "busy_remeasure": busy(t, ("re-measure",)),
             "compiled": (t.get("compiles") or {}).get("compiled"), "reused": (t.get("compiles") or {}).get("reused"),
             "geomean": run["geomean"]}
@@ -65,14 +65,14 @@ def _f(value, fmt: str) -> str:
 
 
 def report(rows: list) -> list:
-    lines = ["%-14s %4s %8s %8s %10s %7s %9s %13s %13s %13s %9s %7s %8s %9s" % (
-        "run", "GPUs", "wall s", "search s", "re-meas. s", "configs", "configs/s", "busy measuring",
+    lines = ["%-14s %4s %8s %8s %7s %10s %7s %9s %13s %13s %13s %9s %7s %8s %9s" % (
+        "run", "GPUs", "wall s", "search s", "prune s", "re-meas. s", "configs", "configs/s", "busy measuring",
         "busy search", "busy re-meas.", "compiled", "reused", "x 1 GPU", "geomean")]
     one = next((r for r in rows if r["run"] == "gpus1"), None)
     for r in rows:
         ratio = r["wall"] / one["wall"] if one and r["wall"] and one["wall"] else None
-        lines.append("%-14s %4s %8s %8s %10s %7s %9s %13s %13s %13s %9s %7s %8s %9s" % (
-            r["run"], _f(r["gpus"], "%d"), _f(r["wall"], "%.1f"), _f(r["search_s"], "%.1f"),
+        lines.append("%-14s %4s %8s %8s %7s %10s %7s %9s %13s %13s %13s %9s %7s %8s %9s" % (
+            r["run"], _f(r["gpus"], "%d"), _f(r["wall"], "%.1f"), _f(r["search_s"], "%.1f"), _f(r["pruning_s"], "%.1f"),
             _f(r["remeasure_s"], "%.1f"), _f(r["configs"], "%d"), _f(r["rate"], "%.1f"),
             _f(100 * r["busy"], "%.0f %%"), _f(100 * r["busy_search"], "%.0f %%"),
             _f(100 * r["busy_remeasure"], "%.0f %%"), _f(r["compiled"], "%d"), _f(r["reused"], "%d"),

@@ -151,6 +151,7 @@ class Lane:
         self.have: Optional[set] = None  # bundle files known to be on the remote
         self.bridge: Optional[Bridge] = None
         self.started = False
+        self.restart_lock = threading.Lock()  # several rounds wait at once (streams): one restart
 
     def install(self, bundle: Path, manifest) -> None:
         """The first time on a remote: the agent's code and the bundle files it lacks (one tar
@@ -229,13 +230,14 @@ class Lane:
             reply = self.bridge.call({"op": "wait", "name": name}) if self.remote else wait_round(self.workdir, name)
             if "done" in reply:
                 return reply
-            if attempt < MAX_RESTARTS:
+            if attempt < MAX_RESTARTS and self.started:  # (not one this tune stopped)
                 from . import ui
 
-                ui.console.print("[yellow]the agent on %s is gone (%s); restarting it, it resumes round %s[/]"
-                                 % (self.label, reply.get("gone"), name))
-                self.session.stats.restarts += 1
-                self.start()
+                with self.restart_lock:  # a start is a no-op where an agent serves already
+                    ui.console.print("[yellow]the agent on %s is gone (%s); restarting it, it resumes round %s[/]"
+                                     % (self.label, reply.get("gone"), name))
+                    self.session.stats.restarts += 1
+                    self.start()
         raise HarnessError("the agent on %s died %d times in round %s: %s" % (
             self.label, MAX_RESTARTS + 1, name, reply.get("gone")))
 
@@ -288,6 +290,11 @@ class AgentSession:
     def collect(self, ticket: Ticket, local_results: Path) -> List[dict]:
         """The rows of a submitted round, in the order the hosts wrote them; rows measured on a
         remote are merged into ``local_results``."""
+        return self.take(ticket, self.wait(ticket), local_results)
+
+    def wait(self, ticket: Ticket, count: bool = True) -> list:
+        """Block until every host has done its part of the round (any thread may wait);
+        ``count``: the wait counts as the host blocked on results. The replies, for ``take``."""
         began = time.monotonic()
         replies = [None] * len(ticket.parts)
 
@@ -296,9 +303,15 @@ class AgentSession:
             replies[i] = lane.wait(number)
 
         errors = in_threads(wait, range(len(ticket.parts)))
-        self.stats.wait_seconds += time.monotonic() - began
+        if count:
+            self.stats.wait_seconds += time.monotonic() - began
         if errors:
             raise errors[0]
+        return replies
+
+    def take(self, ticket: Ticket, replies: list, local_results: Path) -> List[dict]:
+        """The rows of a round ``wait`` returned, its seconds and busy seconds counted (one thread
+        at a time)."""
         rows = []
         self.stats.measure_wall += max(float(r["done"].get("seconds") or 0.0) for r in replies)
         for (lane, _), reply in zip(ticket.parts, replies):

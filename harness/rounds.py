@@ -12,7 +12,9 @@ hands them to the one search loop, ``strategies.driver.drive``, with ``Session.e
 evaluator (one build, push and run per round for all shapes). With long-lived agents a round is
 ``submit``-ted and built in a thread of its own while earlier rounds build or are measured (as
 many rounds in flight as there are measuring devices, plus one), and ``collect``-ed later; the
-rounds reach the agents in the order they were asked. ``remeasure_winners`` measures the
+rounds reach the agents in the order they were asked. On a GPU target with long-lived agents each
+shape's search is a stream of its own instead (``harness.streams``): each batch a round of one
+shape, sent as soon as it is built. ``remeasure_winners`` measures the
 top candidates of each shape interleaved (each shape's on one device, the shapes spread over the
 devices) and picks noise-aware winners; they are kept in
 ``results/<target>/<kernel>/winners.json``, which ``harness report`` reads.
@@ -55,11 +57,13 @@ class Session:
     rounds: int = 0
     long_lived: bool = False  # rounds go to agents kept up across rounds (harness.agent_session)
     in_flight: int = 0  # long_lived: rounds in flight at most (building, queued, measured); 0: devices + 1
+    streams: bool = False  # each shape's search a stream of its own (harness.streams): rounds sent as built
     build_seconds: float = 0.0  # building rounds (wall time while at least one was building)
     run_seconds: float = 0.0  # without long_lived: running rounds (agent start, push, run, fetch)
     _transport: object = None
     _agents: object = None
     _builds: object = None  # long_lived: the threads that build rounds (harness.rounds.Builds)
+    stream_stats: object = None  # streams: harness.streams.StreamStats of the search
 
     @property
     def results_path(self) -> Path:
@@ -123,7 +127,7 @@ class Session:
             run_options.race = 0.0
         if self.long_lived:
             if self._builds is None:
-                self._builds = Builds(self)
+                self._builds = Builds(self, ordered=not self.streams)
             return self._builds.submit(pairs, library_shapes, run_options, pin)
         began = time.monotonic()
         prepared = self._prepare(pairs, library_shapes, listed=pin)
@@ -151,13 +155,29 @@ class Session:
 
     def collect(self, handle) -> list:
         """The rows of a submitted round."""
+        return self.finish(self.wait(handle))
+
+    def wait(self, handle, count: bool = True):
+        """Block until a submitted round is measured (any thread may wait; ``count``: the wait
+        counts as the search blocked on results); ``finish`` takes what it returns."""
         if isinstance(handle, list):
             return handle
         ticket = self._builds.sent(handle)
         if ticket is None:
             return []
-        rows = self.agents().collect(ticket, self.results_path)
-        state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
+        return ticket, self.agents().wait(ticket, count=count)
+
+    def finish(self, waited) -> list:
+        """The rows of a round ``wait`` returned, merged into the results file and recorded
+        (one thread at a time)."""
+        if isinstance(waited, list):
+            return waited
+        from .build import _bundle_lock
+
+        ticket, replies = waited
+        rows = self.agents().take(ticket, replies, self.results_path)
+        with _bundle_lock:  # rounds being built record their bundle in the same state file
+            state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
         return rows
 
     def depth(self) -> int:
@@ -197,6 +217,9 @@ class Session:
                        push=st.push_seconds, restarts=st.restarts)
         else:
             out.update(measure=self.run_seconds)
+        if self.stream_stats is not None:  # each shape a stream (harness.streams)
+            st = self.stream_stats
+            out.update(pruning=st.pruning, ahead=st.ahead, in_flight_max=st.in_flight_max)
         return out
 
     def agents(self):
@@ -294,12 +317,15 @@ class Builds:
     """The rounds of a long-lived tune being built: each in a thread of its own (their compiles
     share one pool, oldest round first), handed to the agents in the order they were submitted."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Session, ordered: bool = True):
         from concurrent.futures import ThreadPoolExecutor
 
         self.session = session
-        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="round")
+        self.ordered = ordered  # else each round goes to the agents as soon as it is built (streams)
+        # a build mostly waits on its compiles (the shared compile pool): streams have many in flight
+        self.pool = ThreadPoolExecutor(max_workers=8 if ordered else 64, thread_name_prefix="round")
         self.lock = threading.Lock()
+        self.send_lock = threading.Lock()
         self.last_sent = None  # the Event set once the last submitted round reached the agents
         self.building = 0
         self.began = 0.0
@@ -323,13 +349,14 @@ class Builds:
                 prepared = s._prepare(pairs, library_shapes, listed=pin)
             finally:
                 self._count(-1)
-            if before is not None:
+            if before is not None and self.ordered:
                 before.wait()  # the rounds reach the agents in the order they were asked
             if prepared is None or self.closed:
                 return None
             bundle, manifest = prepared
-            s.rounds += 1
-            return s.agents().submit(bundle, manifest, dataclasses.asdict(run_options), pin)
+            with self.send_lock:  # one round at a time reaches the agents (the first starts them)
+                s.rounds += 1
+                return s.agents().submit(bundle, manifest, dataclasses.asdict(run_options), pin)
         finally:
             sent.set()
 
@@ -445,6 +472,11 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
         return [[r for r in round_rows if r.get("shape_id") == s.shape.id and not is_library_id(r.get("variant_id"))]
                 for s, _ in asks]
 
+    # each shape a stream (harness.streams); under --time-limit the shapes keep in step in rounds (a
+    # stream whose first batch came back first would take the time before the others were told)
+    if session.long_lived and getattr(tgt, "is_gpu", False) and time_limit is None:
+        return _search_streams(session, searches, space, budget, time_limit, on_round, clock, warm_start,
+                               library_todo, strategy_name)
     first = None
     if session.long_lived:  # the next rounds are built while this one is measured
         evaluate = AskAhead(submit, lambda submitted: per_shape(session.collect(submitted[0]), submitted[1]),
@@ -455,6 +487,36 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
         evaluate = lambda asks, fidelity: per_shape(*submit(asks, fidelity, run=True))  # noqa: E731
     try:
         drive(searches, space, evaluate, budget, time_limit, on_round=on_round, clock=clock, first_round=first)
+    except StrategyError as exc:
+        raise HarnessError("strategy %s: %s" % (strategy_name, exc))
+    return searches
+
+
+def _search_streams(session: Session, searches: list, space: dict, budget, time_limit, on_round, clock,
+                    warm_start: bool, library_todo: list, strategy_name: str) -> list:
+    """``search`` on a GPU target with long-lived agents: every shape's search a stream of its
+    own (``streams.drive_streams``), each batch a round sent to the agents as soon as it is built;
+    the seeds' batches go out before the spaces are pruned."""
+    from .strategies import StrategyError
+    from .streams import SessionRounds, StreamStats, ahead_for, drive_streams
+
+    session.streams = True
+    ahead = lambda: ahead_for(session.measuring_devices(), len(searches), session.in_flight)  # noqa: E731
+    first = (lambda live: seeds_round(live, space, budget)) if warm_start else None  # noqa: E731
+    stats = session.stream_stats = StreamStats()
+    every = max(1, len(searches))
+
+    def told(number, fidelity, group):  # a batch per shape: the progress lines once per shapes' worth
+        if number % every == 0:
+            on_round(number, fidelity, group)
+        else:
+            with _quiet(True):
+                on_round(number, fidelity, group)
+
+    try:
+        drive_streams(searches, space, SessionRounds(session, library_todo), budget, time_limit, ahead=ahead,
+                      on_round=told if on_round is not None else None, clock=clock, first_round=first,
+                      stats=stats)
     except StrategyError as exc:
         raise HarnessError("strategy %s: %s" % (strategy_name, exc))
     return searches

@@ -48,6 +48,9 @@ def summarize(phases: dict, timings: dict, configs: int, compiles: dict) -> dict
                             "build_waited_on_measure_s": round(search.get("waited", 0.0), 3),
                             "measure_waited_on_build_s": round(max(0.0, seconds - measure), 3),
                             "agent_start_s": round(search.get("start", 0.0), 3)}
+        if "ahead" in search:  # each shape's search a stream of its own (harness.streams)
+            record["search"].update(pruning_s=round(search.get("pruning", 0.0), 3), ahead=search["ahead"],
+                                    in_flight_max=search.get("in_flight_max", 0))
     return record
 
 
@@ -82,6 +85,9 @@ def lines(record: dict) -> list:
                     "%.1f s; measure waited on build %.1f s)" % (
                         record.get("configs", 0), s["configs_per_s"], s["agent_start_s"], s["build_s"],
                         s["build_waited_on_measure_s"], s["measure_waited_on_build_s"])
+            if "ahead" in s:
+                text = text[:-1] + "; pruning %.1f s; each shape's search a stream, %d batches in flight per shape, " \
+                    "%d at most at once)" % (s["pruning_s"], s["ahead"], s["in_flight_max"])
         where.append(text)
     if where:
         out.append("where the time went: " + ", ".join(where))

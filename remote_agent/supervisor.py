@@ -178,9 +178,9 @@ class Supervisor(object):
         (the others stay idle). ``device_of(request)``: the device a job must run on (None: any);
         each worker takes the first pending job meant for it, so a device's jobs keep their
         order (a job meant for a device that was dropped goes to any). ``more()``: jobs to add,
-        asked whenever a worker is idle and nothing is pending (rounds queued meanwhile: no device
-        waits for the slowest job of a round); the run ends when it gives none and no job is in
-        flight."""
+        asked whenever fewer jobs are pending than there are workers (rounds queued meanwhile
+        join while the devices still measure: no device waits for the slowest job of a round, nor
+        for the next round's setup); the run ends when it gives none and no job is in flight."""
         pending = collections.deque(jobs)
         workers, self._kept = self._kept, None
         if workers is None:
@@ -192,8 +192,7 @@ class Supervisor(object):
             while workers and (pending or any(w.job for w in workers.values()) or _more(more, pending)):
                 if only is not None and not any(d in workers for d in only):
                     break  # every device these jobs may use was dropped
-                if more is not None and not pending and any(w.state == "idle" and w.job is None
-                                                            for w in workers.values()):
+                if more is not None and len(pending) < len(workers):  # before a device runs dry
                     _more(more, pending)
                 for w in workers.values():  # hand out work
                     if only is not None and w.device not in only:
@@ -215,8 +214,8 @@ class Supervisor(object):
                 deadlines = [w.deadline if w.job else w.started + self.start_timeout
                              for w in workers.values() if w.job or w.state == "starting"]
                 wait = max(0.0, min(deadlines) - now) if deadlines else 1.0
-                if more is not None and not pending:
-                    wait = min(wait, MORE_POLL)  # an idle worker looks for new jobs this often
+                if more is not None and len(pending) < len(workers):
+                    wait = min(wait, MORE_POLL)  # the queue is looked at this often while it runs low
                 readable, _, _ = select.select(list(workers.values()), [], [], min(wait, 5.0))
                 for w in readable:
                     lines = w.read_lines()

@@ -1,6 +1,7 @@
 """A GPU tune on a node of two devices, through the real CLI: Triton's sm90 AOT compiles here (no
 GPU), the long-lived agent, and the real GPU workers on tests/gpu_standin.py's CPU stand-in.
 
+- each shape's search is a stream of its own (harness.streams), its batches rounds of their own;
 - the winners' re-measure is spread over the devices, every candidate of a shape on one device;
 - the tune's last lines give each device's busy share and where the time went, and the HTML
   report has them too (from results/<target>/<kernel>/tune_timing.json);
@@ -63,13 +64,60 @@ def test_a_two_device_tune_spreads_the_remeasure_reports_each_device_and_reuses_
     assert re.search(r"cuda:0 \d+% \(search \d+%, re-measure \d+%\); cuda:1 \d+% \(search \d+%, re-measure \d+%\)",
                      busy), busy
     assert re.search(r"where the time went: search [\d.]+ s \(\d+ configs, [\d.]+ configs/s; .*measure waited on "
-                     r"build [\d.]+ s\), re-measure [\d.]+ s, report [\d.]+ s", " ".join(out.split()))
+                     r"build [\d.]+ s; pruning [\d.]+ s; each shape's search a stream, 4 batches in flight per shape, "
+                     r"\d+ at most at once\), re-measure [\d.]+ s, report [\d.]+ s", " ".join(out.split()))
     record = json.loads((results / "tune_timing.json").read_text())
     assert set(record["devices"]) == {"cuda:0", "cuda:1"}
     assert all(v["re-measure"] > 0 for v in record["devices"].values())
     page = (first.path / "tuned" / "node" / "matmul.html").read_text()
     assert "Where the tune's time went" in page and "busy in the re-measure" in page and "cuda:1" in page
+    assert "batches in flight per shape" in page
     # the same space in a fresh project: every compile comes from the cache
     second = node_project(tmp_path / "second", tmp_path / "cache")
     out = tune(second)
     assert "compiles: 0 compiled, %d reused from the compile cache" % compiled in out
+
+
+def test_killing_the_agent_mid_stream_loses_and_repeats_nothing(tmp_path):
+    """Several shapes' batches in flight as one stream of rounds on two stand-in GPUs: the serving
+    agent is killed (SIGKILL) while it measures; the host restarts it once, the rounds it had
+    joined resume from their offsets, and every asked pair ends up measured exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from collections import Counter
+
+    from remote_agent import serve
+    from tests.test_long_lived_agent import _progress
+
+    ws = node_project(tmp_path / "p", tmp_path / "cache")
+    serve_dir = ws.path / "results/node/matmul/serve"
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "harness", "tune", "matmul", "--target", "node", "--space", "space.yaml", "--shapes",
+         SHAPES, "--strategy", "random", "--budget", "4", "--batch-size", "1", "--top", "0", "--min-time-ms", "40"],
+        cwd=ws.path, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    deadline = time.monotonic() + 300
+    while tune.poll() is None and time.monotonic() < deadline:
+        lines = _progress(serve_dir / "serve.log")
+        rounds = list(dict.fromkeys(p["round"] for p in lines))
+        if len(rounds) >= 3 and any(p["status"] is None for p in lines[-2:]):  # a round just joined the stream
+            killed = int(json.loads((serve_dir / "serve.pid").read_text()))
+            os.kill(killed, signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    out, err = tune.communicate(timeout=300)
+    assert tune.returncode == 0, out + err
+    assert killed, "never saw the agent inside the stream"
+    assert "restarting it" in out + err
+    log = (serve_dir / "serve.log").read_text()
+    assert "resumed:" in log
+    assert log.count("serving ") == 2  # started once, restarted once
+    with open(ws.path / "results/node/matmul/results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    pairs = Counter((tuple(r[c] for c in ("cfg_BLOCK_M", "cfg_BLOCK_N")), r["shape_id"]) for r in rows)
+    assert len(pairs) == 12 and set(pairs.values()) == {1}, pairs  # 4 configs x 3 shapes, each exactly once
+    assert {r["status"] for r in rows} == {"ok"}
+    assert not serve.serving_pid(str(serve_dir)) or (serve_dir / "stop").exists()

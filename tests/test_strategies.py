@@ -587,8 +587,30 @@ def test_big_spaces_of_several_shapes_are_pruned_at_once_in_other_processes_with
         assert strategy.problem(space, is_pruned).candidates == Problem(space, is_pruned).candidates
     calls.clear()
     one = get_strategy("random", seed=9)
-    prepare_problems([one], space, predicates[:1], jobs=2)  # one shape: its Problem is built when first asked
+    prepare_problems([one], space, predicates[:1], jobs=2)  # one small space: its Problem is built when first asked
     assert not calls and not one.has_problem(space, predicates[0])
+
+
+def test_one_big_space_is_pruned_in_chunks_over_the_cores_with_the_same_candidates():
+    from harness.strategies.base import PARALLEL_PRUNING, Problem, prepare_problems, pruning_chunks
+
+    space = {"A": list(range(32)), "B": list(range(32)), "C": list(range(32)), "D": [1, 2, 4, 8]}  # 131072 configs
+    size = len(expand(space))
+    assert size >= 2 * PARALLEL_PRUNING
+    chunks = pruning_chunks(1, size, 4)
+    assert len(chunks) > 1 and chunks[0][1] == 0 and chunks[-1][2] == size  # one shape over several cores
+    assert all(a[2] == b[1] for a, b in zip(chunks, chunks[1:]))  # in order, nothing left out
+    assert len(pruning_chunks(10, size, 64)) >= 64  # ten shapes on 64 cores: every core has work
+    calls = []
+
+    def is_pruned(c):
+        calls.append(1)  # in this process only
+        return (c["A"] * c["D"] + c["B"]) % 3 == 0 or c["C"] > 20
+
+    one = get_strategy("random", seed=1)
+    prepare_problems([one], space, [is_pruned], jobs=4)
+    assert not calls and one.has_problem(space, is_pruned)
+    assert one.problem(space, is_pruned).candidates == Problem(space, is_pruned).candidates
 
 
 def test_tie_goes_to_the_core_whatever_marginal_candidate_the_search_brought():

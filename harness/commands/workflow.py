@@ -191,7 +191,8 @@ def tune(
                               "one is measured; per-round: a new agent for every round"),
     in_flight: int = typer.Option(0, "--in-flight", help="long-lived agent: rounds in flight at most (being "
                                   "built, queued or measured; later rounds are built while earlier ones are "
-                                  "measured). 0: one per measuring device plus one"),
+                                  "measured). 0: one per measuring device plus one; on GPU targets, batches in "
+                                  "flight per shape (0: about six per GPU over the shapes, at least two)"),
     min_time_ms: float = typer.Option(25.0, "--min-time-ms", help="GPU: time each config of the search at least "
                                       "this long (a halving rung k, eta^k times as long; the noise rule may take "
                                       "longer); the winners' re-measure takes at least 100 ms"),

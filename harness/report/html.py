@@ -119,7 +119,8 @@ def _tune_section(record: Optional[dict]) -> list:
     facts = [(label, search.get(key)) for label, key in (
         ("configs/s in the search", "configs_per_s"), ("agents' start (s)", "agent_start_s"),
         ("building rounds (s)", "build_s"), ("build waited on measure (s)", "build_waited_on_measure_s"),
-        ("measure waited on build (s)", "measure_waited_on_build_s"))]
+        ("measure waited on build (s)", "measure_waited_on_build_s"), ("pruning the spaces (s)", "pruning_s"),
+        ("batches in flight per shape", "ahead"), ("batches in flight at most", "in_flight_max"))]
     compiles = record.get("compiles") if isinstance(record.get("compiles"), dict) else {}
     facts += [("kernels compiled", compiles.get("compiled")), ("compiles reused from the cache", compiles.get("reused"))]
     rows = [[label, "%.1f" % v if isinstance(v, float) else str(v)] for label, v in facts

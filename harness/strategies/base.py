@@ -84,11 +84,10 @@ class Problem:
         self.space = {name: list(values) for name, values in space.items()}
         self.names = list(self.space)
         self.is_pruned = is_pruned
-        configs = expand(self.space)
         if feasible is None:  # else: the indices in expand(space) of the configs is_pruned keeps
-            self.candidates = [c for c in configs if not is_pruned(c)]
-        else:
-            self.candidates = [configs[i] for i in feasible]
+            self.candidates = [c for c in expand(self.space) if not is_pruned(c)]
+        else:  # only those (the whole space is a million dicts: seconds per shape)
+            self.candidates = configs_at(self.space, feasible)
         self.index = {key(c): i for i, c in enumerate(self.candidates)}
         self._value_pos = [{_hashable(v): j for j, v in enumerate(self.space[n])} for n in self.names]
         self.codes = np.array([self.encode(c) for c in self.candidates], dtype=np.int32).reshape(
@@ -295,15 +294,17 @@ def parse_option(cls, text: str) -> tuple:
 
 
 PARALLEL_PRUNING = 50_000  # configs x searches from which prepare_problems prunes in forked processes
-_forked_work = None  # (configs, predicates) for the forked processes of prepare_problems
+_forked_work = None  # (space, predicates) for the forked processes of prepare_problems
 
 
 def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: Sequence[Callable[[dict], bool]],
                      jobs: int = 0) -> None:
     """Build each strategy's Problem for (space, its predicate) at once: pruning a big space is
-    pure Python (seconds per shape), so with several shapes it runs in forked processes, one
-    per shape, up to ``jobs`` (default: the cores) at a time. Where fork is not available, or
-    the work is small, the Problems are built when first asked for."""
+    pure Python (about a minute of one core per shape for the sm90 matmul space of 1.2 million
+    configs), so with several shapes it runs in forked processes on up to ``jobs`` (default:
+    the cores) at a time, each shape's configs cut into chunks so that every core has work even
+    with fewer shapes than cores (``pruning_chunks``). Where fork is not available, or the work
+    is small, the Problems are built when first asked for."""
     global _forked_work
     import multiprocessing
     import os
@@ -312,20 +313,68 @@ def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: 
     todo = [(s, p) for s, p in zip(strategies, predicates) if not s.has_problem(space, p)]
     strategies, predicates = [s for s, _ in todo], [p for _, p in todo]
     size = math.prod(len(v) for v in space.values())
-    jobs = min(len(strategies), jobs or os.cpu_count() or 1)
+    jobs = jobs or os.cpu_count() or 1
     if jobs < 2 or size * len(strategies) < PARALLEL_PRUNING or "fork" not in multiprocessing.get_all_start_methods():
         return
-    _forked_work = (expand({k: list(v) for k, v in space.items()}), list(predicates))
+    tasks = pruning_chunks(len(strategies), size, jobs)
+    _forked_work = ({k: list(v) for k, v in space.items()}, list(predicates))
     try:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            kept = list(pool.map(_feasible, range(len(strategies))))
+        with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_lower_priority) as pool:
+            parts = list(pool.map(_feasible, tasks))
     finally:
         _forked_work = None
-    for strategy, is_pruned, feasible in zip(strategies, predicates, kept):
-        strategy.problem(space, is_pruned, feasible)
+    for i, (strategy, is_pruned) in enumerate(zip(strategies, predicates)):
+        mine = [part for (shape, _, _), part in zip(tasks, parts) if shape == i]
+        strategy.problem(space, is_pruned, np.concatenate(mine) if mine else np.zeros(0, dtype=np.int64))
 
 
-def _feasible(i: int):
-    configs, predicates = _forked_work
+def pruning_chunks(searches: int, size: int, jobs: int) -> list:
+    """The forked pruning's tasks: (search, first, end) over each search's ``size`` configs, in
+    order, about two per core in all (so that a slow chunk does not hold the others up), never
+    smaller than ``PARALLEL_PRUNING`` // 4 configs."""
+    per_search = max(1, min(-(-2 * jobs // max(1, searches)), size // max(1, PARALLEL_PRUNING // 4)))
+    step = -(-size // per_search)
+    return [(i, start, min(size, start + step)) for i in range(searches) for start in range(0, size, step)]
+
+
+PRUNING_NICE = 10  # as the compile workers': the agent and its GPU workers measuring the seeds come first
+
+
+def _lower_priority() -> None:
+    """A pruning process yields the cores to the agent on the same node (it measures the seeds
+    meanwhile) and shares them evenly with the compile workers (the seeds' compiles)."""
+    import os
+
+    try:
+        os.nice(PRUNING_NICE)
+    except OSError:
+        pass
+
+
+def _feasible(task):
+    """The indices of the configs in [first, end) that search ``i``'s predicate keeps."""
+    import itertools
+
+    i, first, end = task
+    space, predicates = _forked_work
     is_pruned = predicates[i]
-    return np.array([j for j, c in enumerate(configs) if not is_pruned(c)], dtype=np.int64)
+    names = list(space)
+    chunk = itertools.islice(itertools.product(*(space[n] for n in names)), first, end)  # expand's order
+    return np.array([first + j for j, values in enumerate(chunk) if not is_pruned(dict(zip(names, values)))],
+                    dtype=np.int64)
+
+
+def configs_at(space: dict, indices) -> list:
+    """The configs at ``indices`` of ``expand(space)`` (its order: the last parameter varies
+    fastest), made without expanding the whole space."""
+    names = list(space)
+    sizes = [len(space[n]) for n in names]
+    out = []
+    for index in indices:
+        index, values = int(index), [None] * len(names)
+        for k in range(len(names) - 1, -1, -1):
+            index, j = divmod(index, sizes[k])
+            values[k] = space[names[k]][j]
+        out.append(dict(zip(names, values)))
+    return out
