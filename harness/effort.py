@@ -40,22 +40,23 @@ class Effort:
     race: float  # CPU: drop a config once this far behind its shape's best (0: time every config in full)
     top: int  # finalists re-measured interleaved per shape
     repeats: int  # interleaved rounds of the re-measure
+    remeasure_time_cpu: Optional[float]  # CPU: seconds of sampling per re-measured job (None: the run's --max-time)
     words: str  # one line for --help and the README
     cost: str  # what it cost here (README's first command), for --help and the README
 
 
 LEVELS = {
-    "quick": Effort("quick", None, 24, 32, 0.15, 2, 3,
-                    "genetic search, 24 configs a shape on CPUs (32 on GPUs), losers raced out 15 % behind, "
-                    "top 2 re-measured 3 rounds",
-                    "the README's first command: 75 of its 647 jobs, 121 s on a loaded 2-core VM"),
-    "default": Effort("default", None, 48, 96, 0.25, 3, 5,
-                      "genetic search, 48 configs a shape on CPUs (96 on GPUs), losers raced out 25 % behind, "
-                      "top 3 re-measured 5 rounds",
-                      "the README's first command: 147 of its 647 jobs, 136 to 158 s on a loaded 2-core VM"),
-    "full": Effort("full", "exhaustive", None, None, 0.0, 3, 5,
+    "quick": Effort("quick", None, 8, 32, 0.15, 2, 3, 0.25,
+                    "genetic search warm-started, 8 configs a shape on CPUs (the register-tile seeds; 32 on GPUs), "
+                    "losers raced out 15 % behind, top 2 re-measured 3 rounds",
+                    "the README's first command: 24 configs, about a minute on an idle 2-core VM"),
+    "default": Effort("default", None, 16, 96, 0.25, 3, 5, 0.3,
+                      "genetic search warm-started, 16 configs a shape on CPUs (96 on GPUs), losers raced out 25 % "
+                      "behind, top 3 re-measured 5 rounds",
+                      "the README's first command: 48 configs, 1.5 to 3 min on a 2-core VM (idle to loaded)"),
+    "full": Effort("full", "exhaustive", None, None, 0.0, 3, 5, None,
                    "every config of the pruned space, each timed to the noise rule, top 3 re-measured 5 rounds",
-                   "the README's first command: all 647 jobs, 637 to 941 s on a loaded 2-core VM (553 s idle)"),
+                   "the README's first command: about 1,600 compiles, hours on a 2-core VM"),
 }
 DEFAULT = "default"
 
