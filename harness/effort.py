@@ -84,10 +84,11 @@ def budget_for(effort: Effort, is_gpu: bool) -> Optional[int]:
 RATES_FILE = "rates.json"
 # seconds per compile (wall, all cores of this machine), per config evaluated by a search (its
 # compile and measurement, pipelined), per measured job and per re-measured job, before the project
-# has seen any: the README's first command on a 2-core VM (49 s for 647 C++ compiles, 450 s of run
-# for 647 jobs, 53 s of re-measure for about 75 jobs) and, on a GPU node, a Triton config on one
-# core (1 s), 2.6 configs/s for a search (H200), a GPU job 0.1 s
-DEFAULT_RATES = {"cpu": {"compile_s": 0.08, "eval_s": 0.75, "measure_s": 0.7, "remeasure_s": 0.7},
+# has seen any: on a 2-core VM, a packed CPU matmul config takes 1.3 to 1.7 s of one core to compile
+# (so 0.75 s of wall time on both), a search of the README's first command about 1.2 s a config
+# idle and 4 s under a load of 10 (compile-bound), a re-measured job 0.5 to 0.75 s; on a GPU node, a
+# Triton config on one core (1 s), 2.6 configs/s for a search (H200), a GPU job 0.1 s
+DEFAULT_RATES = {"cpu": {"compile_s": 0.75, "eval_s": 2.0, "measure_s": 0.7, "remeasure_s": 0.7},
                  "gpu": {"compile_s": 1.0, "eval_s": 0.4, "measure_s": 0.1, "remeasure_s": 0.3}}
 
 
@@ -138,29 +139,41 @@ def remeasure_jobs(shapes: int, top: int, repeats: int, library: bool) -> int:
 
 
 class Eta:
-    """The time left of a search and the re-measure after it, for the progress line: the search's
-    configs left at its steady rate (from the end of its first round on: the first round also
-    waits for the agent to start and the first compiles), before that at the rate this project
-    saw last (``eval_s``); plus the re-measure at ``remeasure_s``."""
+    """The time left of a search and the re-measure after it, for the progress line.
+
+    The search is paced by whichever of its two pipelines is slower: the compiles (a CPU search
+    on a small machine: each config's compile takes longer than its measurement, and the agent
+    waits) or the measurements. Once compiles have been made, the compile pipeline's pace is the
+    wall time since the search began over the compiles made (or taken from the compile cache),
+    which holds from the first round on because the build never stops while configs are left;
+    its configs left to compile at that pace, plus the last round's measurements, is one bound.
+    The other is the configs left to measure at the measurements' own pace (the agents' seconds
+    over the configs measured). Before either is known, the rate this project saw last
+    (``eval_s``). Plus the re-measure at ``remeasure_s``."""
 
     def __init__(self, root: Path, target, todo: int, remeasures: int, clock=None):
         import time
 
         self.clock = clock or time.monotonic
+        self.began = self.clock()
         self.rate = rates(root, target)
         self.todo, self.remeasures = todo, remeasures
-        self.first = None  # (time, done) at the end of the first round
 
-    def left(self, done: int) -> float:
-        now = self.clock()
-        if self.first is None:
-            self.first = (now, done)
-            per = self.rate["eval_s"]
-        elif done > self.first[1]:
-            per = (now - self.first[0]) / (done - self.first[1])
-        else:
-            per = self.rate["eval_s"]
-        return max(0, self.todo - done) * per + self.remeasures * self.rate["remeasure_s"]
+    def left(self, done: int, compiled: int = 0, measure_s: float = 0.0, round_size: int = 0) -> float:
+        """Seconds left with ``done`` configs measured, ``compiled`` compiled or taken from the
+        compile cache since the search began, ``measure_s`` seconds of the agents' measuring and
+        ``round_size`` configs a round."""
+        elapsed = self.clock() - self.began
+        to_measure = max(0, self.todo - done)
+        per_measure = measure_s / done if done and measure_s > 0 else None
+        bounds = []
+        if compiled and elapsed > 0:
+            tail = min(to_measure, round_size or to_measure) * (per_measure or 0.0)
+            bounds.append(max(0, self.todo - compiled) * (elapsed / compiled) + tail)
+        if per_measure is not None:
+            bounds.append(to_measure * per_measure)
+        search = max(bounds) if bounds else to_measure * self.rate["eval_s"]
+        return search + self.remeasures * self.rate["remeasure_s"]
 
 
 def plan_line(what: str, compiles: int, measures: int, remeasures: int, seconds: float) -> str:

@@ -140,12 +140,18 @@ def test_the_agent_races_configs_against_the_best_already_in_the_results(local_w
     assert lib and not any("raced" in r["message"] for r in lib)
 
 
-def test_the_eta_takes_the_steady_rate_after_the_first_round(tmp_path):
-    now = SimpleNamespace(t=30.0)
-    eta = effort.Eta(tmp_path, Target(name="box"), todo=100, remeasures=10, clock=lambda: now.t)
+def test_the_eta_follows_the_slower_pipeline_compiles_or_measurements(tmp_path):
+    now = SimpleNamespace(t=0.0)
+    eta = effort.Eta(tmp_path, Target(name="box"), todo=48, remeasures=10, clock=lambda: now.t)
     remeasure = 10 * effort.DEFAULT_RATES["cpu"]["remeasure_s"]
-    # the first round (slow: the agent started, the first compiles): the rate seen last time
-    assert eta.left(20) == pytest.approx(80 * effort.DEFAULT_RATES["cpu"]["eval_s"] + remeasure)
-    now.t = 40.0  # 20 more configs in 10 s: 0.5 s each from here on
-    assert eta.left(40) == pytest.approx(60 * 0.5 + remeasure)
+    # nothing compiled or measured yet: the rate seen last time
+    assert eta.left(0) == pytest.approx(48 * effort.DEFAULT_RATES["cpu"]["eval_s"] + remeasure)
+    # compile-bound (a loaded 2-core VM): 30 compiles in 120 s, 24 configs measured in 20 s of the
+    # agent's time; 18 compiles left at 4 s, then the last round of 24 measured at 0.83 s each
+    now.t = 120.0
+    assert eta.left(24, compiled=30, measure_s=20.0, round_size=24) == pytest.approx(18 * 4.0 + 20.0 + remeasure)
+    # measure-bound: every config compiled in 10 s, 12 of 48 measured in 60 s of the agent's time
+    eta = effort.Eta(tmp_path, Target(name="box"), todo=48, remeasures=0, clock=lambda: now.t)
+    now.t += 70.0
+    assert eta.left(12, compiled=48, measure_s=60.0, round_size=12) == pytest.approx(36 * 5.0)
     assert effort.remeasure_jobs(3, 3, 5, True) == 60 and effort.remeasure_jobs(3, 0, 5, True) == 0

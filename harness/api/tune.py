@@ -308,13 +308,20 @@ def _round_printer(session, todo=None, args=None, n_shapes=0):
     eta = efforts.Eta(ROOT, session.target, todo or 0,
                       efforts.remeasure_jobs(n_shapes, args.top, args.repeats, session.library) if args else 0)
 
+    from ..compile import cache as compile_cache
+
+    compiles_before = sum(compile_cache.counts().values())
+
     def on_round(number, fidelity, group):
         done[0] += sum(len(s.new[len(s.new) - s.round_sizes[-1]:]) for s, _ in group if s.round_sizes)
         _round_line(number, fidelity, group)
-        line = ui.throughput_line(done[0], time.monotonic() - began, session.timing())
+        timing = session.timing()
+        line = ui.throughput_line(done[0], time.monotonic() - began, timing)
         if todo:
-            line += "; ETA %s (%d of %d configs measured)" % (efforts.duration(eta.left(done[0])),
-                                                              min(done[0], todo), todo)
+            compiled = sum(compile_cache.counts().values()) - compiles_before
+            left = eta.left(done[0], compiled=compiled, measure_s=timing.get("measure", 0.0),
+                            round_size=sum(len(b.configs) for _, b in group))
+            line += "; ETA %s (%d of %d configs measured)" % (efforts.duration(left), min(done[0], todo), todo)
         ui.out.print("  " + line)
 
     return on_round
