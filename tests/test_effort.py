@@ -155,3 +155,48 @@ def test_the_eta_follows_the_slower_pipeline_compiles_or_measurements(tmp_path):
     now.t += 70.0
     assert eta.left(12, compiled=48, measure_s=60.0, round_size=12) == pytest.approx(36 * 5.0)
     assert effort.remeasure_jobs(3, 3, 5, True) == 60 and effort.remeasure_jobs(3, 0, 5, True) == 0
+
+
+class _TimedSession:
+    """What the winners' re-measure asks of a tune's Session; keeps the sampling time each round
+    was submitted with and answers every job with a steady time (config BLOCK_M's value in ns)."""
+
+    def __init__(self, tmp_path, is_gpu, remeasure_max_time):
+        from harness.run import RunOptions
+
+        self.shapes = [SimpleNamespace(id="s")]
+        self.target = SimpleNamespace(is_gpu=is_gpu)
+        self.library, self.results_path = False, tmp_path / "results.csv"
+        self.run_options = RunOptions(max_time=0.75)
+        self.remeasure_max_time = remeasure_max_time
+        self.max_times, self._rows = [], []
+
+    def rows(self):
+        return self._rows
+
+    def submit(self, pairs, fidelity, library, pin=False):
+        self.max_times.append(self.run_options.max_time)
+        return pairs
+
+    def collect(self, pairs):
+        rows = [{"shape_id": shape.id, "variant_id": "v%d" % cfg["BLOCK_M"], "status": "ok", "estimator": "min",
+                 "time_ns": float(cfg["BLOCK_M"]), "noise": 0.001, "cfg_BLOCK_M": cfg["BLOCK_M"]}
+                for cfg, shape in pairs]
+        self._rows += rows
+        return rows
+
+
+def test_a_cpu_remeasure_samples_each_job_for_the_levels_time_and_the_search_keeps_its_own(tmp_path):
+    from harness.rounds import remeasure_winners
+    from harness.strategies import Trial
+
+    space = {"BLOCK_M": [16, 32]}
+    history = [Trial({"BLOCK_M": 16}, "ok", 16.0), Trial({"BLOCK_M": 32}, "ok", 32.0)]
+    cpu = _TimedSession(tmp_path, is_gpu=False, remeasure_max_time=effort.get("default").remeasure_time_cpu)
+    assert remeasure_winners(cpu, space, {"s": history}, top=2, repeats=5)["s"]["config"] == {"BLOCK_M": 16}
+    assert cpu.max_times == [0.3] * 5 and cpu.run_options.max_time == 0.75  # the search's own again after
+    gpu = _TimedSession(tmp_path, is_gpu=True, remeasure_max_time=0.3)
+    remeasure_winners(gpu, space, {"s": history}, top=2, repeats=5)
+    assert gpu.max_times == [0.75] * 5  # GPU jobs: the median's own time rule
+    assert effort.get("quick").remeasure_time_cpu < effort.get("default").remeasure_time_cpu
+    assert effort.get("full").remeasure_time_cpu is None  # full: each job to the run's noise rule
