@@ -2,16 +2,21 @@
 measurement policy, declared once in LEVELS and read by both commands, their --help and the
 README's table.
 
-- ``quick``: a small warm-started search per shape, losers raced out early, fewer finalists and
-  re-measure rounds. For a first look.
+- ``quick``: a small warm-started search per shape (on CPU boards the seeds alone: each register
+  tile that fills the ISA's registers, with cache blocks after BLIS), losers raced out early, fewer
+  finalists and re-measure rounds, each re-measured job sampled briefly. For a first look.
 - ``default``: a warm-started genetic search with a budget per shape, on CPU boards as on GPUs
   (not every config), losers raced out once clearly behind their shape's leader; the top three
-  re-measured interleaved, five rounds.
+  re-measured interleaved, five rounds. On CPU boards the budget is small (16 a shape) because
+  there a search is paced by its compiles (a packed-kernel config takes 1.3 to 1.7 s of a core to
+  compile, its measurement well under one), and each re-measured job samples 0.3 s: the five
+  rounds' smallest minimum decides, so one round's needs no more.
 - ``full``: every config of the pruned space (exhaustive), each timed to the noise rule (no
   racing); the top three re-measured, five rounds. What ``harness build`` compiled before there
   were levels.
 
-An explicit ``--strategy``, ``--budget``, ``--top`` or ``--repeats`` wins over the level's.
+An explicit ``--strategy``, ``--budget``, ``--top`` or ``--repeats`` wins over the level's, and
+``--max-time`` sets every job's sampling, the re-measure's too.
 ``estimate`` turns a plan (compiles, measurements) into seconds with the rates the project saw
 last time on this target (kept in .harness/rates.json, ``record_rates``), else the defaults
 below, so that the line said before a long build or run, and the progress line's ETA, improve

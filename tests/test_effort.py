@@ -200,3 +200,20 @@ def test_a_cpu_remeasure_samples_each_job_for_the_levels_time_and_the_search_kee
     assert gpu.max_times == [0.75] * 5  # GPU jobs: the median's own time rule
     assert effort.get("quick").remeasure_time_cpu < effort.get("default").remeasure_time_cpu
     assert effort.get("full").remeasure_time_cpu is None  # full: each job to the run's noise rule
+
+
+def test_a_cpu_build_compiles_the_levels_budget_and_full_the_whole_space(local_workspace):
+    """harness build on a CPU board follows --effort as tune does: the seeds and sampled configs up
+    to the level's budget a shape (quick: 8), the whole space only with full."""
+    ws = local_workspace
+    (ws.path / "wide.yaml").write_text("MR: [1, 2, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n")
+    out = ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x32x24", "--space", "wide.yaml",
+                     "--effort", "quick").stdout
+    assert "effort quick: 8 seeded and sampled configs a shape at most" in out, out
+    manifest = json.loads((ws.path / "build" / "native-qemu-free" / "matmul" / "manifest.json").read_text())
+    assert 0 < len(manifest["variants"]) <= 8
+    out = ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x32x24", "--space", "wide.yaml",
+                     "--effort", "full").stdout
+    assert "every config of the space" in out
+    manifest = json.loads((ws.path / "build" / "native-qemu-free" / "matmul" / "manifest.json").read_text())
+    assert len(manifest["variants"]) > 8
