@@ -214,6 +214,24 @@ def test_a_cpu_build_compiles_the_levels_budget_and_full_the_whole_space(local_w
     assert 0 < len(manifest["variants"]) <= 8
     out = ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x32x24", "--space", "wide.yaml",
                      "--effort", "full").stdout
-    assert "every config of the space" in out
+    assert "build (every config the rules keep for these shapes): " in out, out
     manifest = json.loads((ws.path / "build" / "native-qemu-free" / "matmul" / "manifest.json").read_text())
     assert len(manifest["variants"]) > 8
+
+
+def test_an_every_config_plan_counts_what_the_rules_keep():
+    """The line before a full build or tune counts the configs the kernel's rules keep for the
+    shapes (the packed matmul's space is 33,600 configs, 144 of them kept for 64x64x64), not the
+    space before pruning; over COUNT_LIMIT pairs it does not count."""
+    from harness import kernels
+    from harness.api.build import COUNT_LIMIT, feasible_plan
+    from harness.shapes import parse_shape
+
+    kern, tgt = kernels.get("matmul"), Target(name="box", arch="x86_64", march="skylake-avx512")
+    space = {"MR": [1, 6, 16], "NR": [16, 64, 256], "KC": [64, 128], "MC": [16], "NC": [64], "PACK_B": [1]}
+    small, big = parse_shape("64x64x64"), parse_shape("128x128x128")
+    configs, jobs = feasible_plan(kern, tgt, [small, big], space)
+    # NR 256 is past N's power of two on both and MR 16 x NR 64 needs 69 registers: 5 register tiles
+    # x 2 KC; KC 128 is past K = 64, so those 5 serve 128x128x128 only
+    assert (configs, jobs) == (10, 15)
+    assert feasible_plan(kern, tgt, [small] * (COUNT_LIMIT // 18 + 1), space) is None

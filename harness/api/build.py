@@ -131,6 +131,34 @@ def budgeted_pairs(kern, tgt, shape_list, space, budget, seed, frontend) -> Opti
     return pairs
 
 
+COUNT_LIMIT = 200_000  # (config, shape) pairs a plan line prunes to count the compiles (about 0.1 ms each here)
+
+
+def feasible_plan(kern, tgt, shape_list, space) -> Optional[tuple]:
+    """(configs, jobs) that the kernel's rules leave of ``space`` for ``shape_list``: the compiles
+    and measurements an every-config build and run make. None where the space times the shapes is
+    over COUNT_LIMIT (counting would take a while)."""
+    import itertools
+
+    from ..space import first_pruning_rule
+
+    names = list(space)
+    size = 1
+    for values in space.values():
+        size *= len(values)
+    if size * max(1, len(shape_list)) > COUNT_LIMIT:
+        return None
+    rules = kern.rules_for(tgt)
+    configs, jobs = set(), 0
+    for values in itertools.product(*space.values()):
+        config = dict(zip(names, values))
+        kept = sum(1 for shape in shape_list if first_pruning_rule(rules, config, shape, tgt) is None)
+        if kept:
+            configs.add(values)
+            jobs += kept
+    return len(configs), jobs
+
+
 def say_build_plan(kern, tgt, shape_list, space, only_pairs, level) -> None:
     """One line before the compiles: how many, about how long (harness/effort.py's rates), and
     which effort chose them."""
@@ -141,10 +169,15 @@ def say_build_plan(kern, tgt, shape_list, space, only_pairs, level) -> None:
         what = "build (effort %s: %d seeded and sampled configs a shape at most; --effort full: the whole space)" % (
             level.name, efforts.budget_for(level, tgt.is_gpu))
     else:
-        n = 1
-        for values in space.values():
-            n *= len(values)
-        what = "build (every config of the space; pruning drops some)"
+        counted = feasible_plan(kern, tgt, shape_list, space)
+        if counted is not None:
+            n = counted[0]
+            what = "build (every config the rules keep for these shapes)"
+        else:
+            n = 1
+            for values in space.values():
+                n *= len(values)
+            what = "build (every config of the space; pruning drops some)"
     ui.out.print(efforts.plan_line(what, n, 0, 0, efforts.estimate(ROOT, tgt, compiles=n)))
 
 

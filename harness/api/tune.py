@@ -377,11 +377,17 @@ def _say_plan(tgt, kern, args, space, shape_list, reused=0) -> int:
             size *= len(values)
         from .build import read_shapes
 
-        n_shapes = len(read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern))
-        jobs = size * n_shapes
+        from .build import feasible_plan
+
+        shapes = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern)
+        n_shapes = len(shapes)
+        counted = feasible_plan(kern, tgt, shapes, space)
+        compiles, jobs = counted if counted is not None else (size, size * n_shapes)
         remeasures = efforts.remeasure_jobs(n_shapes, args.top, args.repeats, args.library)
-        seconds = efforts.estimate(ROOT, tgt, compiles=size, measures=jobs, remeasures=remeasures)
-        ui.out.print(efforts.plan_line("tune (every config; pruning drops some)", size, jobs, remeasures, seconds))
+        seconds = efforts.estimate(ROOT, tgt, compiles=compiles, measures=jobs, remeasures=remeasures)
+        what = "tune (every config the rules keep for these shapes)" if counted is not None else \
+            "tune (every config; pruning drops some)"
+        ui.out.print(efforts.plan_line(what, compiles, jobs, remeasures, seconds))
         return 0
     todo = max(0, (args.budget or 0) * len(shape_list) - reused) if args.budget else 0
     remeasures = efforts.remeasure_jobs(len(shape_list), args.top, args.repeats, args.library)
