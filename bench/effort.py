@@ -4,6 +4,7 @@ README's three shapes and then on bench/shapes/cpu_gemms.txt; prints each run's 
 shape, how much slower each level's winner is than full's.
 
     python3 bench/effort.py [--keep DIR] [--levels quick,default,full] [--sets readme,cpu_gemms]
+    python3 bench/effort.py --sets shapes:64x64x64     # a set of your own (full's cost grows with it)
 
 The ratio is read in full's own results, where every config was timed to the noise rule in one
 run: (full's time of the level's winner) / (full's time of full's winner), so the machine's
@@ -25,6 +26,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETS = {"readme": [], "cpu_gemms": ["--shapes-file", os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")]}
 GOAL = {"default": 1.03, "quick": 1.08}
+
+
+def set_args(name):
+    """The tune's shape arguments of a set: readme, cpu_gemms, or shapes:LIST (as --shapes takes it)."""
+    if name.startswith("shapes:"):
+        return ["--shapes", name[len("shapes:"):]]
+    if name not in SETS:
+        sys.exit("--sets %s: choose readme, cpu_gemms or shapes:MxNxK,..." % name)
+    return SETS[name]
 
 
 def tune(work, level, extra):
@@ -66,7 +76,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--keep", default=None, help="keep the projects under this folder")
     p.add_argument("--levels", default="quick,default,full")
-    p.add_argument("--sets", default="readme,cpu_gemms", help="shape sets: readme (its three shapes), cpu_gemms")
+    p.add_argument("--sets", default="readme,cpu_gemms",
+                   help="shape sets: readme (its three shapes), cpu_gemms, shapes:MxNxK,... (a list of your own)")
     args = p.parse_args()
     levels = [x for x in args.levels.split(",") if x]
     if "full" not in levels:
@@ -77,7 +88,8 @@ def main():
         for name in [s for s in args.sets.split(",") if s]:
             runs = {}
             for level in levels:
-                winners, rows, seconds = tune(os.path.join(base, name, level), level, SETS[name])
+                winners, rows, seconds = tune(os.path.join(base, name.replace(":", "_"), level), level,
+                                              set_args(name))
                 runs[level] = (winners, rows)
                 print("%s, effort %s: %d shapes in %.0f s" % (name, level, len(winners), seconds), flush=True)
             times = full_times(runs["full"][1])

@@ -2,16 +2,21 @@
 measurement policy, declared once in LEVELS and read by both commands, their --help and the
 README's table.
 
-- ``quick``: a small warm-started search per shape, losers raced out early, fewer finalists and
-  re-measure rounds. For a first look.
+- ``quick``: a small warm-started search per shape (on CPU boards the seeds alone: each register
+  tile that fills the ISA's registers, with cache blocks after BLIS), losers raced out early, fewer
+  finalists and re-measure rounds, each re-measured job sampled briefly. For a first look.
 - ``default``: a warm-started genetic search with a budget per shape, on CPU boards as on GPUs
   (not every config), losers raced out once clearly behind their shape's leader; the top three
-  re-measured interleaved, five rounds.
+  re-measured interleaved, five rounds. On CPU boards the budget is small (16 a shape) because
+  there a search is paced by its compiles (a packed-kernel config takes 1.3 to 1.7 s of a core to
+  compile, its measurement well under one), and each re-measured job samples 0.3 s: the five
+  rounds' smallest minimum decides, so one round's needs no more.
 - ``full``: every config of the pruned space (exhaustive), each timed to the noise rule (no
   racing); the top three re-measured, five rounds. What ``harness build`` compiled before there
   were levels.
 
-An explicit ``--strategy``, ``--budget``, ``--top`` or ``--repeats`` wins over the level's.
+An explicit ``--strategy``, ``--budget``, ``--top`` or ``--repeats`` wins over the level's, and
+``--max-time`` sets every job's sampling, the re-measure's too.
 ``estimate`` turns a plan (compiles, measurements) into seconds with the rates the project saw
 last time on this target (kept in .harness/rates.json, ``record_rates``), else the defaults
 below, so that the line said before a long build or run, and the progress line's ETA, improve
@@ -40,22 +45,25 @@ class Effort:
     race: float  # CPU: drop a config once this far behind its shape's best (0: time every config in full)
     top: int  # finalists re-measured interleaved per shape
     repeats: int  # interleaved rounds of the re-measure
+    remeasure_time_cpu: Optional[float]  # CPU: seconds of sampling per re-measured job (None: the run's --max-time)
     words: str  # one line for --help and the README
     cost: str  # what it cost here (README's first command), for --help and the README
 
 
 LEVELS = {
-    "quick": Effort("quick", None, 24, 32, 0.15, 2, 3,
-                    "genetic search, 24 configs a shape on CPUs (32 on GPUs), losers raced out 15 % behind, "
-                    "top 2 re-measured 3 rounds",
-                    "the README's first command: 75 of its 647 jobs, 121 s on a loaded 2-core VM"),
-    "default": Effort("default", None, 48, 96, 0.25, 3, 5,
-                      "genetic search, 48 configs a shape on CPUs (96 on GPUs), losers raced out 25 % behind, "
-                      "top 3 re-measured 5 rounds",
-                      "the README's first command: 147 of its 647 jobs, 136 to 158 s on a loaded 2-core VM"),
-    "full": Effort("full", "exhaustive", None, None, 0.0, 3, 5,
+    "quick": Effort("quick", None, 8, 32, 0.15, 2, 3, 0.25,
+                    "genetic search warm-started, 8 configs a shape on CPUs (the register-tile seeds; 32 on GPUs), "
+                    "losers raced out 15 % behind, top 2 re-measured 3 rounds",
+                    "the README's first command: 24 configs, 326 s from empty caches on a 2-core VM at a load of 13 "
+                    "(compile-bound)"),
+    "default": Effort("default", None, 16, 96, 0.25, 3, 5, 0.3,
+                      "genetic search warm-started, 16 configs a shape on CPUs (96 on GPUs), losers raced out 25 % "
+                      "behind, top 3 re-measured 5 rounds",
+                      "the README's first command: 48 configs, 221 to 382 s from empty caches on a 2-core VM at a "
+                      "load of 8 to 12 (compile-bound), 63 to 105 s with its compiles cached"),
+    "full": Effort("full", "exhaustive", None, None, 0.0, 3, 5, None,
                    "every config of the pruned space, each timed to the noise rule, top 3 re-measured 5 rounds",
-                   "the README's first command: all 647 jobs, 637 to 941 s on a loaded 2-core VM (553 s idle)"),
+                   "the README's first command: 1,530 compiles (the three shapes share them), hours on a loaded 2-core VM"),
 }
 DEFAULT = "default"
 
@@ -83,10 +91,12 @@ def budget_for(effort: Effort, is_gpu: bool) -> Optional[int]:
 RATES_FILE = "rates.json"
 # seconds per compile (wall, all cores of this machine), per config evaluated by a search (its
 # compile and measurement, pipelined), per measured job and per re-measured job, before the project
-# has seen any: the README's first command on a 2-core VM (49 s for 647 C++ compiles, 450 s of run
-# for 647 jobs, 53 s of re-measure for about 75 jobs) and, on a GPU node, a Triton config on one
-# core (1 s), 2.6 configs/s for a search (H200), a GPU job 0.1 s
-DEFAULT_RATES = {"cpu": {"compile_s": 0.08, "eval_s": 0.75, "measure_s": 0.7, "remeasure_s": 0.7},
+# has seen any: on a 2-core VM, a packed CPU matmul config takes 1.3 to 1.7 s of one core to compile
+# (so 0.75 s of wall time on both), a search of the README's first command about 1.2 s a config
+# idle and 4 s under a load of 10 (compile-bound), a re-measured job 0.45 s (0.3 s of sampling, its
+# warm-up and start; 0.75 s where noisy shapes get more rounds); on a GPU node, a
+# Triton config on one core (1 s), 2.6 configs/s for a search (H200), a GPU job 0.1 s
+DEFAULT_RATES = {"cpu": {"compile_s": 0.75, "eval_s": 2.0, "measure_s": 0.7, "remeasure_s": 0.45},
                  "gpu": {"compile_s": 1.0, "eval_s": 0.4, "measure_s": 0.1, "remeasure_s": 0.3}}
 
 
@@ -137,29 +147,41 @@ def remeasure_jobs(shapes: int, top: int, repeats: int, library: bool) -> int:
 
 
 class Eta:
-    """The time left of a search and the re-measure after it, for the progress line: the search's
-    configs left at its steady rate (from the end of its first round on: the first round also
-    waits for the agent to start and the first compiles), before that at the rate this project
-    saw last (``eval_s``); plus the re-measure at ``remeasure_s``."""
+    """The time left of a search and the re-measure after it, for the progress line.
+
+    The search is paced by whichever of its two pipelines is slower: the compiles (a CPU search
+    on a small machine: each config's compile takes longer than its measurement, and the agent
+    waits) or the measurements. Once compiles have been made, the compile pipeline's pace is the
+    wall time since the search began over the compiles made (or taken from the compile cache),
+    which holds from the first round on because the build never stops while configs are left;
+    its configs left to compile at that pace, plus the last round's measurements, is one bound.
+    The other is the configs left to measure at the measurements' own pace (the agents' seconds
+    over the configs measured). Before either is known, the rate this project saw last
+    (``eval_s``). Plus the re-measure at ``remeasure_s``."""
 
     def __init__(self, root: Path, target, todo: int, remeasures: int, clock=None):
         import time
 
         self.clock = clock or time.monotonic
+        self.began = self.clock()
         self.rate = rates(root, target)
         self.todo, self.remeasures = todo, remeasures
-        self.first = None  # (time, done) at the end of the first round
 
-    def left(self, done: int) -> float:
-        now = self.clock()
-        if self.first is None:
-            self.first = (now, done)
-            per = self.rate["eval_s"]
-        elif done > self.first[1]:
-            per = (now - self.first[0]) / (done - self.first[1])
-        else:
-            per = self.rate["eval_s"]
-        return max(0, self.todo - done) * per + self.remeasures * self.rate["remeasure_s"]
+    def left(self, done: int, compiled: int = 0, measure_s: float = 0.0, round_size: int = 0) -> float:
+        """Seconds left with ``done`` configs measured, ``compiled`` compiled or taken from the
+        compile cache since the search began, ``measure_s`` seconds of the agents' measuring and
+        ``round_size`` configs a round."""
+        elapsed = self.clock() - self.began
+        to_measure = max(0, self.todo - done)
+        per_measure = measure_s / done if done and measure_s > 0 else None
+        bounds = []
+        if compiled and elapsed > 0:
+            tail = min(to_measure, round_size or to_measure) * (per_measure or 0.0)
+            bounds.append(max(0, self.todo - compiled) * (elapsed / compiled) + tail)
+        if per_measure is not None:
+            bounds.append(to_measure * per_measure)
+        search = max(bounds) if bounds else to_measure * self.rate["eval_s"]
+        return search + self.remeasures * self.rate["remeasure_s"]
 
 
 def plan_line(what: str, compiles: int, measures: int, remeasures: int, seconds: float) -> str:

@@ -58,6 +58,7 @@ class Session:
     long_lived: bool = False  # rounds go to agents kept up across rounds (harness.agent_session)
     in_flight: int = 0  # long_lived: rounds in flight at most (building, queued, measured); 0: devices + 1
     streams: bool = False  # each shape's search a stream of its own (harness.streams): rounds sent as built
+    remeasure_max_time: Optional[float] = None  # CPU: seconds of sampling per re-measured job (None: the run's)
     build_seconds: float = 0.0  # building rounds (wall time while at least one was building)
     run_seconds: float = 0.0  # without long_lived: running rounds (agent start, push, run, fetch)
     _transport: object = None
@@ -662,6 +663,9 @@ def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], sam
     # at least REMEASURE_MIN_TIME_MS of timing per job, however briefly the search measured
     searched = session.run_options
     session.run_options = dataclasses.replace(searched, min_time_ms=max(REMEASURE_MIN_TIME_MS, searched.min_time_ms))
+    if getattr(session, "remeasure_max_time", None) and not session.target.is_gpu:
+        # CPU: each round's minimum needs less sampling than a lone measurement's, the rounds' minima decide
+        session.run_options.max_time = session.remeasure_max_time
     count = max(len(p) for p in plans.values())
     try:
         pin = {sid: slots[sid] for sid in plans} if slots and len(set(slots.values())) > 1 else True

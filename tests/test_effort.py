@@ -140,12 +140,98 @@ def test_the_agent_races_configs_against_the_best_already_in_the_results(local_w
     assert lib and not any("raced" in r["message"] for r in lib)
 
 
-def test_the_eta_takes_the_steady_rate_after_the_first_round(tmp_path):
-    now = SimpleNamespace(t=30.0)
-    eta = effort.Eta(tmp_path, Target(name="box"), todo=100, remeasures=10, clock=lambda: now.t)
+def test_the_eta_follows_the_slower_pipeline_compiles_or_measurements(tmp_path):
+    now = SimpleNamespace(t=0.0)
+    eta = effort.Eta(tmp_path, Target(name="box"), todo=48, remeasures=10, clock=lambda: now.t)
     remeasure = 10 * effort.DEFAULT_RATES["cpu"]["remeasure_s"]
-    # the first round (slow: the agent started, the first compiles): the rate seen last time
-    assert eta.left(20) == pytest.approx(80 * effort.DEFAULT_RATES["cpu"]["eval_s"] + remeasure)
-    now.t = 40.0  # 20 more configs in 10 s: 0.5 s each from here on
-    assert eta.left(40) == pytest.approx(60 * 0.5 + remeasure)
+    # nothing compiled or measured yet: the rate seen last time
+    assert eta.left(0) == pytest.approx(48 * effort.DEFAULT_RATES["cpu"]["eval_s"] + remeasure)
+    # compile-bound (a loaded 2-core VM): 30 compiles in 120 s, 24 configs measured in 20 s of the
+    # agent's time; 18 compiles left at 4 s, then the last round of 24 measured at 0.83 s each
+    now.t = 120.0
+    assert eta.left(24, compiled=30, measure_s=20.0, round_size=24) == pytest.approx(18 * 4.0 + 20.0 + remeasure)
+    # measure-bound: every config compiled in 10 s, 12 of 48 measured in 60 s of the agent's time
+    eta = effort.Eta(tmp_path, Target(name="box"), todo=48, remeasures=0, clock=lambda: now.t)
+    now.t += 70.0
+    assert eta.left(12, compiled=48, measure_s=60.0, round_size=12) == pytest.approx(36 * 5.0)
     assert effort.remeasure_jobs(3, 3, 5, True) == 60 and effort.remeasure_jobs(3, 0, 5, True) == 0
+
+
+class _TimedSession:
+    """What the winners' re-measure asks of a tune's Session; keeps the sampling time each round
+    was submitted with and answers every job with a steady time (config BLOCK_M's value in ns)."""
+
+    def __init__(self, tmp_path, is_gpu, remeasure_max_time):
+        from harness.run import RunOptions
+
+        self.shapes = [SimpleNamespace(id="s")]
+        self.target = SimpleNamespace(is_gpu=is_gpu)
+        self.library, self.results_path = False, tmp_path / "results.csv"
+        self.run_options = RunOptions(max_time=0.75)
+        self.remeasure_max_time = remeasure_max_time
+        self.max_times, self._rows = [], []
+
+    def rows(self):
+        return self._rows
+
+    def submit(self, pairs, fidelity, library, pin=False):
+        self.max_times.append(self.run_options.max_time)
+        return pairs
+
+    def collect(self, pairs):
+        rows = [{"shape_id": shape.id, "variant_id": "v%d" % cfg["BLOCK_M"], "status": "ok", "estimator": "min",
+                 "time_ns": float(cfg["BLOCK_M"]), "noise": 0.001, "cfg_BLOCK_M": cfg["BLOCK_M"]}
+                for cfg, shape in pairs]
+        self._rows += rows
+        return rows
+
+
+def test_a_cpu_remeasure_samples_each_job_for_the_levels_time_and_the_search_keeps_its_own(tmp_path):
+    from harness.rounds import remeasure_winners
+    from harness.strategies import Trial
+
+    space = {"BLOCK_M": [16, 32]}
+    history = [Trial({"BLOCK_M": 16}, "ok", 16.0), Trial({"BLOCK_M": 32}, "ok", 32.0)]
+    cpu = _TimedSession(tmp_path, is_gpu=False, remeasure_max_time=effort.get("default").remeasure_time_cpu)
+    assert remeasure_winners(cpu, space, {"s": history}, top=2, repeats=5)["s"]["config"] == {"BLOCK_M": 16}
+    assert cpu.max_times == [0.3] * 5 and cpu.run_options.max_time == 0.75  # the search's own again after
+    gpu = _TimedSession(tmp_path, is_gpu=True, remeasure_max_time=0.3)
+    remeasure_winners(gpu, space, {"s": history}, top=2, repeats=5)
+    assert gpu.max_times == [0.75] * 5  # GPU jobs: the median's own time rule
+    assert effort.get("quick").remeasure_time_cpu < effort.get("default").remeasure_time_cpu
+    assert effort.get("full").remeasure_time_cpu is None  # full: each job to the run's noise rule
+
+
+def test_a_cpu_build_compiles_the_levels_budget_and_full_the_whole_space(local_workspace):
+    """harness build on a CPU board follows --effort as tune does: the seeds and sampled configs up
+    to the level's budget a shape (quick: 8), the whole space only with full."""
+    ws = local_workspace
+    (ws.path / "wide.yaml").write_text("MR: [1, 2, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n")
+    out = ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x32x24", "--space", "wide.yaml",
+                     "--effort", "quick").stdout
+    assert "effort quick: 8 seeded and sampled configs a shape at most" in out, out
+    manifest = json.loads((ws.path / "build" / "native-qemu-free" / "matmul" / "manifest.json").read_text())
+    assert 0 < len(manifest["variants"]) <= 8
+    out = ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x32x24", "--space", "wide.yaml",
+                     "--effort", "full").stdout
+    assert "build (every config the rules keep for these shapes): " in out, out
+    manifest = json.loads((ws.path / "build" / "native-qemu-free" / "matmul" / "manifest.json").read_text())
+    assert len(manifest["variants"]) > 8
+
+
+def test_an_every_config_plan_counts_what_the_rules_keep():
+    """The line before a full build or tune counts the configs the kernel's rules keep for the
+    shapes (the packed matmul's space is 33,600 configs, 144 of them kept for 64x64x64), not the
+    space before pruning; over COUNT_LIMIT pairs it does not count."""
+    from harness import kernels
+    from harness.api.build import COUNT_LIMIT, feasible_plan
+    from harness.shapes import parse_shape
+
+    kern, tgt = kernels.get("matmul"), Target(name="box", arch="x86_64", march="skylake-avx512")
+    space = {"MR": [1, 6, 16], "NR": [16, 64, 256], "KC": [64, 128], "MC": [16], "NC": [64], "PACK_B": [1]}
+    small, big = parse_shape("64x64x64"), parse_shape("128x128x128")
+    configs, jobs = feasible_plan(kern, tgt, [small, big], space)
+    # NR 256 is past N's power of two on both and MR 16 x NR 64 needs 69 registers: 5 register tiles
+    # x 2 KC; KC 128 is past K = 64, so those 5 serve 128x128x128 only
+    assert (configs, jobs) == (10, 15)
+    assert feasible_plan(kern, tgt, [small] * (COUNT_LIMIT // 18 + 1), space) is None

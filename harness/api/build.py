@@ -69,9 +69,9 @@ def build(args: BuildArgs):
 
     level = efforts.get(args.effort)
     only_pairs = None
-    if tgt.is_gpu and not args.from_ir and level.strategy != "exhaustive":
+    if not args.from_ir and level.strategy != "exhaustive":  # CPU boards too: the packed kernel's spaces are large
         only_pairs = budgeted_pairs(kern, tgt, shape_list, space_dict or kern.space_for(tgt),
-                                    efforts.budget_for(level, True), args.seed, args.frontend)
+                                    efforts.budget_for(level, tgt.is_gpu), args.seed, args.frontend)
     say_build_plan(kern, tgt, shape_list, space_dict or kern.space_for(tgt), only_pairs, level)
     summary = do_build(kern, tgt, shape_list, ROOT, BuildOptions(jobs=args.jobs, compile_timeout=args.compile_timeout,
                                                                  seed=args.seed, space=space_dict, frontend=args.frontend,
@@ -91,7 +91,7 @@ def build(args: BuildArgs):
 
 
 def budgeted_pairs(kern, tgt, shape_list, space, budget, seed, frontend) -> Optional[list]:
-    """(config, shape id) pairs of a GPU build below --effort full: for each shape the warm
+    """(config, shape id) pairs of a build below --effort full: for each shape the warm
     start's configs (the kernel's for its shape class, the nearest tuned shapes' winners) and
     then configs drawn at random from its pruned space, ``budget`` in all: what the tune's first
     rounds would measure. None where the space is no bigger than the budget (every config)."""
@@ -131,6 +131,34 @@ def budgeted_pairs(kern, tgt, shape_list, space, budget, seed, frontend) -> Opti
     return pairs
 
 
+COUNT_LIMIT = 200_000  # (config, shape) pairs a plan line prunes to count the compiles (about 0.1 ms each here)
+
+
+def feasible_plan(kern, tgt, shape_list, space) -> Optional[tuple]:
+    """(configs, jobs) that the kernel's rules leave of ``space`` for ``shape_list``: the compiles
+    and measurements an every-config build and run make. None where the space times the shapes is
+    over COUNT_LIMIT (counting would take a while)."""
+    import itertools
+
+    from ..space import first_pruning_rule
+
+    names = list(space)
+    size = 1
+    for values in space.values():
+        size *= len(values)
+    if size * max(1, len(shape_list)) > COUNT_LIMIT:
+        return None
+    rules = kern.rules_for(tgt)
+    configs, jobs = set(), 0
+    for values in itertools.product(*space.values()):
+        config = dict(zip(names, values))
+        kept = sum(1 for shape in shape_list if first_pruning_rule(rules, config, shape, tgt) is None)
+        if kept:
+            configs.add(values)
+            jobs += kept
+    return len(configs), jobs
+
+
 def say_build_plan(kern, tgt, shape_list, space, only_pairs, level) -> None:
     """One line before the compiles: how many, about how long (harness/effort.py's rates), and
     which effort chose them."""
@@ -139,13 +167,17 @@ def say_build_plan(kern, tgt, shape_list, space, only_pairs, level) -> None:
     if only_pairs is not None:
         n = len({tuple(sorted(c.items())) for c, _ in only_pairs})
         what = "build (effort %s: %d seeded and sampled configs a shape at most; --effort full: the whole space)" % (
-            level.name, efforts.budget_for(level, True))
+            level.name, efforts.budget_for(level, tgt.is_gpu))
     else:
-        n = 1
-        for values in space.values():
-            n *= len(values)
-        what = "build (every config of the space%s; pruning drops some)" % (
-            "" if tgt.is_gpu or level.name == "full" else ", a CPU board's small space at every effort")
+        counted = feasible_plan(kern, tgt, shape_list, space)
+        if counted is not None:
+            n = counted[0]
+            what = "build (every config the rules keep for these shapes)"
+        else:
+            n = 1
+            for values in space.values():
+                n *= len(values)
+            what = "build (every config of the space; pruning drops some)"
     ui.out.print(efforts.plan_line(what, n, 0, 0, efforts.estimate(ROOT, tgt, compiles=n)))
 
 

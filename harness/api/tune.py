@@ -104,6 +104,8 @@ def tune(args: TuneArgs):
         require("optuna", "--strategy bayes", "pip install 'optuna>=4'")
     tgt = pick_build_target(args.target, args.targets_file)
     args.target = tgt.name
+    # CPU: the level's sampling per re-measured job, unless --max-time says how long every job samples
+    remeasure_time = level.remeasure_time_cpu if (args.max_time is None and not tgt.is_gpu) else None
     args.estimator, args.max_time = timing_choice(tgt, args.estimator, args.max_time)
     if tgt.is_gpu:
         require_triton(tgt)
@@ -113,9 +115,10 @@ def tune(args: TuneArgs):
         args.strategy, default_budget = _effort_search(level, tgt, space_dict, default_for)
         if default_budget is not None and args.budget is None and seconds is None:
             args.budget = default_budget
-        ui.out.print("effort %s: strategy %s%s, top %d re-measured %d rounds%s (--effort full measures every "
+        ui.out.print("effort %s: strategy %s%s, top %d re-measured %d rounds%s%s (--effort full measures every "
                      "config)" % (level.name, args.strategy, ", --budget %d per shape" % args.budget if args.budget else "",
                                   args.top, args.repeats,
+                                  " of %g s a job" % remeasure_time if remeasure_time else "",
                                   ", losers raced out %g %% behind" % (100 * level.race)
                                   if level.race and not tgt.is_gpu else ""))
     try:  # the options' names and types, then their values (e.g. halving's eta >= 2)
@@ -132,6 +135,8 @@ def tune(args: TuneArgs):
     from ..run import local_results_path
 
     key = reuse.measure_key(tgt, run_options)
+    # a re-measured winner is kept for a run that re-measures the same way
+    winners_key = key["key"] + ("/remeasure %gs" % remeasure_time if remeasure_time else "")
     aside = reuse.prepare(local_results_path(ROOT, tgt.name, kern.name), key, args.fresh)
     if aside:
         ui.out.print(aside)
@@ -165,20 +170,21 @@ def tune(args: TuneArgs):
             bundle = bundle_dir(ROOT, tgt.name, kern.name)
             manifest_text = (bundle / "manifest.json").read_text()
             shape_list = [s.to_shape(kern.problem) for s in Manifest.load(bundle / "manifest.json").shapes]
-            session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, long_lived=long_lived)
+            session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, long_lived=long_lived,
+                              remeasure_max_time=remeasure_time)
             try:
                 session.sync()
                 rows, skip = session.rows(), remeasure_rows(session.results_path)
                 histories = {s.id: shape_history(rows, s.id, space_dict, skip) for s in shape_list}
                 with clock("re-measure"):
-                    _remeasure(session, space_dict, histories, args.top, args.repeats, None, key["key"])
+                    _remeasure(session, space_dict, histories, args.top, args.repeats, None, winners_key)
             finally:
                 session.close()
                 (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
     else:
         shape_list = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern)
         session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=args.library,
-                          long_lived=long_lived, in_flight=args.in_flight)
+                          long_lived=long_lived, in_flight=args.in_flight, remeasure_max_time=remeasure_time)
         try:
             fetched = 0 if aside else session.sync()
             if fetched:
@@ -203,7 +209,7 @@ def tune(args: TuneArgs):
             if args.top:
                 with clock("re-measure"):
                     _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, args.top, args.repeats,
-                               {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches}, key["key"])
+                               {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches}, winners_key)
                 timings["re-measure"] = session.timing()
         finally:
             session.close()
@@ -302,13 +308,20 @@ def _round_printer(session, todo=None, args=None, n_shapes=0):
     eta = efforts.Eta(ROOT, session.target, todo or 0,
                       efforts.remeasure_jobs(n_shapes, args.top, args.repeats, session.library) if args else 0)
 
+    from ..compile import cache as compile_cache
+
+    compiles_before = sum(compile_cache.counts().values())
+
     def on_round(number, fidelity, group):
         done[0] += sum(len(s.new[len(s.new) - s.round_sizes[-1]:]) for s, _ in group if s.round_sizes)
         _round_line(number, fidelity, group)
-        line = ui.throughput_line(done[0], time.monotonic() - began, session.timing())
+        timing = session.timing()
+        line = ui.throughput_line(done[0], time.monotonic() - began, timing)
         if todo:
-            line += "; ETA %s (%d of %d configs measured)" % (efforts.duration(eta.left(done[0])),
-                                                              min(done[0], todo), todo)
+            compiled = sum(compile_cache.counts().values()) - compiles_before
+            left = eta.left(done[0], compiled=compiled, measure_s=timing.get("measure", 0.0),
+                            round_size=sum(len(b.configs) for _, b in group))
+            line += "; ETA %s (%d of %d configs measured)" % (efforts.duration(left), min(done[0], todo), todo)
         ui.out.print("  " + line)
 
     return on_round
@@ -364,11 +377,17 @@ def _say_plan(tgt, kern, args, space, shape_list, reused=0) -> int:
             size *= len(values)
         from .build import read_shapes
 
-        n_shapes = len(read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern))
-        jobs = size * n_shapes
+        from .build import feasible_plan
+
+        shapes = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern)
+        n_shapes = len(shapes)
+        counted = feasible_plan(kern, tgt, shapes, space)
+        compiles, jobs = counted if counted is not None else (size, size * n_shapes)
         remeasures = efforts.remeasure_jobs(n_shapes, args.top, args.repeats, args.library)
-        seconds = efforts.estimate(ROOT, tgt, compiles=size, measures=jobs, remeasures=remeasures)
-        ui.out.print(efforts.plan_line("tune (every config; pruning drops some)", size, jobs, remeasures, seconds))
+        seconds = efforts.estimate(ROOT, tgt, compiles=compiles, measures=jobs, remeasures=remeasures)
+        what = "tune (every config the rules keep for these shapes)" if counted is not None else \
+            "tune (every config; pruning drops some)"
+        ui.out.print(efforts.plan_line(what, compiles, jobs, remeasures, seconds))
         return 0
     todo = max(0, (args.budget or 0) * len(shape_list) - reused) if args.budget else 0
     remeasures = efforts.remeasure_jobs(len(shape_list), args.top, args.repeats, args.library)

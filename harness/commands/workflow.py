@@ -28,8 +28,8 @@ def _strategy_help(what) -> str:
 
 
 STRATEGY_HELP = _strategy_help(lambda s: s.strategies_help()) + \
-    ". Default: genetic with --budget 96 per shape on GPU targets and on spaces over 1000 configs (the most " \
-    "robust at that budget on recorded H200 runs), else exhaustive"
+    ". Default: the --effort level's: genetic, warm-started, with --budget 16 per shape on CPU boards and 96 on " \
+    "GPU targets at default (on GPUs the most robust at that budget on recorded H200 runs); full: exhaustive"
 def _effort_help() -> str:
     from ..effort import help_text
 
@@ -57,7 +57,7 @@ def build(
     thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's measured time x calls (hipBLASLt's rule, where the log has us: per line), else of its FLOPs x calls"),
     summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: the reference build lib:reference; GPU: torch.matmul on the node, lib:torch.matmul)"),
-    effort: str = typer.Option("default", "--effort", help="GPU targets: quick and default build, for each shape, the warm start's configs and configs drawn from its pruned space up to the level's budget (32, 96); full builds the whole space. CPU boards' small spaces are built whole at every level"),
+    effort: str = typer.Option("default", "--effort", help="quick and default build, for each shape, the warm start's configs and configs drawn from its pruned space up to the level's budget (GPU targets 32, 96; CPU boards 8, 16); full builds the whole space"),
     targets_file: Optional[str] = TargetsOpt,
 ):
     """Generate the search space, prune it per shape, compile every variant in parallel and
@@ -176,7 +176,7 @@ def tune(
     timeout: float = typer.Option(60.0, "--timeout", help="seconds per variant and shape"),
     strategy: Optional[str] = typer.Option(None, "--strategy", "-s", help=STRATEGY_HELP),
     strategy_options: Optional[List[str]] = typer.Option(None, "--strategy-option", help=STRATEGY_OPTION_HELP),
-    budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included (default: 96 with the default strategy on GPU targets, else none)"),
+    budget: Optional[int] = typer.Option(None, "--budget", help="evaluations per shape, those already in the results included (default: the --effort level's with the default strategy: 16 on CPU boards and 96 on GPU targets at default, else none)"),
     time_limit: Optional[str] = typer.Option(None, "--time-limit", help="stop searching after this long: 600, 90s, 10m, 2h"),
     batch_size: int = typer.Option(8, "--batch-size", help="configs a strategy asks for per shape and round"),
     seed: int = typer.Option(0, "--seed", help="seed of the search strategy"),
@@ -204,7 +204,8 @@ def tune(
     """Build, push, run and report. With --strategy other than exhaustive (or with --budget or
     --time-limit) the strategy asks for a few configs per shape at a time and only those are
     compiled, pushed and run, round by round; it resumes from the results already on disk.
-    Without --strategy, GPU targets run genetic with --budget 96 per shape, warm-started: the
+    Without --strategy, the --effort level's search: at default genetic with --budget 96 per shape on
+    GPU targets and 16 on CPU boards (there compiles pace the search), warm-started: the
     first round of each shape holds the kernel's configs for its shape class (e.g. the persistent
     TMA tile for large products) and the winners of the nearest shapes already tuned.
     Then the fastest --top configs per shape are re-measured interleaved (with the config of the
