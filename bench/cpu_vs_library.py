@@ -95,9 +95,12 @@ def run_tune(shapes_file, workdir, extra):
     env.pop("OPENBLAS_NUM_THREADS", None)  # the tune's own processes are the harness's business
     print("$ %s   (in %s)" % (" ".join(cmd[1:]), workdir), flush=True)
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    tail = [l for l in proc.stdout.splitlines() if l.strip()][-3:]
-    print("\n".join("  | " + l for l in tail))
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, bufsize=1)
+    for line in proc.stdout:  # the tune's progress as it goes (a default tune takes many minutes here)
+        if line.strip():
+            print("  | " + line.rstrip("\n").split("\r")[-1], flush=True)
+    proc.wait()
     if proc.returncode != 0:
         raise SystemExit("the tune exited %d" % proc.returncode)
     print("tune: %.0f s" % (time.monotonic() - start))
