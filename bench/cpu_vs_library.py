@@ -6,7 +6,11 @@
 Without ``--results`` it runs ``harness tune matmul --target local --library`` on the shapes (in
 ``--workdir``, a fresh temporary project by default; arguments after ``--`` go to the tune, e.g.
 ``-- --strategy random --budget 8`` for a short one) and reads the results it wrote; with
-``--results`` it reads that file instead. Then, for each fp32 shape of the file, it times numpy's
+``--results`` it reads that file instead. ``--dtype bf16`` tunes the file's fp32 shapes as bf16 (inputs
+and C in bf16, fp32 sums) against the bf16 library row (OpenBLAS's ``cblas_sbgemm`` where the build
+has it; the builds here do not, so the row is ``lib:reference``, the kernel's own template at one
+fixed config, and the bench says so); numpy, which has no bf16 GEMM, is then timed in fp32 on the
+same shapes, for scale only. Then, for each shape of the file, it times numpy's
 matmul in this process: ``OPENBLAS_NUM_THREADS=1`` set before numpy is imported, pinned to the
 core the library row ran on (the row's ``pinned_cpu``), a preallocated ``out=``, operands stored
 as the shape's layout says (``NT``: B stored N x K and passed as ``b.T``), the minimum per-call
@@ -70,8 +74,15 @@ def parse_shapes(path):
     return out
 
 
-def shape_id(m, n, k, layout):
-    return "%dx%dx%d_fp32_%s" % (m, n, k, layout)
+def shape_id(m, n, k, layout, dtype="fp32"):
+    return "%dx%dx%d_%s_%s" % (m, n, k, dtype, layout)
+
+
+def write_shapes(shapes, dtype, path):
+    """The shapes as a shapes file of ``dtype`` (the tune's input for --dtype bf16)."""
+    with open(path, "w") as f:
+        f.write("".join("%dx%dx%d:%s:%s\n" % (m, n, k, dtype, layout) for m, n, k, layout in shapes))
+    return path
 
 
 def shape_class(m, n, k):
@@ -95,23 +106,26 @@ def run_tune(shapes_file, workdir, extra):
     env.pop("OPENBLAS_NUM_THREADS", None)  # the tune's own processes are the harness's business
     print("$ %s   (in %s)" % (" ".join(cmd[1:]), workdir), flush=True)
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    tail = [l for l in proc.stdout.splitlines() if l.strip()][-3:]
-    print("\n".join("  | " + l for l in tail))
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, bufsize=1)
+    for line in proc.stdout:  # the tune's progress as it goes (a default tune takes many minutes here)
+        if line.strip():
+            print("  | " + line.rstrip("\n").split("\r")[-1], flush=True)
+    proc.wait()
     if proc.returncode != 0:
         raise SystemExit("the tune exited %d" % proc.returncode)
     print("tune: %.0f s" % (time.monotonic() - start))
     return os.path.join(workdir, "results", "local", "matmul", "results.csv")
 
 
-def read_results(path):
+def read_results(path, dtype="fp32"):
     """shape id -> {"tuned": ns, "library": ns, "build": str, "cpu": str} from a results CSV."""
     import csv
 
     out = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            if row.get("status") != "ok" or row.get("dtype") != "fp32":
+            if row.get("status") != "ok" or row.get("dtype") != dtype:
                 continue
             try:
                 t = float(row.get("time_ns") or row.get("time_ns_median"))
@@ -259,7 +273,7 @@ def library_program(bundle, manifest, sid):
     shapes = {s["id"]: s for s in manifest["shapes"]}
     for job in manifest["jobs"]:
         v = variants.get(job["variant"])
-        if job["shape"] == sid and v and v["id"].startswith("lib:openblas") and v.get("artifact"):
+        if job["shape"] == sid and v and v["id"].startswith("lib:") and v.get("artifact"):
             return LibraryProgram(bundle, manifest, v, shapes[sid], job["grid"])
     return None
 
@@ -294,6 +308,8 @@ def main():
     p.add_argument("--workdir", help="project folder of the tune (default: a fresh temporary one)")
     p.add_argument("--bundle", help="the tune's bundle (default: build/<target>/matmul beside the results' folder)")
     p.add_argument("--seconds", type=float, default=0.5, help="numpy: sample each shape at least this long")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
+                   help="tune the file's fp32 shapes in this dtype (bf16: numpy still runs fp32, for scale)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="more harness tune arguments (after --)")
     args = p.parse_args()
     if not os.path.isfile(args.shapes_file):
@@ -306,9 +322,13 @@ def main():
             raise SystemExit("%s: no such results file" % args.results)
         results_path = args.results
     else:
-        results_path = run_tune(args.shapes_file, args.workdir or tempfile.mkdtemp(prefix="cpu-vs-library-"),
-                                [a for a in args.extra if a != "--"])
-    results = read_results(results_path)
+        workdir = args.workdir or tempfile.mkdtemp(prefix="cpu-vs-library-")
+        tune_file = args.shapes_file
+        if args.dtype != "fp32":
+            os.makedirs(workdir, exist_ok=True)
+            tune_file = write_shapes(shapes, args.dtype, os.path.join(workdir, "shapes_%s.txt" % args.dtype))
+        results_path = run_tune(tune_file, workdir, [a for a in args.extra if a != "--"])
+    results = read_results(results_path, args.dtype)
     parts = os.path.abspath(results_path).split(os.sep)  # .../results/<target>/<kernel>/results.csv
     bundle, manifest = load_bundle(args.bundle or os.sep.join(parts[:-4] + ["build"] + parts[-3:-1]))
     if manifest is None:
@@ -317,13 +337,17 @@ def main():
     pinned = pin(cpus)
     print("numpy %s: %s; pinned to core %s" % (np.__version__, numpy_blas(), pinned))
     print("numpy call overhead (1x1x1): %.2f us" % (numpy_ns(*operands(1, 1, 1, "NN"), 0.1) / 1e3))
+    if args.dtype != "fp32":
+        print("%s: tuned and library rows in %s (library: %s); numpy in fp32 (it has no %s GEMM), for scale" % (
+            args.dtype, args.dtype, next((r["build"] for r in results.values() if r.get("build")), "none"),
+            args.dtype))
     header = "%-20s %-8s %8s %8s %8s %8s %8s %9s  %s" % (
         "shape", "class", "tuned", "library", "lib now", "numpy", "lib/np", "tuned/lib", "library build")
     print("GFLOP/s; tuned, library: the tune's rows; lib now, numpy: measured interleaved here, lib/np of these")
     print(header)
     rows = []
     for m, n, k, layout in shapes:
-        sid = shape_id(m, n, k, layout)
+        sid = shape_id(m, n, k, layout, args.dtype)
         r = results.get(sid, {})
         program = library_program(bundle, manifest, sid)
         try:

@@ -2,7 +2,8 @@
 
 The vector ISA is what the target's own compiler command (harness/compile/cpp.py: its march,
 vector length and flags; ``-march=native`` for a native x86-64 target, so the host's CPU flags)
-predefines: ``__AVX512F__``, ``__AVX2__``, ``__ARM_NEON``, ``__riscv_vector``. A riscv64 target's
+predefines: ``__AVX512F__``, ``__AVX2__``, ``__ARM_NEON``, ``__riscv_vector``, and
+``__AVX512BF16__`` (the bf16 pair dot product ``vdpbf16ps``: bf16 inputs with fp32 sums). A riscv64 target's
 vectors are its ``vlen:`` bits (a binary built for 256 gives wrong answers on a 128-bit board,
 so the manifest records the VLEN). The cache sizes are the ones ``harness targets check`` probed on
 the machine (kept in .harness/state.json), else, for a target that is this machine, read here from
@@ -32,6 +33,7 @@ class VectorIsa:
     name: str  # avx512, avx2, sse, neon, rvv, scalar
     vector_bytes: int
     registers: int  # architectural vector registers of that width
+    bf16_dot: bool = False  # AVX512_BF16: vdpbf16ps multiplies pairs of bf16 into fp32 sums
 
     def lanes(self, elem_bytes: int = 4) -> int:
         return self.vector_bytes // elem_bytes
@@ -85,7 +87,7 @@ def _find_isa(target) -> VectorIsa:
         if macros is None:
             macros = _host_flag_macros() if target.resolved_arch == platform.machine() and not target.march else set()
         if "__AVX512F__" in macros:
-            return VectorIsa("avx512", 64, 32)
+            return VectorIsa("avx512", 64, 32, bf16_dot="__AVX512BF16__" in macros)
         if "__AVX2__" in macros and "__FMA__" in macros:
             return VectorIsa("avx2", 32, 16)
         return VectorIsa("sse", 16, 16)
@@ -105,7 +107,7 @@ def _host_flag_macros() -> set:
     except OSError:
         return set()
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    names = {"avx512f": "__AVX512F__", "avx2": "__AVX2__", "fma": "__FMA__"}
+    names = {"avx512f": "__AVX512F__", "avx2": "__AVX2__", "fma": "__FMA__", "avx512_bf16": "__AVX512BF16__"}
     return {names[f] for f in flags if f in names}
 
 

@@ -154,3 +154,65 @@ def test_seeds_fill_the_registers_of_each_isa():
         assert {(c["MR"], c["NR"]) for c in seeds} == tiles, target.name
         decode = kernel.seed_configs(make_shape(1, 4096, 4096), target)
         assert decode and all(c["MR"] == 1 and c["PACK_B"] == 0 for c in decode)
+
+
+def _cpu_flags() -> set:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return set()
+    return set(next((l.split(":", 1)[1].split() for l in text.splitlines() if l.startswith("flags")), []))
+
+
+# B stored N x K: read in place as dot products (PACK_B 0, M off the 4-row tile, K off the vector) and
+# packed through the 16 x 16 transpose (K = 129: eight whole blocks and a tail); bf16 through vdpbf16ps:
+# odd K (a zero-padded pair), K over KC (sums carried in C), every layout
+NT_AND_BF16 = ("3x40x19:fp32:NT,33x70x129:fp32:NT,37x51x29:bf16:NT,33x70x129:bf16:TN,64x96x256:bf16:NT,"
+               "24x40x57:bf16:NN,5x200x300:bf16:TT")
+
+
+@pytest.mark.skipif("avx512_bf16" not in _cpu_flags() or "avx512f" not in _cpu_flags(),
+                    reason="needs an x86-64 CPU with AVX512_BF16")
+def test_dot_products_transposed_packs_and_bf16_pairs_natively(local_workspace):
+    ws = local_workspace
+    (ws.path / "space.yaml").write_text("MR: [4]\nNR: [32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n")
+    ws.harness("build", "matmul", "--target", "local", "--shapes", NT_AND_BF16, "--space", "space.yaml")
+    ws.harness("run", "--target", "local", "--iters", "2")
+    df = pd.read_csv(ws.path / "results" / "local" / "matmul" / "results.csv")
+    assert set(df.status) <= {"ok", "pruned"}, df[df.status != "ok"][["shape_id", "status", "message"]]
+    ok = df[df.status == "ok"]
+    assert len(set(ok.shape_id)) == 7
+    fp32, bf16 = ok[ok.dtype == "fp32"], ok[ok.dtype == "bf16"]
+    assert (fp32.rel_err < 1e-5).all() and (bf16.rel_err < 1e-2).all() and (ok.err_ratio == 0).all()
+    assert set(fp32.cfg_PACK_B) == {0, 1} and len(fp32) == 4  # dot products and transposed packs both ran
+    assert set(bf16.cfg_PACK_B) == {1} and len(bf16) == 5  # bf16's B is always packed (pairs)
+    manifest = json.loads((ws.path / "build" / "local" / "matmul" / "manifest.json").read_text())
+    bf_elves = [v["artifact"] for v in manifest["variants"] if v.get("dtype") == "bf16" and v.get("artifact")
+                and not v["id"].startswith("lib:")]
+    assert bf_elves
+    for artifact in bf_elves:
+        text = subprocess.run(objdump_for("x86_64") + ["-d", str(ws.path / "build" / "local" / "matmul" / artifact)],
+                              capture_output=True, text=True, check=True).stdout
+        assert re.search(r"\bvdpbf16ps\s+.*%zmm", text), artifact
+
+
+def test_b_read_in_place_where_its_layout_allows():
+    kernel = get("matmul")
+    target = _target(name="avx512", arch="x86_64", toolchain="gcc", march="skylake-avx512")
+    rules = kernel.rules_for(target)
+    cfg = dict(MR=4, NR=64, KC=64, MC=16, NC=1024, PACK_B=0)
+
+    def pruned(c, shape):
+        rule = first_pruning_rule(rules, c, shape, target)
+        return rule.name if rule else None
+
+    assert pruned(cfg, make_shape(16, 4096, 4096, "fp32", "NT")) is None  # dot products along K
+    assert pruned(cfg, make_shape(16, 4096, 4096, "fp32", "NN")) is None  # B's rows into the micro-kernel
+    assert pruned(cfg, make_shape(16, 4096, 4096, "fp32", "TT")) == "pack_b_moot"
+    assert pruned(cfg, make_shape(16, 4096, 4096, "bf16", "NT")) == "pack_b_moot"
+    assert pruned(dict(cfg, KC=256), make_shape(16, 4096, 4096, "fp32", "NT")) == "kc_moot_for_dots"
+    assert pruned(dict(cfg, KC=256), make_shape(16, 4096, 4096, "fp32", "NN")) is None
+    seeds = kernel.seed_configs(make_shape(8, 2048, 8192, "fp32", "NT"), target)
+    assert {(4, 64), (2, 128), (1, 256)} <= {(c["MR"], c["NR"]) for c in seeds if not c["PACK_B"]}
+    assert vector_isa(target).bf16_dot is False  # skylake-avx512 has no AVX512_BF16
+    assert vector_isa(_target(name="cpx", arch="x86_64", toolchain="gcc", march="cooperlake")).bf16_dot is True

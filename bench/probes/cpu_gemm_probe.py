@@ -42,12 +42,14 @@ extern "C" void matmul_kernel(const void*, const void*, void*, int32_t, int32_t,
 static double now() { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 int main(int argc, char** argv) {
   int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), nc = atoi(argv[4]);
+  const int bt = argc > 8 && argv[8][1] == 'T';  // B stored N x K
+  const int sbk = bt ? 1 : N, sbn = bt ? K : 1;
   double seconds = atof(argv[5]);
   float* a = (float*)big(sizeof(float) * M * K); float* b = (float*)big(sizeof(float) * K * N);
   float* c = (float*)big(sizeof(float) * M * N);
   FILE* f = fopen(argv[6], "rb"); fread(a, 4, (size_t)M * K, f); fread(b, 4, (size_t)K * N, f); fclose(f);
   uint32_t gx = (N + nc - 1) / nc;
-  #define CALL() for (uint32_t x = 0; x < gx; x++) matmul_kernel(a, b, c, M, N, K, K, 1, N, 1, N, 1, x, 0, 0, gx, 1, 1)
+  #define CALL() for (uint32_t x = 0; x < gx; x++) matmul_kernel(a, b, c, M, N, K, K, 1, sbk, sbn, N, 1, x, 0, 0, gx, 1, 1)
   CALL();
   f = fopen(argv[7], "wb"); fwrite(c, 4, (size_t)M * N, f); fclose(f);
   double best = 1e30, start = now();
@@ -80,12 +82,14 @@ def as_in_space(cfg: dict, M: int, N: int, K: int) -> dict:
                 NC=_block(CPU_SPACE["NC"], cfg["NC"], N, 64))
 
 
-def numpy_seconds(M, N, K, seconds):
+def numpy_seconds(M, N, K, seconds, layout="NN"):
     import numpy as np
 
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
     b = rng.uniform(-1, 1, (K, N)).astype(np.float32)
+    if layout[1] == "T":
+        b = b.T.copy().T
     out = np.empty((M, N), np.float32)
     best, start, calls = 1e30, time.perf_counter(), 1
     while time.perf_counter() - start < seconds:
@@ -135,11 +139,13 @@ def main() -> int:
                                                       str(tmp / "driver.cpp"), "-o", str(exe)], check=True)
         exes.append((cfg, exe))
     for shape in args.shapes.split(","):
-        M, N, K = (int(x) for x in shape.split("x"))
+        dims, _, layout = shape.partition(":")
+        layout = layout or "NN"  # A is always stored M x K; B K x N (NN) or N x K (NT)
+        M, N, K = (int(x) for x in dims.split("x"))
         rng = np.random.default_rng(1)
         a = rng.uniform(-1, 1, (M, K)).astype(np.float32)
         b = rng.uniform(-1, 1, (K, N)).astype(np.float32)
-        (tmp / "in.bin").write_bytes(a.tobytes() + b.tobytes())
+        (tmp / "in.bin").write_bytes(a.tobytes() + (b.T.copy() if layout[1] == "T" else b).tobytes())
         ref = a.astype(np.float64) @ b.astype(np.float64)
         flop = 2.0 * M * N * K
         # rounds: numpy and every config in turn, each for --seconds / --rounds; the minimum of all rounds
@@ -148,11 +154,11 @@ def main() -> int:
         per = args.seconds / args.rounds
         for _ in range(args.rounds):
             if not args.no_numpy:
-                np_best = min(np_best, numpy_seconds(M, N, K, per))
+                np_best = min(np_best, numpy_seconds(M, N, K, per, layout))
             for i, (cfg, exe) in enumerate(exes):
                 out = subprocess.run(["taskset", "-c", str(args.core), str(exe), str(M), str(N), str(K),
                                       str(max(cfg["NC"] // cfg["NR"], 1) * cfg["NR"]), str(per), str(tmp / "in.bin"),
-                                      str(tmp / "out.bin")], capture_output=True, text=True, check=True).stdout
+                                      str(tmp / "out.bin"), layout], capture_output=True, text=True, check=True).stdout
                 best[i] = min(best[i], float(out))
                 c = np.fromfile(tmp / "out.bin", np.float32).reshape(M, N)
                 err = np.linalg.norm(c - ref) / max(np.linalg.norm(ref), 1e-30)
@@ -162,8 +168,7 @@ def main() -> int:
         allowed = []
         for i, (cfg, _) in enumerate(exes):
             gf = flop / best[i] / 1e9
-            pruned = first_pruning_rule(kernel.rules_for(target), as_in_space(cfg, M, N, K), make_shape(M, N, K),
-                                        target)
+            pruned = first_pruning_rule(kernel.rules_for(target), as_in_space(cfg, M, N, K), make_shape(M, N, K, "fp32", layout), target)
             mark = " pruned:%s" % pruned.name if pruned else ""
             if not pruned and not wrong[i]:
                 allowed.append((gf, i))

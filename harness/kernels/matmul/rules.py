@@ -53,8 +53,14 @@ def _a_block_over_l2(c, s, t):
 
 
 def _pack_b_moot(c, s, t):
-    # B is read in place only as fp32 with unit column stride (layout ?N): else PACK_B 0 repeats 1
-    return not c["PACK_B"] and (s.dtype != "fp32" or s.layout[1] != "N")
+    # B is read in place only as fp32: stored K x N (layout ?N, its rows feed the micro-kernel) or N x K
+    # with A stored M x K (layout NT, dot products along K); else PACK_B 0 repeats 1
+    return not c["PACK_B"] and (s.dtype != "fp32" or s.layout not in ("NN", "TN", "NT"))
+
+
+def _kc_moot_for_dots(c, s, t):
+    # the dot products of PACK_B 0 on layout NT run over the whole of K: KC does not change them
+    return not c["PACK_B"] and s.dtype == "fp32" and s.layout == "NT" and c["KC"] > 64
 
 
 PACKED_RULES = [
@@ -71,8 +77,10 @@ PACKED_RULES = [
     Rule("b_panel_over_l1", "the KC x NR fp32 micro-panel of B exceeds twice the core's L1 data cache",
          _b_panel_over_l1),
     Rule("a_block_over_l2", "the MC x KC fp32 block of A exceeds the core's L2 cache", _a_block_over_l2),
-    Rule("pack_b_moot", "PACK_B 0 where B cannot be read in place (not fp32, or B transposed): it repeats PACK_B 1",
-         _pack_b_moot),
+    Rule("pack_b_moot", "PACK_B 0 where B cannot be read in place (not fp32, or both A and B transposed): it "
+         "repeats PACK_B 1", _pack_b_moot),
+    Rule("kc_moot_for_dots", "KC over 64 with PACK_B 0 on layout NT (dot products over the whole of K): it repeats "
+         "KC 64", _kc_moot_for_dots),
 ]
 
 

@@ -335,6 +335,14 @@ def cpu_seeds(shape, target) -> List[dict]:
                 "PACK_B": pb}
 
     seeds = [cfg(mr, nr, 256, 128, 1024, pb) for mr, nr in register_tiles(isa) for pb in ((0, 1) if small_m else (1, 0))]
+    if shape.layout == "NT" and shape.dtype == "fp32" and shape.M <= 32:
+        # B stored N x K read in place (PACK_B 0): dot-product tiles of about 16 accumulators, as many
+        # rows of A as M gives (up to 4), B's columns for the rest; A's MC rows reread from L2 against
+        # each tile's columns of B
+        for mr in (4, 2, 1):
+            nv = max(1, 16 // mr)
+            if mr <= max(1, gemm_tiles.pow2_at_least(shape.M)) and nv * isa.lanes(4) in CPU_SPACE["NR"]:
+                seeds.append(cfg(mr, nv * isa.lanes(4), 64, 16, 1024, 0))
     if small_m:
         mr = min((v for v in CPU_SPACE["MR"] if v >= shape.M), default=max(CPU_SPACE["MR"]))
         widths = [nr for nr in CPU_SPACE["NR"] if nr % isa.lanes(4) == 0
