@@ -77,6 +77,7 @@ def test_unreachable_host(workspace):
     _one_line_error(ws.harness("push", "unreachable", check=False), "cannot reach", "127.0.0.1")
 
 
+@pytest.mark.slow
 def test_unknown_host_key_is_refused(workspace, tmp_path):
     ws = workspace
     text = (ws.path / "targets.yaml").read_text().replace("known_hosts: %s" % ws.sshd.known_hosts,
@@ -86,6 +87,7 @@ def test_unknown_host_key_is_refused(workspace, tmp_path):
     _one_line_error(ws.harness("push", "rv", check=False), "not in known_hosts")
 
 
+@pytest.mark.slow
 def test_bad_input_loses_no_results(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")

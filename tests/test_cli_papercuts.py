@@ -108,6 +108,7 @@ def test_run_remote_needs_a_push_or_a_name(local_workspace):
     _one_line_error(local_workspace.harness("run", "local", check=False), "add --remote", "--target local")
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_push_builds_from_last_build_and_run_remote_takes_the_pushed_target(workspace):
     ws = workspace
@@ -152,6 +153,7 @@ def _strip_path(ws, without):
     return str(bin_dir)
 
 
+@pytest.mark.slow
 def test_all_pruned_shape_names_rules_counts_and_nearest_change(local_workspace):
     ws = local_workspace
     (ws.path / "space2.yaml").write_text("MR: [4, 32]\nNR: [16]\nKC: [16, 32]\nMC: [32]\nNC: [64]\nPACK_B: [1]\n")
@@ -211,6 +213,7 @@ def _base_venv(dest: Path, leave_out=("optuna",)) -> Path:
     return dest / "bin" / "python"
 
 
+@pytest.mark.slow
 def test_missing_triton_and_optuna_in_a_venv_without_them(local_workspace, tmp_path):
     ws = local_workspace
     python = _base_venv(tmp_path / "venv")

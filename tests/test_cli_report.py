@@ -109,6 +109,7 @@ def test_only_faster_keeps_what_beats_the_library(ws):
     assert bad.returncode == 2 and "--err-ratio" in bad.stderr
 
 
+@pytest.mark.slow
 def test_compare_without_tuning_rebuilds_exactly_the_tuned_configs(ws):
     ws.harness("report", "--format", "aiter,yaml")
     before = len(results(ws))
@@ -155,6 +156,7 @@ def test_compare_refuses_configs_the_kernel_does_not_have(ws):
     assert proc.returncode == 2 and "tuned file missing.csv does not exist" in proc.stderr
 
 
+@pytest.mark.slow
 def test_merge_refuses_another_arch_unless_forced(ws):
     ws.harness("report", "--format", "aiter")
     mine = ws.path / "tuned" / TARGET / "matmul.aiter.csv"

@@ -70,6 +70,7 @@ def expected_asks(shape_text, budget, seed, batch_size):
     return asked
 
 
+@pytest.mark.slow
 def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     shape = "32x16x32"  # NR 32 is pruned for N = 16 by the kernel's own rule (nr_exceeds_n)
     out = tune(ws, "--shapes", shape, "--strategy", "random", "--budget", "4", "--batch-size", "2", "--seed", "7",
@@ -131,6 +132,7 @@ def test_halving_remeasures_the_best_longer(ws):
     assert rung1[0]["variant_id"] == fastest["variant_id"]  # the agent re-measured it (--all), not skipped
 
 
+@pytest.mark.slow
 def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
     out = tune(ws, "--shapes", "32x32x32,24x16x32", "--strategy", "random", "--budget", "3", "--batch-size", "3",
                "--top", "2", "--repeats", "3", "--seed", "7", "--library").stdout
@@ -225,6 +227,7 @@ def test_simulate_command_is_deterministic(local_workspace):
     assert bad.returncode == 2 and "unknown --strategy annealing" in bad.stderr
 
 
+@pytest.mark.slow
 @needs("qemu-aarch64", "clang", "aarch64-linux-gnu-ld")
 def test_bayes_search_on_an_emulated_board_over_ssh(workspace):
     ws = workspace

@@ -31,6 +31,7 @@ def project(path: Path, cache_dir) -> Workspace:
     return ws
 
 
+@pytest.mark.slow
 def test_a_second_project_compiles_nothing_and_says_so(tmp_path):
     store = tmp_path / "store"
     first, second = project(tmp_path / "a", store), project(tmp_path / "b", store)

@@ -249,6 +249,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_kernels_run_right_under_tritons_interpreter():
     """The Triton source itself, run by Triton's CPU interpreter (fp8 decoded by Triton's own
     tables), against the numpy fp64 reference; split-K's fp32 atomic exchange is not interpreted."""
@@ -499,6 +500,7 @@ def test_bundle_declares_the_fp8_operands_and_its_own_reference(sm90_bundle):
     assert [p["rule"] for p in m["pruned"]] == ["tma_unaligned"]
 
 
+@pytest.mark.slow
 def test_agent_checks_every_answer_and_times_the_library_then_aiter_csv(sm90_bundle, tmp_path, monkeypatch):
     """The real GPU worker on the CPU stand-in (launches computed with numpy): fp8 inputs filled on
     the 'device', the reference kernel checked against the agent's own host decode, every variant

@@ -238,6 +238,7 @@ def test_wide_tiles_compile_for_sm90_with_four_descriptors(tmp_path):
         assert tuple(job.grid) == (tiles, 1, 1)
 
 
+@pytest.mark.slow
 def test_tall_tiles_compile_for_sm90_with_two_a_descriptors(tmp_path):
     # BLOCK_M = 192: A in a 128-row and a 64-row block (a_desc, a2_desc); with BLOCK_N = 192 B in two
     # parts too (four MMAs a tile), with 256 in one (the blocks: test_matmul_tails)
@@ -337,6 +338,7 @@ def test_a_compile_past_its_timeout_is_killed(tmp_path):
     assert not list((tmp_path / "artifacts").glob("*.cubin"))
 
 
+@pytest.mark.slow
 def test_tail_split_k_and_persistent_variants_compile_for_sm90(tmp_path):
     # masked K tails (K = 999: EVEN_K=0), the deterministic split-K (any count, TMA or pointers,
     # SWAP_AB) on a small M x N with a long K, and the persistent TMA winner on a big shape: the
@@ -369,6 +371,7 @@ def test_tail_split_k_and_persistent_variants_compile_for_sm90(tmp_path):
     assert ran[(key(persistent), big.id)][0] == (132, 1, 1)
 
 
+@pytest.mark.slow
 def test_stream_k_variants_compile_for_sm90(tmp_path):
     # the wave-quantized prefill shape (320 tiles of 128 x 128 on 132 multiprocessors, 160 of
     # 128 x 256): the persistent kernel with its last tiles cut into K pieces (STREAM_K 1) compiles

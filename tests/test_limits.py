@@ -21,6 +21,7 @@ def _one_line_error(proc, *needles):
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("M", [0, -5, 10 ** 12])
 def test_agent_refuses_a_manifest_shape_out_of_range(local_workspace, M):
     """M = 0 or -5 crashed every variant with SIGFPE; 10^12 was cut to 32 bits and judged a wrong

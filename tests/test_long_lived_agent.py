@@ -43,6 +43,7 @@ def _progress(log: Path) -> list:
     return [json.loads(l[len("@@progress "):]) for l in text.splitlines() if l.startswith("@@progress ")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_flight", ["0", "3"])
 def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace, in_flight):
     ws = workspace

@@ -25,6 +25,7 @@ from tests.conftest import REPO, needs
 ODD = "24x40x56,1x1x1,7x13x1000,24x40x56:fp16"
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_odd_shapes_on_an_rvv_board(workspace):
     ws = workspace
@@ -144,6 +145,7 @@ def test_split_k_reduction_is_deterministic_and_uses_every_split():
     assert np.array_equal(runs[0]["C"].view(np.uint32), total.view(np.uint32))
 
 
+@pytest.mark.slow
 def test_odd_shapes_and_split_k_through_the_gpu_agent(tmp_path, monkeypatch):
     # a real sm90 bundle built here (odd shapes, split-K 3) run by the real GPU agent and worker on
     # the stand-in API (tests/gpu_standin.py), which follows the kernel's split-K plan: it checks

@@ -62,6 +62,7 @@ def measured_configs(ws):
     return [{k[4:]: int(v) for k, v in r.items() if k.startswith("cfg_") and v != ""} for r in rows]
 
 
+@pytest.mark.slow
 def test_a_strategy_from_a_folder_of_its_own_runs_a_tune_with_its_options(ws):
     log = ws.path / "proposed.jsonl"
     out = tune(ws, "--strategy", "mine", "--strategy-option", "log=%s" % log, "--strategy-option", "stride=2",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.conftest import needs
 
@@ -40,6 +41,7 @@ def _assert_all_ok(ws, target):
     assert {(b["ROWS"], b["COLS"]) for b in best} == {(8, 100), (33, 257), (64, 64)}
 
 
+@pytest.mark.slow
 def test_tune_on_the_local_target_and_the_check_reads_the_declared_reference(local_workspace):
     ws = local_workspace
     (ws.path / "space.yaml").write_text(SPACE)
@@ -82,6 +84,7 @@ def test_shapes_are_written_as_the_kernel_declares_them(local_workspace):
     assert proc.returncode == 2 and "bad shape" in proc.stderr
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_tune_on_the_emulated_rvv_board_over_ssh(workspace):
     ws = workspace
@@ -111,6 +114,7 @@ GPU_TARGET = ("h200:\n  backend: cuda\n  arch: x86_64\n  gpu_arch: 90\n  shared_
 GPU_SPACE = "BLOCK_ROWS: [1, 4]\nBLOCK_COLS: [256]\nnum_warps: [4]\nnum_stages: [1]\n"
 
 
+@pytest.mark.slow
 def test_builds_for_an_sm90_gpu_from_this_folder_with_its_device_plugin(local_workspace):
     """The GPU bundle (Triton compiles for sm90 here, no GPU needed) carries the folder's Triton
     kernel, its reference kernel and its device plug-in, and asks for its library."""
@@ -171,6 +175,7 @@ def test_the_triton_kernels_in_the_interpreter_agree_with_numpy(tmp_path):
     assert kernel_err < 1e-6 and reference_err < 1e-6
 
 
+@pytest.mark.slow
 def test_tunes_on_the_cpu_stand_in_gpu_with_its_plugin_checking_its_reference(local_workspace):
     """The GPU path end to end on this machine: the sm90 bundle built from this folder, run by
     the real GPU agent with the CPU stand-in in the driver's place (standin.py, here): the device
