@@ -33,6 +33,7 @@ def _no_traceback(proc):
 
 
 # ---- the default target ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_build_without_target_uses_default_key_else_local(local_workspace):
     ws = local_workspace
     (ws.path / "one.yaml").write_text(ONE_CONFIG)
@@ -81,6 +82,7 @@ COMMANDS = [  # (arguments, exit code, what shows that the file was read)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, rc, shows", COMMANDS, ids=[" ".join(c[0][:2]) for c in COMMANDS])
 def test_targets_option_before_and_after_every_command(tmp_path, args, rc, shows):
     (tmp_path / "my.yaml").write_text("only-here:\n  arch: native\n  profiler: wallclock\n")

@@ -67,6 +67,7 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     assert cache.cache_root() == tmp_path / "xdg" / "harness" / "compile"
 
 
+@pytest.mark.slow
 def test_gpu_compiles_reused_across_projects_and_missed_on_another_toolchain(tmp_path, monkeypatch):
     pytest.importorskip("triton")
     from harness.build import BuildOptions, build

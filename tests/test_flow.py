@@ -83,6 +83,7 @@ def test_rebuild_compiles_nothing_and_repush_sends_nothing(workspace):
     assert "4 files sent, 14 already there" in ws.harness("push", "rv").stdout
 
 
+@pytest.mark.slow
 def test_targets_list_and_check_over_ssh(workspace):
     ws = workspace
     listing = ws.harness("targets").stdout

@@ -308,6 +308,7 @@ def _compile(job, tmp_path, name):
     return result
 
 
+@pytest.mark.slow
 def test_compiles_for_sm90_with_fp8_warpgroup_mma(tmp_path):
     from remote_agent.runners.gpu_artifact import elf_facts
 
@@ -357,6 +358,7 @@ def _asm(job, kind):
     return compiled.asm[kind]
 
 
+@pytest.mark.slow
 def test_compiles_for_gfx942_with_native_fp8_mfma(tmp_path):
     from remote_agent.runners.gpu_artifact import elf_facts
 
@@ -370,6 +372,7 @@ def test_compiles_for_gfx942_with_native_fp8_mfma(tmp_path):
     assert re.search(r"v_mfma_f32_\w+_fp8_fp8", _asm(job, "amdgcn"))
 
 
+@pytest.mark.slow
 def test_support_kernels_compile_for_sm90(tmp_path):
     ref = _job("reference_kernel", "cuda", "90", dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4),
                "fp8e4nv", c_type="*fp32")

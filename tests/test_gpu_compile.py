@@ -181,6 +181,7 @@ def _descriptor_params(launch):
             if p["type"] == "tensormap"}
 
 
+@pytest.mark.slow
 def test_tma_configs_take_host_made_descriptors_in_the_layouts_orientation(tmp_path):
     # TMA = 1: tensor descriptors made on the host are arguments (no global scratch to make them in);
     # the orientation constexprs follow the layout (a descriptor's last stride must be the constant 1),
@@ -213,6 +214,7 @@ def test_tma_configs_take_host_made_descriptors_in_the_layouts_orientation(tmp_p
     assert not _descriptor_params(compiler.compile(C2, nt, 300).launch)
 
 
+@pytest.mark.slow
 def test_wide_tiles_compile_for_sm90_with_four_descriptors(tmp_path):
     # BLOCK_N = 192, 320 and 288: two MMAs a tile (128 + 64, 256 + 64, 256 + 32 wide), one B descriptor each, and
     # C through a descriptor in pieces as wide as the narrow part: A, two B and C descriptors; one
@@ -273,6 +275,7 @@ def test_tma_is_pruned_off_hopper():
     assert _tma_needs_hopper(cfg, SHAPES[0], dataclasses.replace(t["gpu-node"], gpu_arch="80"))
 
 
+@pytest.mark.slow
 def test_persistent_and_swap_ab_configs(tmp_path):
     # PERSISTENT = 1: one program per multiprocessor of the target (never more than the tiles),
     # three descriptors (A, B, C in halves); SWAP_AB = 1 keeps the tile grid

@@ -124,6 +124,7 @@ def test_emulated_aarch64_board_runs_debian_openblas_on_the_core_it_detects(work
     assert "core armv8" in out
 
 
+@pytest.mark.slow
 @needs("clang", "riscv64-linux-gnu-ld")
 def test_riscv64_gets_the_reference_build_and_one_line_that_says_why(workspace):
     (workspace.path / "one.yaml").write_text(ONE_CONFIG)

@@ -49,6 +49,7 @@ def _limit_memory(gib):
     return apply
 
 
+@pytest.mark.slow
 def test_shapes_past_the_range_or_the_memory_are_refused_before_work(local_workspace):
     """100000^3 passed the shape check and died allocating 74.5 GiB of test data; a shape within
     the range whose data does not fit the memory this process may use is refused before any

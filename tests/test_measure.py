@@ -165,6 +165,7 @@ def _cpu_seconds(pid):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # compares times: no other test of the run alongside
 def test_a_cpu_hog_on_the_same_core_makes_the_agent_sample_more_and_agree_with_the_quiet_runs(local_workspace):
     ws = local_workspace
     # one packed config on a product of some 60 us a call here (the tile kernel took as long at 64^3): a
@@ -227,6 +228,7 @@ def _stretched_run(bundle, results, stretch_s, interleave):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # compares times: no other test of the run alongside
 def test_a_slow_stretch_longer_than_a_job_slows_one_job_alone_but_not_jobs_measured_interleaved(local_workspace):
     ws = local_workspace
     (ws.path / "four.yaml").write_text("MR: [2, 4]\nNR: [16, 32]\nKC: [128]\nMC: [128]\nNC: [128]\nPACK_B: [1]\n")

@@ -273,6 +273,7 @@ def test_a_manifest_path_out_of_the_bundle_runs_and_reads_nothing(tmp_path, fiel
 
 # -- defect 4: a target name that climbs out of the project ----------------------------------
 
+@pytest.mark.slow
 def test_a_target_named_out_of_the_project_is_refused_with_its_line(tmp_path):
     ws = _ws(tmp_path / "a" / "b" / "ws")
     (ws.path / "targets.yaml").write_text("ok-1.board_2:\n" + BOX + "'../../../x':\n" + BOX)

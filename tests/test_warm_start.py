@@ -83,6 +83,7 @@ def test_first_round_of_a_big_shape_holds_the_persistent_tma_tile(tmp_path):
     assert not any(matches(c, dict(PERSISTENT_TILE, num_stages=3, GROUP_M=8)) for c, _ in session.asked[0])
 
 
+@pytest.mark.slow
 def test_nearest_tuned_winners_are_seeded(tmp_path):
     space = MATMUL.space_for(H200)
 
