@@ -104,6 +104,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PORT_TRIES = 5  # a port free when asked can be taken before sshd binds it
+
+
 def make_server(d: Path) -> SSHServer:
     d.mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o755)
@@ -112,7 +115,18 @@ def make_server(d: Path) -> SSHServer:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     shutil.copy(str(client_key) + ".pub", d / "authorized_keys")
     os.chmod(d / "authorized_keys", 0o600)
-    port = free_port()
+    for _ in range(PORT_TRIES - 1):
+        try:
+            return _configure(d, free_port(), host_key, client_key).start()
+        except RuntimeError as exc:
+            if "Address already in use" not in str(exc):
+                raise
+            (d / "sshd.log").unlink()
+    return _configure(d, free_port(), host_key, client_key).start()
+
+
+def _configure(d: Path, port: int, host_key: Path, client_key: Path) -> SSHServer:
+    """Write sshd_config and the client's known_hosts for ``port``."""
     (d / "sshd_config").write_text(
         "ListenAddress 127.0.0.1\nPort %d\nHostKey %s\nPidFile %s\nAuthorizedKeysFile %s\n"
         "StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
@@ -122,4 +136,4 @@ def make_server(d: Path) -> SSHServer:
     host_pub = (Path(str(host_key) + ".pub")).read_text().split()
     known = d / "known_hosts"
     known.write_text("[127.0.0.1]:%d %s %s\n" % (port, host_pub[0], host_pub[1]))
-    return SSHServer(d, port, client_key, known).start()
+    return SSHServer(d, port, client_key, known)

@@ -1,4 +1,5 @@
 import atexit
+import fcntl
 import os
 import shutil
 import subprocess
@@ -83,3 +84,80 @@ def needs(*tools):
     a missing tool fails the test instead."""
     missing = [t for t in tools if not shutil.which(t)]
     return pytest.mark.skipif(bool(missing) and not os.environ.get("CI"), reason="missing %s" % ", ".join(missing))
+
+
+# ---- two workers (pyproject's addopts: pytest-xdist, -n 2 --dist loadgroup) ------------------
+
+
+def _shares_a_module_fixture(item) -> bool:
+    """Whether the test uses a fixture built once for its module (or class): such tests run on
+    one worker, in file order, so that the fixture is built once."""
+    info = getattr(item, "_fixtureinfo", None)
+    return bool(info) and any(d.scope in ("module", "class", "package")
+                              for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Keep each module's shared-fixture tests on one worker (an xdist_group named after the
+    file), and under xdist hand the slow tests out first, so that neither worker is left with
+    a long test at the end while the other idles. Items of one group stay together and in
+    order; the order of the work queue is the collection's (--no-loadscope-reorder)."""
+    for item in items:
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if not hasattr(config, "workerinput"):
+        return
+    unit = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        key = mark.args[0] if mark else item.nodeid
+        first, slow = unit.get(key, (len(unit), False))
+        unit[key] = (first, slow or item.get_closest_marker("slow") is not None)
+
+    def rank(indexed):
+        index, item = indexed
+        mark = item.get_closest_marker("xdist_group")
+        first, slow = unit[mark.args[0] if mark else item.nodeid]
+        return (not slow, first, index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
+
+
+_LOCKS = []  # this worker's open turnstile and gate files
+
+
+def _worker_locks(config):
+    """The two lock files that the workers of one run share (in the run's temp folder, the parent
+    of each worker's own), or None when the run has one process."""
+    if not hasattr(config, "workerinput"):
+        return None
+    if not _LOCKS:
+        shared = Path(config.option.basetemp).parent
+        _LOCKS.extend(open(shared / name, "a") for name in ("turnstile.lock", "gate.lock"))
+    return _LOCKS
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``alone`` (its assertions compare times) runs while no other test of the run
+    does, its module's fixtures included: it holds the gate exclusively, every other test holds
+    it shared. An ``alone`` test holds the turnstile while it waits for the gate, so that no new
+    test starts meanwhile and it is not starved."""
+    locks = _worker_locks(item.config)
+    if locks is None:
+        return (yield)
+    turnstile, gate = locks
+    alone = item.get_closest_marker("alone") is not None
+    fcntl.flock(turnstile, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    finally:
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+    try:
+        return (yield)
+    finally:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        if alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)

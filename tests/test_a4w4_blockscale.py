@@ -214,6 +214,7 @@ BUILD_CONFIGS = [dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=2,
                  dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["sm90", "gfx950"])
 def test_builds_for_sm90_and_gfx950(which, tmp_path):
     """A real bundle per target: the variants, the fill kernels per input dtype (packed codes and
@@ -356,6 +357,7 @@ def test_gfx950_check_compiles_the_configs_a_tune_measured(tmp_path, capsys):
 
 
 # ---- the GPU agent's path on the CPU stand-in ----------------------------------------------------
+@pytest.mark.slow
 def test_agent_checks_every_answer_and_times_the_library(tmp_path, monkeypatch):
     """A real sm90 bundle, the real GPU worker on the CPU stand-in (tests/a4w4_standin.py):
     packed codes and e8m0 scales filled on the 'device', the reference kernel checked against the

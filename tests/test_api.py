@@ -32,6 +32,7 @@ def test_each_dataclass_has_the_command_lines_options_and_defaults(command):
             assert fields[name] == default, name
 
 
+@pytest.mark.slow
 def test_tune_from_python_builds_runs_and_reports_and_leaves_its_options_as_given(tmp_path, monkeypatch):
     ws = Workspace(tmp_path)
     monkeypatch.chdir(tmp_path)

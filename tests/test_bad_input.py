@@ -59,6 +59,7 @@ def test_bad_shape_strings(local_workspace, shapes, needle):
                                             check=False), needle)
 
 
+@pytest.mark.slow
 def test_shapes_file_missing_binary_or_with_a_typo(local_workspace):
     ws = local_workspace
     _one_line_error(ws.harness("build", "matmul", "--target", "local", "--shapes-file", "nope.txt", check=False),
@@ -71,12 +72,14 @@ def test_shapes_file_missing_binary_or_with_a_typo(local_workspace):
                     "shapes.txt:3", "128x128xl28")
 
 
+@pytest.mark.slow
 def test_unreachable_host(workspace):
     ws = workspace
     ws.harness("build", "matmul", "--target", "unreachable", "--shapes", "32x32x32", "--space", "space.yaml")
     _one_line_error(ws.harness("push", "unreachable", check=False), "cannot reach", "127.0.0.1")
 
 
+@pytest.mark.slow
 def test_unknown_host_key_is_refused(workspace, tmp_path):
     ws = workspace
     text = (ws.path / "targets.yaml").read_text().replace("known_hosts: %s" % ws.sshd.known_hosts,
@@ -86,6 +89,7 @@ def test_unknown_host_key_is_refused(workspace, tmp_path):
     _one_line_error(ws.harness("push", "rv", check=False), "not in known_hosts")
 
 
+@pytest.mark.slow
 def test_bad_input_loses_no_results(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")
@@ -101,6 +105,7 @@ def test_bad_input_loses_no_results(local_workspace):
     _one_line_error(proc, "another schema version")
 
 
+@pytest.mark.slow
 def test_a_manifest_of_the_old_schema_is_refused_by_agent_and_host(local_workspace):
     """A bundle built before kernels declared their operands (schema 1: shapes with M, N, K and no
     operands) cannot be run by this agent: it says so on one line and measures nothing."""

@@ -33,6 +33,7 @@ def _no_traceback(proc):
 
 
 # ---- the default target ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_build_without_target_uses_default_key_else_local(local_workspace):
     ws = local_workspace
     (ws.path / "one.yaml").write_text(ONE_CONFIG)
@@ -81,6 +82,7 @@ COMMANDS = [  # (arguments, exit code, what shows that the file was read)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, rc, shows", COMMANDS, ids=[" ".join(c[0][:2]) for c in COMMANDS])
 def test_targets_option_before_and_after_every_command(tmp_path, args, rc, shows):
     (tmp_path / "my.yaml").write_text("only-here:\n  arch: native\n  profiler: wallclock\n")
@@ -108,6 +110,7 @@ def test_run_remote_needs_a_push_or_a_name(local_workspace):
     _one_line_error(local_workspace.harness("run", "local", check=False), "add --remote", "--target local")
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_push_builds_from_last_build_and_run_remote_takes_the_pushed_target(workspace):
     ws = workspace
@@ -152,6 +155,7 @@ def _strip_path(ws, without):
     return str(bin_dir)
 
 
+@pytest.mark.slow
 def test_all_pruned_shape_names_rules_counts_and_nearest_change(local_workspace):
     ws = local_workspace
     (ws.path / "space2.yaml").write_text("MR: [4, 32]\nNR: [16]\nKC: [16, 32]\nMC: [32]\nNC: [64]\nPACK_B: [1]\n")
@@ -211,6 +215,7 @@ def _base_venv(dest: Path, leave_out=("optuna",)) -> Path:
     return dest / "bin" / "python"
 
 
+@pytest.mark.slow
 def test_missing_triton_and_optuna_in_a_venv_without_them(local_workspace, tmp_path):
     ws = local_workspace
     python = _base_venv(tmp_path / "venv")

@@ -57,6 +57,7 @@ def test_hipblaslt_log_gives_weighted_shapes_and_library_rows(ws):
     assert set(df["status"]) == {"ok"} and len(df) == 2 * 4 + 2
 
 
+@pytest.mark.slow
 def test_report_writes_every_format_with_metadata_and_uplift(ws):
     refused = ws.harness("report", "--format", "triton", check=False)  # aiter has no fp32 Triton GEMM family
     assert refused.returncode == 2 and "--format triton: no shape is left" in refused.stderr
@@ -98,6 +99,7 @@ def test_report_writes_every_format_with_metadata_and_uplift(ws):
     assert page.count("<img") >= 2 and "lib:openblas:fp32" in page and "<table" in page
 
 
+@pytest.mark.slow
 def test_only_faster_keeps_what_beats_the_library(ws):
     ws.harness("report", "--format", "aiter", "--only-faster", "--err-ratio", "0", "--out", "shipped")
     up = pd.read_csv(ws.path / "shipped" / "matmul.uplift.csv")
@@ -109,6 +111,7 @@ def test_only_faster_keeps_what_beats_the_library(ws):
     assert bad.returncode == 2 and "--err-ratio" in bad.stderr
 
 
+@pytest.mark.slow
 def test_compare_without_tuning_rebuilds_exactly_the_tuned_configs(ws):
     ws.harness("report", "--format", "aiter,yaml")
     before = len(results(ws))
@@ -128,6 +131,7 @@ def test_compare_without_tuning_rebuilds_exactly_the_tuned_configs(ws):
     assert "2 entries: ok 2" in out
 
 
+@pytest.mark.slow
 def test_compare_without_tuning_catches_a_wrong_answer(tmp_path):
     ws = Workspace(tmp_path)
     entry = {"M": 32, "N": 32, "K": 32, "dtype": "fp32", "layout": "NN", "time_ns_median": 2000.0,
@@ -155,6 +159,7 @@ def test_compare_refuses_configs_the_kernel_does_not_have(ws):
     assert proc.returncode == 2 and "tuned file missing.csv does not exist" in proc.stderr
 
 
+@pytest.mark.slow
 def test_merge_refuses_another_arch_unless_forced(ws):
     ws.harness("report", "--format", "aiter")
     mine = ws.path / "tuned" / TARGET / "matmul.aiter.csv"

@@ -70,6 +70,7 @@ def expected_asks(shape_text, budget, seed, batch_size):
     return asked
 
 
+@pytest.mark.slow
 def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     shape = "32x16x32"  # NR 32 is pruned for N = 16 by the kernel's own rule (nr_exceeds_n)
     out = tune(ws, "--shapes", shape, "--strategy", "random", "--budget", "4", "--batch-size", "2", "--seed", "7",
@@ -99,6 +100,7 @@ def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     assert all(r["status"] == "ok" and int(r["samples"]) >= 3 for r in rows(ws))
 
 
+@pytest.mark.slow
 def test_a_failed_compile_in_a_search_round_is_a_row_and_the_search_goes_on(tmp_path):
     """Each config of a round that does not compile comes back as a row with its status; such
     configs used to vanish from the round, and a shape whose whole batch failed stopped searching
@@ -116,6 +118,7 @@ def test_a_failed_compile_in_a_search_round_is_a_row_and_the_search_goes_on(tmp_
     assert {r["shape_id"] for r in mine} == {"24x24x24_fp32_NN"}
 
 
+@pytest.mark.slow
 def test_halving_remeasures_the_best_longer(ws):
     out = tune(ws, "--shapes", "32x32x32", "--strategy", "halving", "--budget", "5", "--batch-size", "4",
                "--top", "0", "--max-noise", "1", "--estimator", "median").stdout
@@ -131,6 +134,7 @@ def test_halving_remeasures_the_best_longer(ws):
     assert rung1[0]["variant_id"] == fastest["variant_id"]  # the agent re-measured it (--all), not skipped
 
 
+@pytest.mark.slow
 def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
     # no warm start: its fastest seed would join the top 2 whenever noise ranks it third
     # (top_candidates' seed rule, tested in test_strategies.py), and this test counts two candidates
@@ -176,6 +180,7 @@ def test_noise_aware_winner_is_remeasured_interleaved_and_reported(ws):
     assert [c.strip() for c in row.strip("│").split("│")][2:4] == ["3", "0"]  # resumed 3, new 0
 
 
+@pytest.mark.slow
 def test_time_limit_stops_the_search(ws):
     # 24x16x32 prunes like 32x16x32, so seed 7 asks for configs compiled there: the rounds are short,
     # about 0.1 s here (a build from the cache and an agent process). The first round always runs;
@@ -204,6 +209,7 @@ def test_bad_tune_options_are_one_line(ws, args, needle):
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
 
 
+@pytest.mark.slow
 def test_without_strategy_a_big_space_gets_the_budgeted_default(ws):
     # CPU spaces are small (exhaustive by default); past 1000 configs the default is a budgeted search
     (ws.path / "big.yaml").write_text("MR: [1, 2, 4, 6, 8, 12]\nNR: [16, 32, 48, 64]\nKC: [64, 128, 256]\n"
@@ -214,6 +220,7 @@ def test_without_strategy_a_big_space_gets_the_budgeted_default(ws):
     assert len([r for r in rows(ws) if r["shape_id"] == "40x24x32_fp32_NN"]) == 2
 
 
+@pytest.mark.slow
 def test_simulate_command_is_deterministic(local_workspace):
     args = ["simulate", RECORDED, "--strategy", "random,halving", "--seeds", "3", "--shape", "256x256x256_fp32_NN"]
     first = local_workspace.harness(*args).stdout
@@ -227,6 +234,7 @@ def test_simulate_command_is_deterministic(local_workspace):
     assert bad.returncode == 2 and "unknown --strategy annealing" in bad.stderr
 
 
+@pytest.mark.slow
 @needs("qemu-aarch64", "clang", "aarch64-linux-gnu-ld")
 def test_bayes_search_on_an_emulated_board_over_ssh(workspace):
     ws = workspace

@@ -31,6 +31,7 @@ def project(path: Path, cache_dir) -> Workspace:
     return ws
 
 
+@pytest.mark.slow
 def test_a_second_project_compiles_nothing_and_says_so(tmp_path):
     store = tmp_path / "store"
     first, second = project(tmp_path / "a", store), project(tmp_path / "b", store)
@@ -66,6 +67,7 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     assert cache.cache_root() == tmp_path / "xdg" / "harness" / "compile"
 
 
+@pytest.mark.slow
 def test_gpu_compiles_reused_across_projects_and_missed_on_another_toolchain(tmp_path, monkeypatch):
     pytest.importorskip("triton")
     from harness.build import BuildOptions, build

@@ -170,6 +170,7 @@ def test_our_aiter_lookup_reads_aiters_own_files_as_aiter_does():
             DATA / "aiter", "gfx942", "GEMM-A16W16", M, 1, 1)[0]
 
 
+@pytest.mark.slow
 def test_triton_json_gives_every_m_a_tuned_key(matmul_results, tmp_path):
     lines = []
     paths = triton_json.write_triton_json(matmul_results, None, META, tmp_path, say=lines.append)

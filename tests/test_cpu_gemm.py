@@ -54,6 +54,7 @@ def check_board_results(ws, target: str, arch: str):
     return manifest
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_ragged_shapes_on_an_rvv_board(workspace):
     ws = workspace
@@ -68,6 +69,7 @@ def test_ragged_shapes_on_an_rvv_board(workspace):
     assert "#define VB 32" in src  # 256-bit vectors: the target's VLEN, not a guess
 
 
+@pytest.mark.slow
 @needs("qemu-aarch64", "clang", "aarch64-linux-gnu-ld")
 def test_ragged_shapes_on_an_aarch64_board(workspace):
     ws = workspace
@@ -79,6 +81,7 @@ def test_ragged_shapes_on_an_aarch64_board(workspace):
     check_board_results(ws, "arm", "aarch64")
 
 
+@pytest.mark.slow
 def test_ragged_shapes_natively_on_two_threads(local_workspace):
     # threads: 2 shares the MC blocks of M among the programs (grid y) as well as the NC blocks
     ws = local_workspace

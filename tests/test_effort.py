@@ -110,6 +110,7 @@ def test_a_winner_is_reused_only_for_the_same_finalists_and_key():
     assert reuse.reusable_winners(winners, {"s": [a, b]}, "k2") == {}
 
 
+@pytest.mark.slow
 def test_the_agent_races_configs_against_the_best_already_in_the_results(local_workspace):
     """The real runner and programs: a first run measures in full; with a row planted as a leader
     no config can match (1 ns, same variant and artifact), a raced run stops every config early

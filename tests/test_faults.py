@@ -7,12 +7,14 @@ import sys
 import time
 
 import pandas as pd
+import pytest
 
 from tests.conftest import REPO
 
 SHAPES = "32x32x32,64x48x32"
 
 
+@pytest.mark.slow
 def test_crash_hang_wrong_are_statuses_and_the_rest_is_measured(local_workspace):
     ws = local_workspace
     ws.harness("build", "faulty_matmul", "--target", "local", "--shapes", SHAPES)
@@ -33,6 +35,7 @@ def _agent(bundle, results, *extra):
             "--iters", "3"] + list(extra)
 
 
+@pytest.mark.slow
 def test_agent_killed_mid_run_resumes_without_redoing_or_losing_rows(local_workspace):
     ws = local_workspace
     # the workspace's small space (4 configs, 12 jobs): the full packed space is some 200 compiles here
@@ -83,6 +86,7 @@ def _processes_running(path_part):
     return found
 
 
+@pytest.mark.slow
 def test_two_runs_at_once_the_second_refuses_and_a_killed_agent_leaves_nothing_running(local_workspace):
     ws = local_workspace
     ws.harness("build", "faulty_matmul", "--target", "local", "--shapes", "32x32x32")

@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+import pytest
 
 from tests.conftest import needs
 
@@ -24,6 +25,7 @@ def _assert_best_ok(ws, target, shapes):
         assert row.samples >= 5 and row.iterations >= row.samples and 0 <= row.noise
 
 
+@pytest.mark.slow
 def test_local_target_native(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", SHAPES, "--space", "space.yaml")
@@ -38,6 +40,7 @@ def test_local_target_native(local_workspace):
     assert not (df["ctr_cycles"] == 0).any()
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_riscv_rvv_board_over_ssh(workspace):
     ws = workspace
@@ -53,6 +56,7 @@ def test_riscv_rvv_board_over_ssh(workspace):
     _assert_best_ok(ws, "rv", ["32x32x32_fp32_NN", "48x40x64_fp16_NN"])
 
 
+@pytest.mark.slow
 @needs("qemu-aarch64", "clang", "aarch64-linux-gnu-ld")
 def test_aarch64_board_over_ssh_with_tune(workspace):
     ws = workspace
@@ -62,6 +66,7 @@ def test_aarch64_board_over_ssh_with_tune(workspace):
     _assert_best_ok(ws, "arm", ["32x32x32_fp32_NN", "48x40x64_fp16_NN"])
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang")
 def test_rebuild_compiles_nothing_and_repush_sends_nothing(workspace):
     ws = workspace
@@ -78,6 +83,7 @@ def test_rebuild_compiles_nothing_and_repush_sends_nothing(workspace):
     assert "4 files sent, 14 already there" in ws.harness("push", "rv").stdout
 
 
+@pytest.mark.slow
 def test_targets_list_and_check_over_ssh(workspace):
     ws = workspace
     listing = ws.harness("targets").stdout
@@ -87,6 +93,7 @@ def test_targets_list_and_check_over_ssh(workspace):
     assert "perf:" in out and "task-clock" in out.split("counts:")[1]
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang")
 def test_openmp_launcher_walks_the_grid_in_threads_on_rvv(local_workspace):
     ws = local_workspace

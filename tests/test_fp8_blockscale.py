@@ -249,6 +249,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_kernels_run_right_under_tritons_interpreter():
     """The Triton source itself, run by Triton's CPU interpreter (fp8 decoded by Triton's own
     tables), against the numpy fp64 reference; split-K's fp32 atomic exchange is not interpreted."""
@@ -307,6 +308,7 @@ def _compile(job, tmp_path, name):
     return result
 
 
+@pytest.mark.slow
 def test_compiles_for_sm90_with_fp8_warpgroup_mma(tmp_path):
     from remote_agent.runners.gpu_artifact import elf_facts
 
@@ -356,6 +358,7 @@ def _asm(job, kind):
     return compiled.asm[kind]
 
 
+@pytest.mark.slow
 def test_compiles_for_gfx942_with_native_fp8_mfma(tmp_path):
     from remote_agent.runners.gpu_artifact import elf_facts
 
@@ -369,6 +372,7 @@ def test_compiles_for_gfx942_with_native_fp8_mfma(tmp_path):
     assert re.search(r"v_mfma_f32_\w+_fp8_fp8", _asm(job, "amdgcn"))
 
 
+@pytest.mark.slow
 def test_support_kernels_compile_for_sm90(tmp_path):
     ref = _job("reference_kernel", "cuda", "90", dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4),
                "fp8e4nv", c_type="*fp32")
@@ -499,6 +503,7 @@ def test_bundle_declares_the_fp8_operands_and_its_own_reference(sm90_bundle):
     assert [p["rule"] for p in m["pruned"]] == ["tma_unaligned"]
 
 
+@pytest.mark.slow
 def test_agent_checks_every_answer_and_times_the_library_then_aiter_csv(sm90_bundle, tmp_path, monkeypatch):
     """The real GPU worker on the CPU stand-in (launches computed with numpy): fp8 inputs filled on
     the 'device', the reference kernel checked against the agent's own host decode, every variant

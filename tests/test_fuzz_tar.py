@@ -12,6 +12,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import pytest
+
 from remote_agent.safetar import ExtractError, extract_stream
 
 from tests.conftest import REPO
@@ -103,6 +105,7 @@ def _links_inside(root: Path) -> list:
     return [p for p in root.rglob("*") if p.is_symlink()]
 
 
+@pytest.mark.slow
 def test_random_tars_extract_cleanly_or_fail_in_one_line_and_never_leave_the_folder(tmp_path):
     rng = random.Random(SEED)
     base = tmp_path / "base"
@@ -127,6 +130,7 @@ def test_random_tars_extract_cleanly_or_fail_in_one_line_and_never_leave_the_fol
     assert outcomes["extracted"] > 100 and outcomes["refused"] > 100, outcomes  # both paths were taken
 
 
+@pytest.mark.slow
 def test_the_command_line_extractor_answers_one_line_and_exit_2(tmp_path):
     """What push runs on the remote: exit 0 with a count, or exit 2 with one line, no traceback."""
     rng = random.Random(SEED + 1)

@@ -181,6 +181,7 @@ def _descriptor_params(launch):
             if p["type"] == "tensormap"}
 
 
+@pytest.mark.slow
 def test_tma_configs_take_host_made_descriptors_in_the_layouts_orientation(tmp_path):
     # TMA = 1: tensor descriptors made on the host are arguments (no global scratch to make them in);
     # the orientation constexprs follow the layout (a descriptor's last stride must be the constant 1),
@@ -213,6 +214,7 @@ def test_tma_configs_take_host_made_descriptors_in_the_layouts_orientation(tmp_p
     assert not _descriptor_params(compiler.compile(C2, nt, 300).launch)
 
 
+@pytest.mark.slow
 def test_wide_tiles_compile_for_sm90_with_four_descriptors(tmp_path):
     # BLOCK_N = 192, 320 and 288: two MMAs a tile (128 + 64, 256 + 64, 256 + 32 wide), one B descriptor each, and
     # C through a descriptor in pieces as wide as the narrow part: A, two B and C descriptors; one
@@ -238,6 +240,7 @@ def test_wide_tiles_compile_for_sm90_with_four_descriptors(tmp_path):
         assert tuple(job.grid) == (tiles, 1, 1)
 
 
+@pytest.mark.slow
 def test_tall_tiles_compile_for_sm90_with_two_a_descriptors(tmp_path):
     # BLOCK_M = 192: A in a 128-row and a 64-row block (a_desc, a2_desc); with BLOCK_N = 192 B in two
     # parts too (four MMAs a tile), with 256 in one (the blocks: test_matmul_tails)
@@ -272,6 +275,7 @@ def test_tma_is_pruned_off_hopper():
     assert _tma_needs_hopper(cfg, SHAPES[0], dataclasses.replace(t["gpu-node"], gpu_arch="80"))
 
 
+@pytest.mark.slow
 def test_persistent_and_swap_ab_configs(tmp_path):
     # PERSISTENT = 1: one program per multiprocessor of the target (never more than the tiles),
     # three descriptors (A, B, C in halves); SWAP_AB = 1 keeps the tile grid
@@ -337,6 +341,7 @@ def test_a_compile_past_its_timeout_is_killed(tmp_path):
     assert not list((tmp_path / "artifacts").glob("*.cubin"))
 
 
+@pytest.mark.slow
 def test_tail_split_k_and_persistent_variants_compile_for_sm90(tmp_path):
     # masked K tails (K = 999: EVEN_K=0), the deterministic split-K (any count, TMA or pointers,
     # SWAP_AB) on a small M x N with a long K, and the persistent TMA winner on a big shape: the
@@ -369,6 +374,7 @@ def test_tail_split_k_and_persistent_variants_compile_for_sm90(tmp_path):
     assert ran[(key(persistent), big.id)][0] == (132, 1, 1)
 
 
+@pytest.mark.slow
 def test_stream_k_variants_compile_for_sm90(tmp_path):
     # the wave-quantized prefill shape (320 tiles of 128 x 128 on 132 multiprocessors, 160 of
     # 128 x 256): the persistent kernel with its last tiles cut into K pieces (STREAM_K 1) compiles

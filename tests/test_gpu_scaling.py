@@ -43,6 +43,7 @@ def tune(ws: Workspace) -> str:
                       "--min-time-ms", "1", "--html").stdout
 
 
+@pytest.mark.slow
 def test_a_two_device_tune_spreads_the_remeasure_reports_each_device_and_reuses_compiles(tmp_path):
     first = node_project(tmp_path / "first", tmp_path / "cache")
     out = tune(first)

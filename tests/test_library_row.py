@@ -41,6 +41,7 @@ def library_rows(ws, target):
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or cores_for_this_cpu() is None,
                     reason="an x86-64 CPU with AVX2 or AVX-512")
+@pytest.mark.slow
 def test_library_row_runs_a_current_openblas_on_the_core_of_this_cpu_and_every_report_names_it(local_workspace):
     ws = local_workspace
     (ws.path / "one.yaml").write_text(ONE_CONFIG)
@@ -75,6 +76,7 @@ def test_library_row_runs_a_current_openblas_on_the_core_of_this_cpu_and_every_r
     assert lines[-1].startswith("geomean over 2 shapes: tuned/library ")
 
 
+@pytest.mark.slow
 @needs("readelf")
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the shared OpenBLAS is the x86-64 one")
 def test_shared_openblas_travels_to_an_ssh_board_and_is_checked_by_its_hash(workspace):
@@ -105,6 +107,7 @@ def test_shared_openblas_travels_to_an_ssh_board_and_is_checked_by_its_hash(work
     assert last.status == "load_error" and "does not match its hash" in last.message
 
 
+@pytest.mark.slow
 @needs("qemu-aarch64", "aarch64-linux-gnu-g++")
 def test_emulated_aarch64_board_runs_debian_openblas_on_the_core_it_detects(workspace):
     ws = workspace
@@ -121,6 +124,7 @@ def test_emulated_aarch64_board_runs_debian_openblas_on_the_core_it_detects(work
     assert "core armv8" in out
 
 
+@pytest.mark.slow
 @needs("clang", "riscv64-linux-gnu-ld")
 def test_riscv64_gets_the_reference_build_and_one_line_that_says_why(workspace):
     (workspace.path / "one.yaml").write_text(ONE_CONFIG)

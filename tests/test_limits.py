@@ -21,6 +21,7 @@ def _one_line_error(proc, *needles):
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("M", [0, -5, 10 ** 12])
 def test_agent_refuses_a_manifest_shape_out_of_range(local_workspace, M):
     """M = 0 or -5 crashed every variant with SIGFPE; 10^12 was cut to 32 bits and judged a wrong
@@ -48,6 +49,7 @@ def _limit_memory(gib):
     return apply
 
 
+@pytest.mark.slow
 def test_shapes_past_the_range_or_the_memory_are_refused_before_work(local_workspace):
     """100000^3 passed the shape check and died allocating 74.5 GiB of test data; a shape within
     the range whose data does not fit the memory this process may use is refused before any

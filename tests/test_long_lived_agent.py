@@ -43,6 +43,7 @@ def _progress(log: Path) -> list:
     return [json.loads(l[len("@@progress "):]) for l in text.splitlines() if l.startswith("@@progress ")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_flight", ["0", "3"])
 def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace, in_flight):
     ws = workspace
@@ -251,6 +252,7 @@ def _cpu_build(tmp_path, pairs):
                           BuildOptions(jobs=2, only_pairs=pairs, progress=False))
 
 
+@pytest.mark.slow
 def test_a_round_compiles_each_config_for_its_own_shapes_only_and_overlapping_rounds_compile_once(
         tmp_path, monkeypatch):
     from harness.compile.cpp import CppCompiler
@@ -285,6 +287,7 @@ def test_a_round_compiles_each_config_for_its_own_shapes_only_and_overlapping_ro
     assert va.status == vb.status == "ok" and va.sha256 == vb.sha256
 
 
+@pytest.mark.slow
 def test_a_compile_done_before_its_build_registers_its_callback_does_not_hang_the_build(tmp_path):
     """A cached compile can finish before its build registers the callback that forgets it; the
     callback then runs at once in the build's thread, and it takes the lock the build held: the

@@ -25,6 +25,7 @@ from tests.conftest import REPO, needs
 ODD = "24x40x56,1x1x1,7x13x1000,24x40x56:fp16"
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_odd_shapes_on_an_rvv_board(workspace):
     ws = workspace
@@ -46,6 +47,7 @@ def test_odd_shapes_on_an_rvv_board(workspace):
     assert "1x1x1_fp32_NN" in best
 
 
+@pytest.mark.slow
 def test_every_shape_has_configs_left_by_the_rules():
     # the full spaces against random shapes of 1 to 65536 (and the corners): no shape is left
     # without a config, on a board with vectors or on the GPU node
@@ -109,6 +111,7 @@ POINTER_SHAPES = [(24, 40, 56), (7, 13, 1000), (1, 1, 1), (33, 1, 70)]
 TMA_SHAPES = [(40, 48, 200), (24, 40, 56), (8, 72, 1000)]
 
 
+@pytest.mark.slow
 def test_triton_variants_mask_every_tail():
     cases = []
     for name, config in VARIANTS.items():
@@ -124,6 +127,7 @@ def test_triton_variants_mask_every_tail():
         assert not result["locks"].any()  # the counters are zero again for the next launch
 
 
+@pytest.mark.slow
 def test_split_k_reduction_is_deterministic_and_uses_every_split():
     # fp32 output keeps every bit of the fp32 sums: any change of summation order would show
     config = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_K=6)
@@ -144,6 +148,7 @@ def test_split_k_reduction_is_deterministic_and_uses_every_split():
     assert np.array_equal(runs[0]["C"].view(np.uint32), total.view(np.uint32))
 
 
+@pytest.mark.slow
 def test_odd_shapes_and_split_k_through_the_gpu_agent(tmp_path, monkeypatch):
     # a real sm90 bundle built here (odd shapes, split-K 3) run by the real GPU agent and worker on
     # the stand-in API (tests/gpu_standin.py), which follows the kernel's split-K plan: it checks
@@ -174,6 +179,7 @@ def test_odd_shapes_and_split_k_through_the_gpu_agent(tmp_path, monkeypatch):
 STREAM_K = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, TMA=1, PERSISTENT=1)
 
 
+@pytest.mark.slow
 def test_stream_k_masks_every_tail_on_few_programs():
     # tiles not a multiple of the programs, K off BLOCK_K, M and N tails, three layouts; the last
     # wave cut into 2 and 4 K pieces, left whole (over half full, or K of one step), fewer tiles than
@@ -208,6 +214,7 @@ def _tile_rows_cols(tile, M, N, cfg):
     return slice(pm * bm, min(M, (pm + 1) * bm)), slice(pn * bn, min(N, (pn + 1) * bn))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("programs", [11, 13])
 def test_stream_k_is_deterministic_and_follows_its_plan(programs):
     # 72x80x1000: 5 x 3 = 15 tiles of 16 x 32, 32 K steps each; on 11 programs 4 tiles left over,
@@ -271,6 +278,7 @@ def test_stream_k_rules():
     assert kernel.grid(base, few, node) == (12, 1, 1)
 
 
+@pytest.mark.slow
 def test_stream_k_through_the_gpu_agent(tmp_path, monkeypatch):
     # a real sm90 stream-K bundle (5 multiprocessors: 6 tiles of 16 x 32 on 5 programs) run by the
     # GPU agent and worker on the stand-in API, which refuses a workspace shorter than one

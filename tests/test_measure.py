@@ -164,6 +164,8 @@ def _cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.slow
+@pytest.mark.alone  # compares times: no other test of the run alongside
 def test_a_cpu_hog_on_the_same_core_makes_the_agent_sample_more_and_agree_with_the_quiet_runs(local_workspace):
     ws = local_workspace
     # one packed config on a product of some 60 us a call here (the tile kernel took as long at 64^3): a
@@ -225,6 +227,8 @@ def _stretched_run(bundle, results, stretch_s, interleave):
     return dict(zip(rows.variant_id, rows.time_ns))
 
 
+@pytest.mark.slow
+@pytest.mark.alone  # compares times: no other test of the run alongside
 def test_a_slow_stretch_longer_than_a_job_slows_one_job_alone_but_not_jobs_measured_interleaved(local_workspace):
     ws = local_workspace
     (ws.path / "four.yaml").write_text("MR: [2, 4]\nNR: [16, 32]\nKC: [128]\nMC: [128]\nNC: [128]\nPACK_B: [1]\n")
@@ -401,6 +405,7 @@ def _library_rows(ws, target):
     return df[df.variant_id.str.startswith("lib:")].set_index("variant_id")
 
 
+@pytest.mark.slow
 def test_openblas_is_the_library_here_and_checked_like_a_variant(local_workspace):
     ws = local_workspace
     out = ws.harness("build", "matmul", "--target", "local", "--shapes", "48x40x64,32x32x32:fp16:TN",

@@ -142,6 +142,7 @@ def _near(pixels, hex_color, tol=18):
     return (np.abs(pixels - want) <= tol).all(axis=1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium not installed (Debian: apt-get install chromium)")
 def test_page_renders_in_headless_chromium(page, tmp_path):
     url = page.resolve().as_uri()

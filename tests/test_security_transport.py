@@ -165,6 +165,7 @@ def _box(tmp_path, sshd, workdir) -> Workspace:
     return ws
 
 
+@pytest.mark.slow
 def test_a_push_onto_a_full_disk_says_so_and_leaves_nothing_taken_for_done(tmp_path, tiny_remote):
     sshd, tiny_disk = tiny_remote
     ws = _box(tmp_path, sshd, tiny_disk / "w")
@@ -204,6 +205,7 @@ def test_a_damaged_file_never_takes_its_name(tmp_path):
     assert os.listdir(tmp_path / "d") == []
 
 
+@pytest.mark.slow
 def test_an_agent_started_on_a_full_disk_says_so_and_runs_once_there_is_room(tmp_path, tiny_remote):
     sshd, tiny_disk = tiny_remote
     ws = _box(tmp_path, sshd, tiny_disk / "w")
@@ -216,6 +218,7 @@ def test_an_agent_started_on_a_full_disk_says_so_and_runs_once_there_is_room(tmp
     assert not list((tiny_disk / "w" / "agent").rglob("*.pyc"))
 
 
+@pytest.mark.slow
 def test_the_agent_refuses_a_push_that_did_not_finish_and_agent_code_changed_since(tmp_path, sshd):
     ws = _box(tmp_path, sshd, tmp_path / "w")
     ws.harness("push", "box")
@@ -240,6 +243,7 @@ def test_the_agent_refuses_a_push_that_did_not_finish_and_agent_code_changed_sin
 
 # -- defect 3: the agent runs a program outside the bundle ------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", ["artifact", "data"])
 def test_a_manifest_path_out_of_the_bundle_runs_and_reads_nothing(tmp_path, field):
     ws = _ws(tmp_path / "ws")
@@ -269,6 +273,7 @@ def test_a_manifest_path_out_of_the_bundle_runs_and_reads_nothing(tmp_path, fiel
 
 # -- defect 4: a target name that climbs out of the project ----------------------------------
 
+@pytest.mark.slow
 def test_a_target_named_out_of_the_project_is_refused_with_its_line(tmp_path):
     ws = _ws(tmp_path / "a" / "b" / "ws")
     (ws.path / "targets.yaml").write_text("ok-1.board_2:\n" + BOX + "'../../../x':\n" + BOX)

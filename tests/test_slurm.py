@@ -62,6 +62,7 @@ def _run_state(ws) -> dict:
     return json.loads((folder / (folder / "current").read_text() / "run.json").read_text())
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_job_array_results_equal_a_plain_ssh_run(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "cluster", cluster, "    tasks: 3\n    time: '5'\n    poll: 0.3\n", bundle)
@@ -91,6 +92,7 @@ def test_job_array_results_equal_a_plain_ssh_run(tmp_path, cluster, bundle):
     assert on_slurm.host.nunique() == 1  # the compute node
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_a_task_cancelled_mid_run_is_submitted_again_and_nothing_is_lost(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "cancel", cluster, "    tasks: 3\n    poll: 0.3\n", bundle)
@@ -122,6 +124,7 @@ def test_a_task_cancelled_mid_run_is_submitted_again_and_nothing_is_lost(tmp_pat
     assert df[["variant_id", "shape_id"]].apply(tuple, axis=1).is_unique  # nothing measured twice
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_tune_rounds_run_as_job_arrays(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "tune", cluster, "    tasks: 2\n    poll: 0.3\n", bundle)
@@ -133,6 +136,7 @@ def test_tune_rounds_run_as_job_arrays(tmp_path, cluster, bundle):
     assert state["rerun_all"] and len(state["chunks"]) == 2 and state["arrays"][0]["chunks"] == [0, 1]
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_slurm_values_reach_sbatch_quoted_and_a_task_without_python_ends_the_run(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "faults", cluster, "    tasks: 2\n    poll: 0.3\n", bundle)

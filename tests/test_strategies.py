@@ -169,6 +169,7 @@ def test_never_proposes_a_pruned_config_when_most_of_the_space_is_pruned(name, r
     assert sorted(configs_of(result.history)) == sorted(allowed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL)
 def test_finishes_the_space_without_repeats(name, recordings):
     rec = recordings[PRUNED_SHAPE]
@@ -778,6 +779,7 @@ def test_a_remeasure_round_moves_the_library_one_place_a_round_among_the_rotated
                                                                 for cfg in plans[sid][0]]
 
 
+@pytest.mark.slow
 def test_a_listed_round_writes_the_order_the_agent_measures_in_with_the_library_in_its_place(tmp_path):
     from harness import kernels
     from harness.build import BuildOptions

@@ -62,6 +62,7 @@ def measured_configs(ws):
     return [{k[4:]: int(v) for k, v in r.items() if k.startswith("cfg_") and v != ""} for r in rows]
 
 
+@pytest.mark.slow
 def test_a_strategy_from_a_folder_of_its_own_runs_a_tune_with_its_options(ws):
     log = ws.path / "proposed.jsonl"
     out = tune(ws, "--strategy", "mine", "--strategy-option", "log=%s" % log, "--strategy-option", "stride=2",
@@ -89,6 +90,7 @@ def test_help_lists_every_strategy_and_its_options_those_from_the_folder_include
     (("--strategy", "mine", "--strategy-option", "stride"), "--strategy-option 'stride': write NAME=VALUE"),
     (("--strategy", "exhaustive", "--strategy-option", "eta=3"), "strategy exhaustive has no option 'eta'; it takes no options"),
 ])
+@pytest.mark.slow
 def test_a_bad_strategy_option_is_one_line_and_exit_2_before_anything_is_built(ws, extra, words):
     proc = tune(ws, *extra, check=False)
     assert proc.returncode == 2, proc.stderr
@@ -98,6 +100,7 @@ def test_a_bad_strategy_option_is_one_line_and_exit_2_before_anything_is_built(w
     assert not (ws.path / "build").exists()
 
 
+@pytest.mark.slow
 def test_a_strategy_file_that_does_not_load_is_named_in_one_line(ws, tmp_path):
     (tmp_path / "plugins" / "broken.py").write_text("STRATEGY = 3\n")
     proc = tune(ws, "--strategy", "mine", check=False)

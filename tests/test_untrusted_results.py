@@ -12,6 +12,7 @@ import json
 import re
 
 import pandas as pd
+import pytest
 
 FORMULA = "=cmd|' /C calc'!A0"
 NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -65,6 +66,7 @@ def _add_box(ws):
                                           "  workdir: %s\n  ssh:\n%s" % (ws.path / "box", ws.sshd.target_ssh_yaml()))
 
 
+@pytest.mark.slow
 def test_hostile_remote_rows_are_set_aside_on_fetch_not_merged(workspace):
     ws = workspace
     _add_box(ws)
@@ -100,6 +102,7 @@ def test_hostile_remote_rows_are_set_aside_on_fetch_not_merged(workspace):
     _no_formula_cells(ws.path / "results/box/matmul", "set_aside.csv")  # results.csv stays the agent's data as written
 
 
+@pytest.mark.slow
 def test_hostile_local_results_are_counted_and_kept_on_disk(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32:fp16:NT", "--space", "space.yaml")
@@ -122,6 +125,7 @@ def test_hostile_local_results_are_counted_and_kept_on_disk(local_workspace):
     assert refused.returncode == 2 and "not a Triton tile config" in refused.stdout + refused.stderr
 
 
+@pytest.mark.slow
 def test_results_of_an_older_schema_without_host_read_with_it_empty(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")
@@ -135,6 +139,7 @@ def test_results_of_an_older_schema_without_host_read_with_it_empty(local_worksp
     assert _winners(ws, "local")["32x32x32_fp32_NN"]["variant_id"] in set(df["variant_id"])
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_results_is_one_line_with_file_and_line(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")

@@ -63,6 +63,7 @@ def test_default_is_a_budgeted_search_on_gpus_and_exhaustive_on_small_cpu_spaces
     assert default_for(CPU, small_cpu) == ("exhaustive", None)
 
 
+@pytest.mark.slow
 def test_first_round_of_a_big_shape_holds_the_persistent_tma_tile(tmp_path):
     name, budget = default_for(H200, MATMUL.space_for(H200))
     asked, _ = first_round(tmp_path, H200, ["4096x4096x4096:fp16", "16x4096x4096:fp16"], name, budget)
@@ -82,6 +83,7 @@ def test_first_round_of_a_big_shape_holds_the_persistent_tma_tile(tmp_path):
     assert not any(matches(c, dict(PERSISTENT_TILE, num_stages=3, GROUP_M=8)) for c, _ in session.asked[0])
 
 
+@pytest.mark.slow
 def test_nearest_tuned_winners_are_seeded(tmp_path):
     space = MATMUL.space_for(H200)
 
@@ -132,6 +134,7 @@ def test_seeds_respect_the_target():
     assert not any(c["PERSISTENT"] for c in MATMUL.seed_configs(shapes[0], bare))
 
 
+@pytest.mark.slow
 def test_the_deep_pipeline_seed_is_asked_only_where_its_stages_fit_shared_memory(tmp_path):
     # 9 stages of 64 x 128 x 64 tiles: 216 KiB of bf16 fit the H200's 227 KiB, fp32 ones do not
     h200 = Target(name="h200", backend="cuda", gpu_arch="90", multiprocessors=132, shared_mem_max=232448)
@@ -143,6 +146,7 @@ def test_the_deep_pipeline_seed_is_asked_only_where_its_stages_fit_shared_memory
     assert any(matches(c, dict(deep, num_stages=4)) for c, _ in single)  # the shallow one stays
 
 
+@pytest.mark.slow
 def test_decode_seeds_pipeline_as_deep_as_the_devices_shared_memory_holds(tmp_path):
     # fp16 stages of 16 x 64 x 256 take 40 KiB and of 64 x 64 x 128 32 KiB: sm90's 227 KiB hold 5 and 7
     # (the arch says so where the target names no shared_mem_max), a 99 KiB device 2 and 3

@@ -140,6 +140,7 @@ def test_a_kernel_source_that_cannot_be_imported_is_a_clear_error(tmp_path):
         compiler.specialization(WS, FEW_WAVES)
 
 
+@pytest.mark.slow
 def test_its_artifacts_run_through_the_gpu_agent(ws_build, monkeypatch):
     from tests.test_gpu_supervisor import options, run_agent
 

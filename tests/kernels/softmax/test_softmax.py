@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.conftest import needs
 
@@ -19,6 +20,9 @@ SHAPES = "8x100,33x257:fp16,64x64:bf16"
 IDS = ["8x100_fp32", "33x257_fp16", "64x64_bf16"]
 SPACE = "BLOCK_ROWS: [1, 4]\nVEC: [1, 8]\n"
 TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 2e-2}
+# the winners' re-measure runs (its rounds are tested with matmul, tests/test_cli_tune.py), in
+# its fewest rounds: the default's 3 x 5 of every shape were two thirds of these tunes
+FEW_REMEASURES = ("--top", "2", "--repeats", "2")
 
 
 def _results(ws, target):
@@ -40,10 +44,12 @@ def _assert_all_ok(ws, target):
     assert {(b["ROWS"], b["COLS"]) for b in best} == {(8, 100), (33, 257), (64, 64)}
 
 
+@pytest.mark.slow
 def test_tune_on_the_local_target_and_the_check_reads_the_declared_reference(local_workspace):
     ws = local_workspace
     (ws.path / "space.yaml").write_text(SPACE)
-    ws.harness("tune", "softmax", "--target", "local", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3")
+    ws.harness("tune", "softmax", "--target", "local", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3",
+               *FEW_REMEASURES)
     _assert_all_ok(ws, "local")
     manifest = json.loads((ws.path / "build/local/softmax/manifest.json").read_text())
     shape = next(s for s in manifest["shapes"] if s["id"] == "33x257_fp16")
@@ -82,11 +88,13 @@ def test_shapes_are_written_as_the_kernel_declares_them(local_workspace):
     assert proc.returncode == 2 and "bad shape" in proc.stderr
 
 
+@pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_tune_on_the_emulated_rvv_board_over_ssh(workspace):
     ws = workspace
     (ws.path / "space.yaml").write_text(SPACE)
-    ws.harness("tune", "softmax", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3")
+    ws.harness("tune", "softmax", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3",
+               *FEW_REMEASURES)
     manifest = json.loads((ws.path / "build/rv/softmax/manifest.json").read_text())
     assert manifest["target"]["vlen"] == 256
     assert (ws.path / "remote-rv/results/rv/softmax/results.csv").exists()  # measured on the remote side
@@ -111,6 +119,7 @@ GPU_TARGET = ("h200:\n  backend: cuda\n  arch: x86_64\n  gpu_arch: 90\n  shared_
 GPU_SPACE = "BLOCK_ROWS: [1, 4]\nBLOCK_COLS: [256]\nnum_warps: [4]\nnum_stages: [1]\n"
 
 
+@pytest.mark.slow
 def test_builds_for_an_sm90_gpu_from_this_folder_with_its_device_plugin(local_workspace):
     """The GPU bundle (Triton compiles for sm90 here, no GPU needed) carries the folder's Triton
     kernel, its reference kernel and its device plug-in, and asks for its library."""
@@ -171,6 +180,7 @@ def test_the_triton_kernels_in_the_interpreter_agree_with_numpy(tmp_path):
     assert kernel_err < 1e-6 and reference_err < 1e-6
 
 
+@pytest.mark.slow
 def test_tunes_on_the_cpu_stand_in_gpu_with_its_plugin_checking_its_reference(local_workspace):
     """The GPU path end to end on this machine: the sm90 bundle built from this folder, run by
     the real GPU agent with the CPU stand-in in the driver's place (standin.py, here): the device
