@@ -26,8 +26,8 @@ import sys
 
 DEFAULT_SHAPES = ["4096x7168x16384", "4096x4096x7168", "1024x7168x16384", "4096x2112x7168", "4096x24576x1536",
                   "4096x7168x2048", "16x10240x5120"]
-# round 1's two best (now with the scales prefetched a step ahead), with OVERLAP (o), ORDERED (p)
-# and both, and the 192-row tile (three consumers)
+# the two plain tiles that did best (controls), with OVERLAP (o), ORDERED (p) and both, and the
+# 192-row tile (three consumers)
 DEFAULT_VARIANTS = ["128x128x6x8", "128x192x4x8", "128x128x6x8o", "128x128x6x8p", "128x128x6x8op", "128x192x4x8o",
                     "128x192x4x8op", "192x128x4x8", "192x128x4x8op"]
 DECODE_VARIANTS = ["64x64x6x1", "64x80x6x1", "64x80x6x1o", "64x128x6x1"]  # M < 512: one wave of 64-row tiles
