@@ -107,3 +107,54 @@ def test_gpu_compiles_reused_across_projects_and_missed_on_another_toolchain(tmp
     # the same toolchain in yet another folder: reused
     again = TritonGpuCompiler(kernel, target, tmp_path / "e").compile(config, shapes[1], 120.0)
     assert again.reused and again.launch["entry"] == a.launch["entry"]
+
+
+HELPER = '''
+import triton
+
+
+@triton.jit
+def bump(x):
+    return x + %d
+'''
+
+KERNEL = '''
+import triton
+import triton.language as tl
+
+from .helper import bump
+
+ARGS = ["x_ptr"]
+CONSTEXPRS = ["BLOCK"]
+
+
+@triton.jit
+def kern(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, bump(tl.load(x_ptr + offs)))
+'''
+
+
+def test_an_edit_of_a_helper_the_kernel_calls_from_another_module_makes_new_artifacts(tmp_path, monkeypatch):
+    """The artifacts' digests start with the kernel's source hash: an edit of a JIT function it
+    calls from another module (the block-scaled kernels' shared epilogue, say) must change it, or
+    the compile cache would hand back artifacts built from the old helper."""
+    pytest.importorskip("triton")
+    import sys
+
+    from harness.compile.triton_gpu import KernelSource
+
+    pkg = tmp_path / "cachekern"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kern.py").write_text(KERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def source_hash(step):
+        (pkg / "helper.py").write_text(HELPER % step)
+        for name in ("cachekern.kern", "cachekern.helper", "cachekern"):
+            sys.modules.pop(name, None)
+        return KernelSource("cachekern.kern:kern").source_hash.hexdigest()
+
+    assert source_hash(1) == source_hash(1)  # the same sources: the same key
+    assert source_hash(1) != source_hash(2)

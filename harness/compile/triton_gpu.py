@@ -402,8 +402,11 @@ class KernelSource:
     def __init__(self, spec: str):
         self.module_name, self.fn_name = spec.split(":")
         self.module = importlib.import_module(self.module_name)
+        fn = getattr(self.module, self.fn_name)
         text = Path(inspect.getsourcefile(self.module)).read_text()
-        self.source_hash = hashlib.sha256(text.encode() + b"\0")  # every digest of its artifacts starts so
+        # every digest of its artifacts starts so: the module's text, and Triton's key of the function,
+        # which covers the JIT functions it calls from other modules (a shared epilogue, tile order)
+        self.source_hash = hashlib.sha256(text.encode() + b"\0" + fn.cache_key.encode() + b"\0")
         self.args = list(_module_attr(self.module, "ARGS"))
         self.constexpr_names = tuple(_module_attr(self.module, "CONSTEXPRS"))
         self.optional_constexprs = dict(_module_attr(self.module, "OPTIONAL_CONSTEXPRS", {}))
@@ -411,7 +414,7 @@ class KernelSource:
         self.descriptor_args = tuple(_module_attr(self.module, "DESCRIPTOR_ARGS", ()))  # tensordesc or None
         self.fixed = dict(getattr(self.module, "FIXED", {}))
         self.language = getattr(self.module, "LANGUAGE", "triton")
-        self.takes = set(getattr(self.module, self.fn_name).arg_names)  # EVEN_K, IEEE, A_T ... where it has them
+        self.takes = set(fn.arg_names)  # EVEN_K, IEEE, A_T ... where it has them
 
 
 _locks_lock = threading.Lock()
