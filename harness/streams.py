@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
 from .strategies.base import Trial, prepare_problems
-from .strategies.driver import (PENDING, STOP_BUDGET, STOP_FINISHED, STOP_TIME, _evaluations_that_fit, _tell,
+from .strategies.driver import (PENDING, STOP_FINISHED, STOP_TIME, _evaluations_that_fit, _tell, batch_limit,
                                 ShapeSearch)
 
 AHEAD_MIN = 2  # batches in flight per shape at least: one measured while the next is built
@@ -178,14 +178,9 @@ def _ask(st: ShapeStream, space: dict, budget, time_limit, ahead, elapsed: float
     if time_limit is not None and not stats.told:
         room = 1  # nothing is known of the pace yet
     while s.stopped is None and len(st.flights) < room and (most is None or asked < most):
-        limit = s.strategy.batch_size
-        if budget is not None:
-            left = budget - len(s.history) - len(s.pending)
-            if left <= 0:
-                if not s.pending:
-                    s.stopped = STOP_BUDGET
-                return asked
-            limit = min(limit, left)
+        limit = batch_limit(s, budget)
+        if not limit:
+            return asked
         if time_limit is not None and stats.told:
             done = sum(len(x.search.new) for x in streams.values())
             fit = _evaluations_that_fit(elapsed, time_limit, done)

@@ -170,15 +170,9 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
             if stop is not None and stop(s.history):
                 s.stopped = STOP_REQUESTED
                 continue
-            limit = s.strategy.batch_size
-            if budget is not None:
-                left = budget - len(s.history) - len(s.pending)
-                if left <= 0:
-                    if not s.pending:
-                        s.stopped = STOP_BUDGET
-                    continue
-                limit = min(limit, left)
-            limits.append((s, limit))
+            limit = batch_limit(s, budget)
+            if limit:
+                limits.append((s, limit))
         if limits and time_limit is not None and number:  # the first round always runs
             fit = _evaluations_that_fit(clock() - start, time_limit, sum(len(s.new) for s in searches))
             if fit is not None:
@@ -240,6 +234,21 @@ def _tell(group, results_per_ask, space) -> None:
         s.round_sizes.append(len(trials))
         if not trials:
             s.stopped = STOP_NO_RESULTS
+
+
+def batch_limit(s, budget: Optional[int]) -> int:
+    """How many configs search ``s`` may ask next: its batch size, cut to what is left of
+    ``budget`` (its history and its pending asks count). 0 once the budget is spent; then, with
+    nothing pending either, the search stops with STOP_BUDGET."""
+    limit = s.strategy.batch_size
+    if budget is None:
+        return limit
+    left = budget - len(s.history) - len(s.pending)
+    if left <= 0:
+        if not s.pending:
+            s.stopped = STOP_BUDGET
+        return 0
+    return min(limit, left)
 
 
 def _evaluations_that_fit(elapsed: float, time_limit: float, done: int) -> Optional[int]:
