@@ -142,10 +142,19 @@ def _one_tile(a_ptr, b_ptr, c_ptr, ws_ptr, lock_ptr, M, N, K,
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
         ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    _store_or_split(acc, c_ptrs, ws_ptrs, mask, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, stride_cn, pid, pid_k,
+                    pid_m, pid_n, BLOCK_M, BLOCK_N, SPLIT_K)
+
+
+@triton.jit
+def _store_or_split(acc, c_ptrs, ws_ptrs, mask, c_ptr, ws_ptr, lock_ptr, M, N, stride_cm, stride_cn, pid, pid_k,
+                    pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
+    """A tile's epilogue: ``acc`` into C (``c_ptrs``) in C's type, or with SPLIT_K > 1 this split's
+    fp32 partial into its own slice of the workspace (``ws_ptrs``); the split that arrives last
+    sums them (``_reduce_splits``) and resets the tile's counter for the next launch."""
     if SPLIT_K == 1:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
     else:
-        # this split's partial into its own slice of the workspace; the last to arrive reduces
         tl.store(ws_ptrs + pid_k.to(tl.int64) * M * N, acc, mask=mask)
         tl.debug_barrier()  # every thread's partial is written before the counter is bumped
         arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
