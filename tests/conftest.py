@@ -16,6 +16,10 @@ QEMU_RV = "qemu-riscv64 -cpu rv64,v=true,vlen=256,vext_spec=v1.0"
 # two register tiles x two widths of the packed CPU matmul, none pruned by registers on AVX-512, NEON or
 # RVV 256 (NR: a multiple of every ISA's fp32 lanes; MR small enough for 8 NEON vectors a row)
 SMALL_SPACE = "MR: [1, 2]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
+# `harness run` options for tests that check answers, statuses and the flow, not times: once its
+# --iters samples are in, a job stops sampling (the default keeps sampling up to 0.75 s a job for a
+# steady minimum, which under qemu is most of such a test's time)
+ANSWERS_ONLY = ("--max-time", "0.01")
 # the compile cache kept across tunes (harness.compile.cache): never the user's, and one per
 # test below, so that a test's fresh project compiles what it builds
 os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")

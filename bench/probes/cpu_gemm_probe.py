@@ -8,6 +8,10 @@ OPENBLAS_NUM_THREADS=1 on the same core into a preallocated ``out=``, minimum ov
 
     python3 bench/probes/cpu_gemm_probe.py --shapes 16x4096x4096,128x128x128 \
         --config MR=14,NR=32,KC=256,MC=128,NC=1024,PACK_B=1 [--config ...] [--core 1]
+
+A config may end in @FLAG to compile it with FLAG in place of the toolchain's -O3 (for example
+`...,PACK_B=1@-O2`): the same config at two optimization levels, timed side by side; the compile's
+seconds (user + system, of its process) are printed with each config.
 """
 
 from __future__ import annotations
@@ -130,13 +134,19 @@ def main() -> int:
     comp = CppCompiler(kernel, target, tmp)
     (tmp / "driver.cpp").write_text(DRIVER)
     exes = []
+    compile_s = []
     for i, text in enumerate(args.config):
+        text, _, opt = text.partition("@")
         cfg = parse_config(text)
         src = tmp / ("k%d.cpp" % i)
         src.write_text(comp.render_kernel(cfg, "fp32"))
         exe = tmp / ("k%d" % i)
-        subprocess.run(comp.tc.cxx + comp.tc.flags + ["-I", str(REPO / "templates" / "cpu"), str(src),
-                                                      str(tmp / "driver.cpp"), "-o", str(exe)], check=True)
+        flags = [g for f in comp.tc.flags for g in (opt.split() if (f == "-O3" and opt) else [f])]
+        before = os.times()
+        subprocess.run(comp.tc.cxx + flags + ["-I", str(REPO / "templates" / "cpu"), str(src),
+                                              str(tmp / "driver.cpp"), "-o", str(exe)], check=True)
+        after = os.times()
+        compile_s.append((after.children_user - before.children_user) + (after.children_system - before.children_system))
         exes.append((cfg, exe))
     for shape in args.shapes.split(","):
         dims, _, layout = shape.partition(":")
@@ -178,7 +188,9 @@ def main() -> int:
             line += " || best allowed: config %d, %.2fx" % (i, gf / np_gf)
         print(line, flush=True)
     for i, (cfg, _) in enumerate(exes):
-        print("config %d: %s" % (i, ",".join("%s=%d" % kv for kv in cfg.items())))
+        print("config %d: %s%s, compiled in %.2f s" % (i, ",".join("%s=%d" % kv for kv in cfg.items()),
+                                                      " @" + args.config[i].partition("@")[2] if "@" in args.config[i] else "",
+                                                      compile_s[i]))
     return 0
 
 
