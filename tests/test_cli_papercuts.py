@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, needs
+from tests.conftest import ANSWERS_ONLY, REPO, needs
 
 ONE_CONFIG = "MR: [1]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 
@@ -127,12 +127,12 @@ def test_push_builds_from_last_build_and_run_remote_takes_the_pushed_target(work
     assert "0 compiled, 2 cached" in again
     assert "0 files sent" in ws.harness("push", "rv").stdout
     # --remote alone: the last pushed target (rv, not local, the last built one before the push)
-    out = _no_traceback(ws.harness("run", "--remote", "--iters", "2")).stdout
+    out = _no_traceback(ws.harness("run", "--remote", "--iters", "2", *ANSWERS_ONLY)).stdout
     assert "results on rv:" in out
     rows = (ws.path / "remote-rv/results/rv/matmul/results.csv").read_text().splitlines()
     assert len(rows) == 3  # header + 2 variants
     # --remote NAME still works, with options on either side
-    out = _no_traceback(ws.harness("run", "--iters", "2", "--remote", "rv", "--all")).stdout
+    out = _no_traceback(ws.harness("run", "--iters", "2", "--remote", "rv", "--all", *ANSWERS_ONLY)).stdout
     assert "results on rv:" in out
     assert len((ws.path / "remote-rv/results/rv/matmul/results.csv").read_text().splitlines()) == 5
     # report without a name: the last run's target

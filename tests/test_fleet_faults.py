@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import ANSWERS_ONLY, REPO
 from tests.sshd import make_server
 
 NATIVE = "  arch: native\n  profiler: wallclock\n"
@@ -236,7 +236,7 @@ def test_hostile_target_fields_execute_nothing(workspace, tmp_path):
     _add_box(ws, "'%s'" % str(evil_dir).replace("'", "''"))
     ws.harness("build", "matmul", "--target", "box", "--shapes", "32x32x32", "--space", "space.yaml")
     ws.harness("push", "box")
-    ws.harness("run", "--remote", "box", "--iters", "2")
+    ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY)
     ws.harness("report", "--target", "box")
     assert (evil_dir / "results/box/matmul/results.csv").exists()  # the odd folder was used as is
     assert not canary.exists() and not Path("INJECTED").exists()
@@ -252,5 +252,5 @@ def test_run_under_is_split_not_shelled(local_workspace, tmp_path):
     (ws.path / "targets.yaml").write_text("odd:\n" + NATIVE + "  run_under: env X=1;touch %s $(touch %s)\n"
                                           % (canary, canary))
     ws.harness("build", "matmul", "--target", "odd", "--shapes", "32x32x32", "--space", "space.yaml")
-    ws.harness("run", "--iters", "2")
+    ws.harness("run", "--iters", "2", *ANSWERS_ONLY)
     assert not canary.exists()

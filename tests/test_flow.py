@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from tests.conftest import needs
+from tests.conftest import ANSWERS_ONLY, needs
 
 SHAPES = "32x32x32,48x40x64:fp16"
 
@@ -29,7 +29,7 @@ def _assert_best_ok(ws, target, shapes):
 def test_local_target_native(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", SHAPES, "--space", "space.yaml")
-    ws.harness("run", "--iters", "5")
+    ws.harness("run", "--iters", "5", *ANSWERS_ONLY)
     out = ws.harness("report").stdout
     assert "best config per shape" in out
     _assert_best_ok(ws, "local", ["32x32x32_fp32_NN", "48x40x64_fp16_NN"])
@@ -49,7 +49,7 @@ def test_riscv_rvv_board_over_ssh(workspace):
     assert manifest["target"]["vlen"] == 256 and "-riscv-v-vector-bits-min=256" in manifest["toolchain"]["flags"]
     out = ws.harness("push", "rv").stdout
     assert "files sent" in out
-    ws.harness("run", "--remote", "rv", "--iters", "5")
+    ws.harness("run", "--remote", "rv", "--iters", "5", *ANSWERS_ONLY)
     assert (ws.path / "remote-rv/results/rv/matmul/results.csv").exists()  # written on the remote side
     assert not (ws.path / "results/rv/matmul/results.csv").exists()
     ws.harness("report")  # fetches
@@ -62,7 +62,7 @@ def test_aarch64_board_over_ssh_with_tune(workspace):
     ws = workspace
     # the flow, not the timing, is under test here: short jobs, two re-measure rounds
     ws.harness("tune", "matmul", "--target", "arm", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "5",
-               "--max-time", "0.1", "--repeats", "2")
+               *ANSWERS_ONLY, "--repeats", "2")
     _assert_best_ok(ws, "arm", ["32x32x32_fp32_NN", "48x40x64_fp16_NN"])
 
 
@@ -103,6 +103,6 @@ def test_openmp_launcher_walks_the_grid_in_threads_on_rvv(local_workspace):
     ws.harness("build", "matmul", "--target", "rvomp", "--shapes", "128x96x64", "--space", "space.yaml")
     launcher = next((ws.path / "build/rvomp/matmul/objs").glob("launcher-*.cpp")).read_text()
     assert "#pragma omp parallel for" in launcher and "num_threads(4)" in launcher
-    ws.harness("run", "--iters", "2")
+    ws.harness("run", "--iters", "2", *ANSWERS_ONLY)
     df = _results(ws, "rvomp")
     assert set(df.status) == {"ok"} and len(df) == 4

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from remote_agent import safetar
-from tests.conftest import REPO, SMALL_SPACE, Workspace
+from tests.conftest import ANSWERS_ONLY, REPO, SMALL_SPACE, Workspace
 from tests.sshd import make_server
 
 BOX = "  arch: native\n  profiler: wallclock\n"
@@ -178,7 +178,7 @@ def test_a_push_onto_a_full_disk_says_so_and_leaves_nothing_taken_for_done(tmp_p
     filler.unlink()
     pushed = ws.harness("push", "box").stdout
     assert "0 files sent" not in pushed and "files sent" in pushed
-    ws.harness("run", "--remote", "box", "--iters", "2")
+    ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY)
     status = ws.harness("status", "box")
     assert "finished (exit 0)" in status.stdout and "4 rows" in status.stdout
 
@@ -211,9 +211,9 @@ def test_an_agent_started_on_a_full_disk_says_so_and_runs_once_there_is_room(tmp
     ws = _box(tmp_path, sshd, tiny_disk / "w")
     ws.harness("push", "box")
     filler = _fill(tiny_disk, 8 * 1024)
-    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", check=False), "disk full on", "8192 bytes free")
+    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY, check=False), "disk full on", "8192 bytes free")
     filler.unlink()
-    ws.harness("run", "--remote", "box", "--iters", "2")  # on main: EOFError, marshal data too short
+    ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY)  # on main: EOFError, marshal data too short
     assert "finished (exit 0)" in ws.harness("status", "box").stdout
     assert not list((tiny_disk / "w" / "agent").rglob("*.pyc"))
 
@@ -226,18 +226,18 @@ def test_the_agent_refuses_a_push_that_did_not_finish_and_agent_code_changed_sin
     marker = next(bundle.glob(".pushed-*"))
     agent_file = tmp_path / "w/agent/remote_agent/stats.py"
     agent_file.write_text(agent_file.read_text() + "\n# changed on the remote\n")
-    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", check=False), "remote_agent/stats.py",
+    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY, check=False), "remote_agent/stats.py",
                     "not the one pushed")
     marker.unlink()  # as if the push had stopped before its last file
-    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", check=False), "not a whole push")
+    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY, check=False), "not a whole push")
     ws.harness("push", "box")
     data = next((bundle / "data").iterdir())
     data.write_bytes(b"\0" * data.stat().st_size)  # same size, other bytes
-    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", check=False), data.name,
+    _one_line_error(ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY, check=False), data.name,
                     "does not match its sha256")
     assert not (tmp_path / "w/results/box/matmul/results.csv").exists()
     assert "1 files sent" in ws.harness("push", "box").stdout  # the damaged file was set aside
-    ws.harness("run", "--remote", "box", "--iters", "2")
+    ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY)
     assert "finished (exit 0)" in ws.harness("status", "box").stdout
 
 

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import pytest
 
-from tests.conftest import QEMU_RV, Workspace, needs
+from tests.conftest import ANSWERS_ONLY, QEMU_RV, Workspace, needs
 from tests.slurm import make_cluster
 
 needs_slurm = needs("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "qemu-riscv64", "clang")
@@ -67,7 +67,7 @@ def _run_state(ws) -> dict:
 def test_job_array_results_equal_a_plain_ssh_run(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "cluster", cluster, "    tasks: 3\n    time: '5'\n    poll: 0.3\n", bundle)
     assert "files sent" in ws.harness("push", "rv").stdout
-    ws.harness("run", "--remote", "rv", "--iters", "2")
+    ws.harness("run", "--remote", "rv", "--iters", "2", *ANSWERS_ONLY)
     state = _run_state(ws)
     assert state["arrays"][0]["chunks"] == [0, 1, 2] and len(state["arrays"]) == 1  # 3 tasks, none again
     ws.harness("report", "--target", "rv")
@@ -79,7 +79,7 @@ def test_job_array_results_equal_a_plain_ssh_run(tmp_path, cluster, bundle):
 
     plain = _workspace(tmp_path / "plain", cluster, bundle=bundle)  # the same bundle over plain SSH
     plain.harness("push", "rv")
-    plain.harness("run", "--remote", "rv", "--iters", "2")
+    plain.harness("run", "--remote", "rv", "--iters", "2", *ANSWERS_ONLY)
     plain.harness("report", "--target", "rv")
     over_ssh = _results(plain)
 
@@ -129,7 +129,7 @@ def test_a_task_cancelled_mid_run_is_submitted_again_and_nothing_is_lost(tmp_pat
 def test_tune_rounds_run_as_job_arrays(tmp_path, cluster, bundle):
     ws = _workspace(tmp_path / "tune", cluster, "    tasks: 2\n    poll: 0.3\n", bundle)
     ws.harness("tune", "matmul", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml", "--strategy",
-               "random", "--budget", "2", "--batch-size", "2", "--top", "0", "--iters", "2")
+               "random", "--budget", "2", "--batch-size", "2", "--top", "0", "--iters", "2", *ANSWERS_ONLY)
     df = _results(ws)
     assert len(df) == 4 and set(df.status) == {"ok"} and df.shape_id.nunique() == 2
     state = _run_state(ws)  # the round's configs, measured anew (--all), in an array of 2 tasks

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import needs
+from tests.conftest import ANSWERS_ONLY, needs
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -49,7 +49,7 @@ def test_tune_on_the_local_target_and_the_check_reads_the_declared_reference(loc
     ws = local_workspace
     (ws.path / "space.yaml").write_text(SPACE)
     ws.harness("tune", "softmax", "--target", "local", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3",
-               *FEW_REMEASURES)
+               *FEW_REMEASURES, *ANSWERS_ONLY)
     _assert_all_ok(ws, "local")
     manifest = json.loads((ws.path / "build/local/softmax/manifest.json").read_text())
     shape = next(s for s in manifest["shapes"] if s["id"] == "33x257_fp16")
@@ -71,7 +71,7 @@ def test_tune_on_the_local_target_and_the_check_reads_the_declared_reference(loc
             s["sha256"]["ref"] = hashlib.sha256(ref_file.read_bytes()).hexdigest()
     manifest_path.write_text(json.dumps(doubled))
     (ws.path / "results/local/softmax/results.csv").unlink()
-    ws.harness("run", "--iters", "2")
+    ws.harness("run", "--iters", "2", *ANSWERS_ONLY)
     df = _results(ws, "local")
     bad = df[(df.shape_id == "33x257_fp16") & (df.status != "pruned")]
     assert len(bad) and set(bad.status) == {"wrong_answer"} and (bad.rel_err > 0.4).all()
@@ -94,7 +94,7 @@ def test_tune_on_the_emulated_rvv_board_over_ssh(workspace):
     ws = workspace
     (ws.path / "space.yaml").write_text(SPACE)
     ws.harness("tune", "softmax", "--target", "rv", "--shapes", SHAPES, "--space", "space.yaml", "--iters", "3",
-               *FEW_REMEASURES)
+               *FEW_REMEASURES, *ANSWERS_ONLY)
     manifest = json.loads((ws.path / "build/rv/softmax/manifest.json").read_text())
     assert manifest["target"]["vlen"] == 256
     assert (ws.path / "remote-rv/results/rv/softmax/results.csv").exists()  # measured on the remote side
