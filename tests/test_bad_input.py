@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from tests.conftest import ANSWERS_ONLY
 
 
 def _one_line_error(proc, *needles):
@@ -93,7 +94,7 @@ def test_unknown_host_key_is_refused(workspace, tmp_path):
 def test_bad_input_loses_no_results(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")
-    ws.harness("run", "--iters", "2")
+    ws.harness("run", "--iters", "2", *ANSWERS_ONLY)
     results = ws.path / "results/local/matmul/results.csv"
     before = results.read_bytes()
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32", check=False)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from harness.report import aiter_csv
-from tests.conftest import Workspace
+from tests.conftest import ANSWERS_ONLY, Workspace
 from tests.test_shapes_sources import gemm_line
 
 TARGET = "native-qemu-free"  # this machine, wall-clock timing
@@ -35,7 +35,7 @@ def ws(tmp_path_factory):
     out = w.harness("build", "matmul", "--target", TARGET, "--shapes-file", "gemms.log", "--thr", "1",
                     "--summary", "workload.csv", "--space", "space.yaml", "--library")
     w.build_out = out.stdout + out.stderr
-    w.harness("run", "--iters", "3", "--warmup", "1")
+    w.harness("run", "--iters", "3", "--warmup", "1", *ANSWERS_ONLY)
     return w
 
 

@@ -18,7 +18,7 @@ from harness.strategies import get_strategy, key, pruning_predicate, tune_rounds
 from harness.strategies.winner import MIN_RESOLUTION
 from harness.targets import Target
 from remote_agent import contract
-from tests.conftest import Workspace, needs
+from tests.conftest import ANSWERS_ONLY, Workspace, needs
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = REPO / "tests" / "data" / "cpu_fullspace" / "matmul_local_x86_64.csv"
@@ -215,7 +215,7 @@ def test_without_strategy_a_big_space_gets_the_budgeted_default(ws):
     (ws.path / "big.yaml").write_text("MR: [1, 2, 4, 6, 8, 12]\nNR: [16, 32, 48, 64]\nKC: [64, 128, 256]\n"
                                       "MC: [16, 32, 64]\nNC: [64, 128, 256]\nPACK_B: [1, 0]\n")  # 1296 configs
     out = ws.harness("tune", "matmul", "--target", TARGET, "--space", "big.yaml", "--shapes", "40x24x32",
-                     "--iters", "2", "--warmup", "1", "--budget", "2", "--top", "0").stdout
+                     "--iters", "2", "--warmup", "1", "--budget", "2", "--top", "0", *ANSWERS_ONLY).stdout
     assert "effort default: strategy genetic, --budget 2 per shape" in out and "search: genetic" in out
     assert len([r for r in rows(ws) if r["shape_id"] == "40x24x32_fp32_NN"]) == 2
 
@@ -241,7 +241,7 @@ def test_bayes_search_on_an_emulated_board_over_ssh(workspace):
     (ws.path / "search.yaml").write_text(SPACE)
     out = ws.harness("tune", "matmul", "--target", "arm", "--shapes", "32x32x32", "--space", "search.yaml",
                      "--strategy", "bayes", "--budget", "3", "--batch-size", "3", "--iters", "2", "--top", "0",
-                     "--library").stdout
+                     "--library", *ANSWERS_ONLY).stdout
     assert "search: bayes, 1 rounds" in out
     remote = ws.path / "remote-arm"
     pushed = list((remote / "bundles" / "arm" / "matmul" / "artifacts").glob("*.elf"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.compile import cache
-from tests.conftest import Workspace
+from tests.conftest import ANSWERS_ONLY, Workspace
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = "native-qemu-free"
@@ -19,7 +19,7 @@ TWO = "MR: [1, 2]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 def tune(ws: Workspace, *extra):
     return ws.harness("tune", "matmul", "--target", TARGET, "--space", "space.yaml", "--shapes", "32x16x32",
                       "--strategy", "exhaustive", "--budget", "2", "--iters", "2", "--warmup", "1", "--top", "0",
-                      *extra).stdout
+                      *ANSWERS_ONLY, *extra).stdout
 
 
 def project(path: Path, cache_dir) -> Workspace:

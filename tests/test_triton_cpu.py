@@ -20,7 +20,7 @@ import pytest
 from harness.compile import ir_import
 from harness.compile.triton_cpu import IrElfBuilder, render_launcher, triton_cpu_status
 from harness.targets import Target
-from tests.conftest import QEMU_RV, REPO, needs
+from tests.conftest import ANSWERS_ONLY, QEMU_RV, REPO, needs
 
 DATA = REPO / "tests" / "data" / "triton_cpu"
 CONFIGS = [(8, 16, 8, 4), (16, 8, 16, 1), (4, 16, 16, 1)]  # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M
@@ -101,7 +101,7 @@ def test_imported_ir_whole_flow_on_the_rvv_board_over_ssh(workspace, ir_root):
     assert all("stride_ak = 1" in p["why"] for p in manifest["pruned"])
 
     ws.harness("push", "rv")
-    ws.harness("run", "--remote", "rv", "--iters", "3", "--warmup", "1")
+    ws.harness("run", "--remote", "rv", "--iters", "3", "--warmup", "1", *ANSWERS_ONLY)
     report = ws.harness("report").stdout
     df = pd.read_csv(ws.path / "results/rv/matmul/results.csv")
     measured = df[df.shape_id != "32x32x32_fp32_TN"]

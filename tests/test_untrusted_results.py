@@ -14,6 +14,8 @@ import re
 import pandas as pd
 import pytest
 
+from tests.conftest import ANSWERS_ONLY
+
 FORMULA = "=cmd|' /C calc'!A0"
 NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -72,7 +74,7 @@ def test_hostile_remote_rows_are_set_aside_on_fetch_not_merged(workspace):
     _add_box(ws)
     ws.harness("build", "matmul", "--target", "box", "--shapes", "32x32x32:fp32:NT", "--space", "space.yaml")
     ws.harness("push", "box")
-    ws.harness("run", "--remote", "box", "--iters", "2")
+    ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY)
     remote = ws.path / "box/results/box/matmul/results.csv"
     header, rows = _read(remote)
     built = {r["variant_id"] for r in rows}
@@ -106,7 +108,7 @@ def test_hostile_remote_rows_are_set_aside_on_fetch_not_merged(workspace):
 def test_hostile_local_results_are_counted_and_kept_on_disk(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32:fp16:NT", "--space", "space.yaml")
-    ws.harness("run", "--iters", "2")
+    ws.harness("run", "--iters", "2", *ANSWERS_ONLY)
     path = ws.path / "results/local/matmul/results.csv"
     header, rows = _read(path)
     path.write_text(path.read_text() + _hostile_lines(header, rows[0]))
@@ -129,7 +131,7 @@ def test_hostile_local_results_are_counted_and_kept_on_disk(local_workspace):
 def test_results_of_an_older_schema_without_host_read_with_it_empty(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")
-    ws.harness("run", "--iters", "2")
+    ws.harness("run", "--iters", "2", *ANSWERS_ONLY)
     path = ws.path / "results/local/matmul/results.csv"
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     df.drop(columns=["host", "agent_version", "artifact_sha256", "preempted"]).to_csv(path, index=False)
@@ -143,7 +145,7 @@ def test_results_of_an_older_schema_without_host_read_with_it_empty(local_worksp
 def test_a_file_that_is_not_results_is_one_line_with_file_and_line(local_workspace):
     ws = local_workspace
     ws.harness("build", "matmul", "--target", "local", "--shapes", "32x32x32", "--space", "space.yaml")
-    ws.harness("run", "--iters", "2")
+    ws.harness("run", "--iters", "2", *ANSWERS_ONLY)
     path = ws.path / "results/local/matmul/results.csv"
     before = path.read_text()
     path.write_text(before.replace(",status,", ",state,", 1))
