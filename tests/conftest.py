@@ -20,15 +20,25 @@ SMALL_SPACE = "MR: [1, 2]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [
 # --iters samples are in, a job stops sampling (the default keeps sampling up to 0.75 s a job for a
 # steady minimum, which under qemu is most of such a test's time)
 ANSWERS_ONLY = ("--max-time", "0.01")
-# the compile cache kept across tunes (harness.compile.cache): never the user's, and one per
-# test below, so that a test's fresh project compiles what it builds
-os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
-atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], True)
+# The compile cache kept across tunes (harness.compile.cache): never the user's, and one for the
+# whole run, every xdist worker included (the controller makes it, the workers inherit the
+# variable), so that a test's build reuses what an earlier test compiled from the same source,
+# flags and toolchain, as a user's second project does: about half the suite's compiles were the
+# same artifact again. A test that counts compiles or reuses takes a cache of its own with the
+# `fresh_compile_cache` marker.
+if "HARNESS_TEST_COMPILE_CACHE" not in os.environ:
+    os.environ["HARNESS_TEST_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="harness-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["HARNESS_TEST_COMPILE_CACHE"], True)
+os.environ["HARNESS_CACHE_DIR"] = os.environ["HARNESS_TEST_COMPILE_CACHE"]
 
 
 @pytest.fixture(autouse=True)
-def own_compile_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "compile-cache"))
+def compile_cache(request, tmp_path, monkeypatch):
+    """The run's shared compile cache, or (marker ``fresh_compile_cache``) an empty one of the test's own."""
+    if request.node.get_closest_marker("fresh_compile_cache"):
+        monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "compile-cache"))
+    else:
+        monkeypatch.setenv("HARNESS_CACHE_DIR", os.environ["HARNESS_TEST_COMPILE_CACHE"])
 
 
 @pytest.fixture(scope="session")

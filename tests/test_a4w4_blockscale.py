@@ -338,6 +338,7 @@ def test_triton_json_reads_back_the_way_aiter_reads_it_for_every_m(tmp_path):
 
 
 # ---- the gfx950 check of a tune's configs ------------------------------------------------------
+@pytest.mark.fresh_compile_cache
 def test_gfx950_check_compiles_the_configs_a_tune_measured(tmp_path, capsys):
     pytest.importorskip("triton")
     from harness.kernels.a4w4_blockscale import gfx950_check

@@ -110,6 +110,7 @@ def test_run_remote_needs_a_push_or_a_name(local_workspace):
     _one_line_error(local_workspace.harness("run", "local", check=False), "add --remote", "--target local")
 
 
+@pytest.mark.fresh_compile_cache
 @pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_push_builds_from_last_build_and_run_remote_takes_the_pushed_target(workspace):
@@ -215,6 +216,7 @@ def _base_venv(dest: Path, leave_out=("optuna",)) -> Path:
     return dest / "bin" / "python"
 
 
+@pytest.mark.fresh_compile_cache
 @pytest.mark.slow
 def test_missing_triton_and_optuna_in_a_venv_without_them(local_workspace, tmp_path):
     ws = local_workspace

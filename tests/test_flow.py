@@ -66,6 +66,7 @@ def test_aarch64_board_over_ssh_with_tune(workspace):
     _assert_best_ok(ws, "arm", ["32x32x32_fp32_NN", "48x40x64_fp16_NN"])
 
 
+@pytest.mark.fresh_compile_cache
 @pytest.mark.slow
 @needs("qemu-riscv64", "clang")
 def test_rebuild_compiles_nothing_and_repush_sends_nothing(workspace):

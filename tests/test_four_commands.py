@@ -36,6 +36,7 @@ SHAPES = "32x32x32,48x40x64:fp16"
 SPACE = "MR: [1, 2]\nNR: [16]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1]\n"
 
 
+@pytest.mark.fresh_compile_cache
 @pytest.mark.slow
 @needs("qemu-riscv64", "clang", "riscv64-linux-gnu-ld")
 def test_build_push_run_report_as_typed(tmp_path, sshd):

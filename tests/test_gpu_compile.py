@@ -40,7 +40,9 @@ def targets():
 def sm90(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu")
     target = dataclasses.replace(targets()["gpu-node"], shared_mem_max=SHARED_LIMIT, max_threads=128)
-    summary = build(get("matmul"), target, SHAPES, root, BuildOptions(jobs=2, only_configs=[C1, C2, C3, C4]))
+    with pytest.MonkeyPatch.context() as mp:  # its tests count compiles and reuses: a compile cache of its own
+        mp.setenv("HARNESS_CACHE_DIR", str(root / "compile-cache"))
+        summary = build(get("matmul"), target, SHAPES, root, BuildOptions(jobs=2, only_configs=[C1, C2, C3, C4]))
     return root, target, summary
 
 

@@ -252,6 +252,7 @@ def _cpu_build(tmp_path, pairs):
                           BuildOptions(jobs=2, only_pairs=pairs, progress=False))
 
 
+@pytest.mark.fresh_compile_cache
 @pytest.mark.slow
 def test_a_round_compiles_each_config_for_its_own_shapes_only_and_overlapping_rounds_compile_once(
         tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""What lets the suite run on two workers (pyproject's addopts): a private sshd whose port was
+"""What lets the suite run on several workers (pyproject's addopts): a private sshd whose port was
 taken between asking and binding starts on another, and a test marked ``alone`` runs while no
 other test of the run does."""
 

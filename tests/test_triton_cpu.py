@@ -62,6 +62,7 @@ def ir_root(tmp_path_factory):
     return root
 
 
+@pytest.mark.fresh_compile_cache
 @pytest.mark.slow
 @needs("qemu-riscv64", "clang", "llc", "riscv64-linux-gnu-ld")
 def test_imported_ir_whole_flow_on_the_rvv_board_over_ssh(workspace, ir_root):
