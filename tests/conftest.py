@@ -25,7 +25,7 @@ ANSWERS_ONLY = ("--max-time", "0.01")
 # variable), so that a test's build reuses what an earlier test compiled from the same source,
 # flags and toolchain, as a user's second project does: about half the suite's compiles were the
 # same artifact again. A test that counts compiles or reuses takes a cache of its own with the
-# `fresh_compile_cache` marker.
+# `fresh_compile_cache` marker, as does one that needs a compile to run (a compile timeout).
 if "HARNESS_TEST_COMPILE_CACHE" not in os.environ:
     os.environ["HARNESS_TEST_COMPILE_CACHE"] = tempfile.mkdtemp(prefix="harness-test-cache-")
     atexit.register(shutil.rmtree, os.environ["HARNESS_TEST_COMPILE_CACHE"], True)

@@ -100,6 +100,7 @@ def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     assert all(r["status"] == "ok" and int(r["samples"]) >= 3 for r in rows(ws))
 
 
+@pytest.mark.fresh_compile_cache  # a compile that the cache answers never times out
 @pytest.mark.slow
 def test_a_failed_compile_in_a_search_round_is_a_row_and_the_search_goes_on(tmp_path):
     """Each config of a round that does not compile comes back as a row with its status; such
