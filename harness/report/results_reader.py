@@ -169,7 +169,7 @@ class ResultsFile:
         for row in self.rows:
             writer.writerow([row[index[c]] if c in index else "" for c in header])
         buf.seek(0)
-        frame = pd.read_csv(buf, dtype={"variant_id": str, "shape_id": str, "device": str})
+        frame = pd.read_csv(buf, dtype={"variant_id": str, "shape_id": str, "device": str}, low_memory=False)  # one pass: a big file read in chunks gets mixed column types
         for col in header:
             if col not in index:
                 frame[col] = None
