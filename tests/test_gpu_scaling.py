@@ -83,15 +83,12 @@ def test_killing_the_agent_mid_stream_loses_and_repeats_nothing(tmp_path):
     """Several shapes' batches in flight as one stream of rounds on two stand-in GPUs: the serving
     agent is killed (SIGKILL) while it measures; the host restarts it once, the rounds it had
     joined resume from their offsets, and every asked pair ends up measured exactly once."""
-    import os
-    import signal
     import subprocess
     import sys
-    import time
     from collections import Counter
 
     from remote_agent import serve
-    from tests.test_long_lived_agent import _progress
+    from tests.test_long_lived_agent import _kill_serving_agent_when
 
     ws = node_project(tmp_path / "p", tmp_path / "cache")
     serve_dir = ws.path / "results/node/matmul/serve"
@@ -99,16 +96,9 @@ def test_killing_the_agent_mid_stream_loses_and_repeats_nothing(tmp_path):
         [sys.executable, "-m", "harness", "tune", "matmul", "--target", "node", "--space", "space.yaml", "--shapes",
          SHAPES, "--strategy", "random", "--budget", "4", "--batch-size", "1", "--top", "0", "--min-time-ms", "40"],
         cwd=ws.path, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    killed = None
-    deadline = time.monotonic() + 300
-    while tune.poll() is None and time.monotonic() < deadline:
-        lines = _progress(serve_dir / "serve.log")
-        rounds = list(dict.fromkeys(p["round"] for p in lines))
-        if len(rounds) >= 3 and any(p["status"] is None for p in lines[-2:]):  # a round just joined the stream
-            killed = int(json.loads((serve_dir / "serve.pid").read_text()))
-            os.kill(killed, signal.SIGKILL)
-            break
-        time.sleep(0.005)
+    killed = _kill_serving_agent_when(  # a round just joined the stream
+        tune, serve_dir, lambda lines, rounds: len(rounds) >= 3 and any(p["status"] is None for p in lines[-2:]),
+        0.005)
     out, err = tune.communicate(timeout=300)
     assert tune.returncode == 0, out + err
     assert killed, "never saw the agent inside the stream"

@@ -43,6 +43,20 @@ def _progress(log: Path) -> list:
     return [json.loads(l[len("@@progress "):]) for l in text.splitlines() if l.startswith("@@progress ")]
 
 
+def _kill_serving_agent_when(tune, serve_dir: Path, now, poll: float):
+    """SIGKILL the serving agent (serve.pid) as soon as ``now(progress lines, rounds seen)`` holds,
+    watching serve.log while ``tune`` runs (5 minutes at most); its pid, or None if never."""
+    deadline = time.monotonic() + 300
+    while tune.poll() is None and time.monotonic() < deadline:
+        lines = _progress(serve_dir / "serve.log")
+        if now(lines, list(dict.fromkeys(p["round"] for p in lines))):
+            killed = int(json.loads((serve_dir / "serve.pid").read_text()))
+            os.kill(killed, signal.SIGKILL)
+            return killed
+        time.sleep(poll)
+    return None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("in_flight", ["0", "3"])
 def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace, in_flight):
@@ -56,17 +70,9 @@ def test_killing_the_serving_agent_mid_round_loses_and_repeats_nothing(workspace
          "--shapes", "96x96x96,64x96x80", "--strategy", "random", "--budget", "6", "--batch-size", "2",
          "--iters", "300", "--top", "0", "--in-flight", in_flight], cwd=ws.path, env=ws.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
-    killed = None
-    deadline = time.monotonic() + 300
-    while tune.poll() is None and time.monotonic() < deadline:
-        lines = _progress(serve_dir / "serve.log")
-        rounds = list(dict.fromkeys(p["round"] for p in lines))
-        last = lines[-1] if lines else None
-        if len(rounds) >= 2 and last["status"] and last["done"] < last["total"]:  # inside round 2 or later
-            killed = int(json.loads((serve_dir / "serve.pid").read_text()))
-            os.kill(killed, signal.SIGKILL)
-            break
-        time.sleep(0.01)
+    killed = _kill_serving_agent_when(  # inside round 2 or later
+        tune, serve_dir, lambda lines, rounds: len(rounds) >= 2 and lines[-1]["status"]
+        and lines[-1]["done"] < lines[-1]["total"], 0.01)
     out, err = tune.communicate(timeout=300)
     assert tune.returncode == 0, out + err
     assert killed, "never saw the agent inside a later round"
