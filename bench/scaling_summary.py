@@ -22,11 +22,14 @@ PHASES = ("search", "re-measure")
 
 def read_run(folder: Path) -> dict:
     """What one tune left in ``folder`` (missing files leave their numbers None)."""
-    run = {"name": folder.name, "wall": None, "timing": None, "geomean": None}
+    run = {"name": folder.name, "wall": None, "timing": None, "geomean": None, "no_ok": []}
     log = folder / "tune.log"
     if log.exists():
-        found = re.findall(r"tune wall time: ([\d.]+) s end to end", log.read_text(errors="replace"))
+        text = log.read_text(errors="replace")
+        found = re.findall(r"tune wall time: ([\d.]+) s end to end", text)
         run["wall"] = float(found[-1]) if found else None
+        missing = re.findall(r"^no ok config for: (.*)$", text, re.M)
+        run["no_ok"] = missing[-1].split(", ") if missing else []
     for name, key in (("tune_timing.json", "timing"), ("quality.json", "quality")):
         try:
             run[key] = json.loads((folder / name).read_text())
@@ -55,7 +58,7 @@ def row(run: dict) -> dict:
             "configs": t.get("configs"), "rate": search.get("configs_per_s"), "pruning_s": search.get("pruning_s"),
             "busy": busy(t), "busy_search": busy(t, ("search",)), "busy_remeasure": busy(t, ("re-measure",)),
             "compiled": (t.get("compiles") or {}).get("compiled"), "reused": (t.get("compiles") or {}).get("reused"),
-            "geomean": run["geomean"]}
+            "geomean": run["geomean"], "no_ok": run.get("no_ok") or []}
 
 
 def _f(value, fmt: str) -> str:
@@ -94,6 +97,10 @@ def report(rows: list) -> list:
                 diff = four["geomean"] / one["geomean"] - 1.0
                 lines.append("geomean vs cuBLAS: 4 GPUs %.3f, 1 GPU %.3f, %+.1f %% (goal within 2 %%: %s)" % (
                     four["geomean"], one["geomean"], 100 * diff, "met" if abs(diff) <= 0.02 else "NOT met"))
+    for r in rows:
+        if r["no_ok"]:  # a shape measured nothing: the run's times and ratios leave its work out
+            lines.append("%s: NOT comparable: %d shape(s) without an ok config (%s)" % (
+                r["run"], len(r["no_ok"]), ", ".join(r["no_ok"])))
     for r in rows:
         if r["run"].endswith("-cached"):
             lines.append("%s (a second tune, the compile cache kept): %s compiled, %s reused%s" % (

@@ -31,6 +31,10 @@ class BuildOptions:
     only_configs: Optional[list] = None  # build exactly these configs, for every shape
     only_pairs: Optional[list] = None  # build exactly these (config, shape id) pairs (a search's round)
     progress: bool = True  # the compile bar (off for rounds built while others are)
+    # dtypes the GPU support kernels (fill, error, reference) cover besides the build's own shapes':
+    # a tune's rounds give every shape's, since a GPU worker kept across rounds reads the support
+    # kernels of the one manifest it started with
+    support_dtypes: tuple = ()
 
 
 @dataclass
@@ -142,6 +146,8 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
     out.mkdir(parents=True, exist_ok=True)
     check_shapes(kernel, target, shapes)  # dimensions and test data memory, before any compile
     compiler = compiler_for(kernel, target, out, options.frontend, options.from_ir, options.jobs)
+    if options.support_dtypes and hasattr(compiler, "expect_dtypes"):
+        compiler.expect_dtypes(options.support_dtypes)
     space = options.space or kernel.space_for(target)
     wanted = _wanted_pairs(options, shapes, getattr(compiler, "fixed_configs", None))
     if wanted is None:

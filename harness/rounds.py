@@ -261,7 +261,8 @@ class Session:
         if not configs:
             return None
         options = dataclasses.replace(self.build_options, only_pairs=[(cfg, s.id) for cfg, s in pairs],
-                                      progress=self.build_options.progress and not self.long_lived)
+                                      progress=self.build_options.progress and not self.long_lived,
+                                      support_dtypes=tuple(sorted({s.dtype for s in self.shapes})))
         manifest = compile_bundle(self.kernel, self.target, shapes, self.root, options).manifest
         bundle = bundle_dir(self.root, self.target.name, self.kernel.name)
         variants = {v.id: v for v in manifest.variants}

@@ -203,3 +203,15 @@ def test_report_reads_results_without_a_host_column(ws):
         assert len(pd.read_csv(ws.path / "nohost" / "matmul.aiter.csv")) == 2
     finally:
         path.write_text(saved)
+
+
+def test_a_shape_without_an_ok_row_is_told_its_commonest_failure():
+    import pandas as pd
+
+    from harness.api.report import _why_no_ok
+
+    rows = pd.DataFrame({"shape_id": ["a", "a", "a", "a", "b", "c"],
+                         "status": ["load_error", "load_error", "wrong_answer", "pruned", "pruned", "crash"],
+                         "message": ["no fill kernel for bf16", "no fill kernel for bf16", "rel_err 0.5", "", "", None]})
+    assert _why_no_ok(rows, ["a", "b", "c"]) == ["a: 2 of 3 rows load_error: no fill kernel for bf16",
+                                                 "c: 1 of 1 rows crash"]

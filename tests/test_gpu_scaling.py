@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Workspace
+from tests.conftest import ANSWERS_ONLY, Workspace
 
 pytest.importorskip("triton")
 
@@ -112,3 +112,19 @@ def test_killing_the_agent_mid_stream_loses_and_repeats_nothing(tmp_path):
     assert len(pairs) == 12 and set(pairs.values()) == {1}, pairs  # 4 configs x 3 shapes, each exactly once
     assert {r["status"] for r in rows} == {"ok"}
     assert not serve.serving_pid(str(serve_dir)) or (serve_dir / "stop").exists()
+
+
+def test_a_tune_of_two_dtypes_measures_both_through_workers_kept_across_rounds(tmp_path):
+    """Each round builds one shape's batch and the kept workers read the first round's manifest:
+    every round must carry the fill, error and reference kernels of every dtype of the tune."""
+    ws = node_project(tmp_path / "mixed", tmp_path / "cache")
+    out = ws.harness("tune", "matmul", "--target", "node", "--space", "space.yaml", "--shapes",
+                     "64x64x64:fp16:NN,32x64x128:bf16:NT,48x64x64:bf16:TN", "--strategy", "random", "--budget", "3",
+                     "--batch-size", "1", "--top", "0", *ANSWERS_ONLY).stdout
+    assert "no ok config" not in out, out
+    with open(ws.path / "results" / "node" / "matmul" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_shape = defaultdict(set)
+    for row in rows:
+        by_shape[row["shape_id"]].add(row["status"])
+    assert by_shape == {"64x64x64_fp16_NN": {"ok"}, "32x64x128_bf16_NT": {"ok"}, "48x64x64_bf16_TN": {"ok"}}, by_shape

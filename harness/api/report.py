@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from remote_agent.contract import PRUNED
+
 from .. import state, ui
 from ..errors import HarnessError
 from .common import ROOT, kernel_of, pick_target
@@ -115,6 +117,8 @@ def report(args: ReportArgs):
     missing = sorted(set(kernel_rows(df)["shape_id"]) - set(best["shape_id"]))
     if missing:
         ui.out.print("[yellow]no ok config for: %s[/]" % ", ".join(missing))
+        for line in _why_no_ok(kernel_rows(df), missing):
+            ui.out.print("[yellow]  %s[/]" % line)
         _explain_pruned(bundle, kern, tgt, missing)
     if ship.empty and not best.empty:
         ui.out.print("[yellow]no tuned entry is left to write to --format files[/]")
@@ -132,6 +136,21 @@ def report(args: ReportArgs):
                                   title="harness report: %s on %s" % (kern, tgt.name),
                                   tune=load_tune_timing(local)))
     ui.out.print("wrote %s" % ", ".join(str(p) for p in written))
+
+
+def _why_no_ok(rows, missing) -> list:
+    """One line per shape without an ok row: its most frequent failing status and message, so
+    that a whole shape lost to one cause (a missing support kernel, a wrong reference) is seen."""
+    lines = []
+    for shape_id in missing:
+        failed = rows[(rows["shape_id"] == shape_id) & (rows["status"] != PRUNED)]
+        if failed.empty:
+            continue
+        messages = failed["message"].fillna("").astype(str) if "message" in failed.columns else ""
+        commonest = (failed["status"].astype(str) + ": " + messages).value_counts()
+        lines.append("%s: %d of %d rows %s" % (shape_id, commonest.iloc[0], len(failed),
+                                               commonest.index[0].rstrip(": ")))
+    return lines
 
 
 def _explain_pruned(bundle: Path, kern: str, tgt, shape_ids) -> None:

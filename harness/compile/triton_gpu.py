@@ -286,6 +286,11 @@ class TritonGpuCompiler:
     def _artifact_path(self, digest: str) -> Path:
         return self.out_dir / "artifacts" / ("%s.%s" % (digest[:20], self.ext))
 
+    def expect_dtypes(self, dtypes) -> None:
+        """Shape dtypes the support kernels cover even where this build compiles none of them."""
+        with self._lock:
+            self._dtypes_seen.update(dtypes)
+
     def compile(self, config: dict, shape, timeout: float) -> CompileResult:
         spec = self.specialization(config, shape)
         with self._lock:

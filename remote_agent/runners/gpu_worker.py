@@ -56,6 +56,7 @@ class Worker(object):
 
         self.profiler = gpu_profiler(options.get("profiler") or "events", self.api, options)
         self.self_check = check_reference_kernel(self)
+        self._checked_kinds = {_kind(s): None for s in manifest["shapes"]}
 
     # ---- what the profilers call ----
     @property
@@ -126,11 +127,32 @@ class Worker(object):
         return math.fsum(raw[0::4]), math.fsum(raw[1::4]), maxabs, math.fsum(raw[3::4])
 
     # ---- shapes and variants ----
+    def check_reference_for(self, shape):
+        """The reference kernel's check against the host for a shape of a dtype and layout that the
+        manifest this worker started with did not have (a later round of a kept worker); a failed
+        check fails every job of that dtype and layout."""
+        kind = _kind(shape)
+        if kind not in self._checked_kinds:
+            started_with = self.manifest
+            self.manifest = dict(started_with, shapes=[shape])
+            try:
+                self.self_check.update(check_reference_kernel(self) or {})
+                self._checked_kinds[kind] = None
+            except GpuError as exc:
+                if exc.sticky:
+                    raise
+                self._checked_kinds[kind] = str(exc)
+            finally:
+                self.manifest = started_with
+        if self._checked_kinds[kind] is not None:
+            raise GpuError(self._checked_kinds[kind], load=True)
+
     def data_for(self, shape):
         data = self.shapes.pop(shape["id"], None)
         if data is not None:
             self.shapes[shape["id"]] = data  # the most recently used last
             return data
+        self.check_reference_for(shape)
         sets = self.l2_flush.input_sets(input_bytes(shape))
         # shapes' data stay on the device up to a quarter of its memory (a long-lived agent's
         # rounds come back to the same shapes); the least recently used go first
@@ -192,6 +214,11 @@ class Worker(object):
             kernel.run(grid, param_sets[i % len(param_sets)], stream)
 
         return check_and_time(self, data, shape, launch, counters, kernel, variant, grid)
+
+
+def _kind(shape):
+    """What the reference kernel's check covers: a shape's dtype and layout."""
+    return shape["dtype"], shape.get("layout")
 
 
 def _figures(d2, r2, maxabs, bad, n):
