@@ -598,10 +598,10 @@ def test_one_big_space_is_pruned_in_chunks_over_the_cores_with_the_same_candidat
     space = {"A": list(range(32)), "B": list(range(32)), "C": list(range(32)), "D": [1, 2, 4, 8]}  # 131072 configs
     size = len(expand(space))
     assert size >= 2 * PARALLEL_PRUNING
-    chunks = pruning_chunks(1, size, 4)
-    assert len(chunks) > 1 and chunks[0][1] == 0 and chunks[-1][2] == size  # one shape over several cores
-    assert all(a[2] == b[1] for a, b in zip(chunks, chunks[1:]))  # in order, nothing left out
-    assert len(pruning_chunks(10, size, 64)) >= 64  # ten shapes on 64 cores: every core has work
+    chunks = pruning_chunks(size, 4)
+    assert len(chunks) > 1 and chunks[0][0] == 0 and chunks[-1][1] == size  # one shape over several cores
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))  # in order, nothing left out
+    assert len(pruning_chunks(size, 64, searches=10)) >= 64  # ten shapes on 64 cores: every core has work
     calls = []
 
     def is_pruned(c):

@@ -52,6 +52,11 @@ class Shape:
     weight: float = field(default=1.0, compare=False)
     extra: tuple = field(default=(), compare=False)  # columns a source kept, as (key, value)
 
+    def __post_init__(self):
+        for key, value in self.dims:  # plain attributes: pruning reads shape.M millions of times
+            if not hasattr(type(self), key) and key not in self.__dataclass_fields__:
+                object.__setattr__(self, key, value)
+
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)

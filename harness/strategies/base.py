@@ -300,11 +300,12 @@ _forked_work = None  # (space, predicates) for the forked processes of prepare_p
 def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: Sequence[Callable[[dict], bool]],
                      jobs: int = 0) -> None:
     """Build each strategy's Problem for (space, its predicate) at once: pruning a big space is
-    pure Python (about a minute of one core per shape for the sm90 matmul space of 1.2 million
-    configs), so with several shapes it runs in forked processes on up to ``jobs`` (default:
-    the cores) at a time, each shape's configs cut into chunks so that every core has work even
-    with fewer shapes than cores (``pruning_chunks``). Where fork is not available, or the work
-    is small, the Problems are built when first asked for."""
+    pure Python (several seconds of one core per shape for the sm90 matmul space of 1.2 million
+    configs), so with several shapes it runs in forked processes on up to ``jobs`` (default: the
+    cores) at a time. The space is cut into chunks, about two per core (``pruning_chunks``), and
+    each chunk makes each of its configs once and asks every search's predicate about it, so that
+    ten shapes do not make the same million configs ten times. Where fork is not available, or the
+    work is small, the Problems are built when first asked for."""
     global _forked_work
     import multiprocessing
     import os
@@ -316,7 +317,7 @@ def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: 
     jobs = jobs or os.cpu_count() or 1
     if jobs < 2 or size * len(strategies) < PARALLEL_PRUNING or "fork" not in multiprocessing.get_all_start_methods():
         return
-    tasks = pruning_chunks(len(strategies), size, jobs)
+    tasks = pruning_chunks(size, jobs, len(strategies))
     _forked_work = ({k: list(v) for k, v in space.items()}, list(predicates))
     try:
         with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=multiprocessing.get_context("fork"),
@@ -325,25 +326,27 @@ def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: 
     finally:
         _forked_work = None
     for i, (strategy, is_pruned) in enumerate(zip(strategies, predicates)):
-        mine = [part for (shape, _, _), part in zip(tasks, parts) if shape == i]
+        mine = [part[i] for part in parts]
         strategy.problem(space, is_pruned, np.concatenate(mine) if mine else np.zeros(0, dtype=np.int64))
 
 
-def pruning_chunks(searches: int, size: int, jobs: int) -> list:
-    """The forked pruning's tasks: (search, first, end) over each search's ``size`` configs, in
-    order, about two per core in all (so that a slow chunk does not hold the others up), never
-    smaller than ``PARALLEL_PRUNING`` // 4 configs."""
-    per_search = max(1, min(-(-2 * jobs // max(1, searches)), size // max(1, PARALLEL_PRUNING // 4)))
-    step = -(-size // per_search)
-    return [(i, start, min(size, start + step)) for i in range(searches) for start in range(0, size, step)]
+def pruning_chunks(size: int, jobs: int, searches: int = 1) -> list:
+    """The forked pruning's tasks: (first, end) ranges of the space's ``size`` configs, in order,
+    about two per core (so that a slow chunk does not hold the others up), none with fewer than
+    ``PARALLEL_PRUNING`` // 4 configs x ``searches`` of work."""
+    chunks = max(1, min(2 * jobs, size * max(1, searches) // max(1, PARALLEL_PRUNING // 4)))
+    step = -(-size // chunks)
+    return [(start, min(size, start + step)) for start in range(0, size, step)]
 
 
-PRUNING_NICE = 10  # as the compile workers': the agent and its GPU workers measuring the seeds come first
+PRUNING_NICE = 15  # under the compile workers' 10: the agent measuring the seeds, then their compiles, come first
 
 
 def _lower_priority() -> None:
     """A pruning process yields the cores to the agent on the same node (it measures the seeds
-    meanwhile) and shares them evenly with the compile workers (the seeds' compiles)."""
+    meanwhile) and to the compile workers (the seeds' compiles, which the devices wait on; once
+    they are built the workers idle until the pruned spaces are asked, and the pruning has the
+    cores)."""
     import os
 
     try:
@@ -352,17 +355,21 @@ def _lower_priority() -> None:
         pass
 
 
-def _feasible(task):
-    """The indices of the configs in [first, end) that search ``i``'s predicate keeps."""
+def _feasible(task) -> list:
+    """For each search, the indices of the configs in [first, end) that its predicate keeps."""
     import itertools
 
-    i, first, end = task
+    first, end = task
     space, predicates = _forked_work
-    is_pruned = predicates[i]
     names = list(space)
+    kept = [[] for _ in predicates]
     chunk = itertools.islice(itertools.product(*(space[n] for n in names)), first, end)  # expand's order
-    return np.array([first + j for j, values in enumerate(chunk) if not is_pruned(dict(zip(names, values)))],
-                    dtype=np.int64)
+    for j, values in enumerate(chunk, first):
+        config = dict(zip(names, values))
+        for mine, is_pruned in zip(kept, predicates):
+            if not is_pruned(config):
+                mine.append(j)
+    return [np.array(mine, dtype=np.int64) for mine in kept]
 
 
 def configs_at(space: dict, indices) -> list:
