@@ -159,6 +159,24 @@ def test_seeds_fill_the_registers_of_each_isa():
         assert decode and all(c["MR"] == 1 and c["PACK_B"] == 0 for c in decode)
 
 
+def test_seeds_reading_b_rows_in_place_keep_the_a_block_in_a_quarter_of_l1():
+    from harness.cpu_facts import cache_sizes
+    from harness.kernels.matmul import CPU_SPACE
+
+    kernel = get("matmul")
+    target = _target(name="arms", arch="aarch64", toolchain="clang")
+    l1d = cache_sizes(target).l1d
+
+    def l1_rows(kc):  # the most rows within a quarter of L1d, at least the space's smallest MC
+        return max([v for v in CPU_SPACE["MC"] if v * kc * 4 <= l1d // 4] or [min(CPU_SPACE["MC"])])
+
+    for shape in (make_shape(256, 512, 2048), make_shape(512, 512, 512, "fp32", "TN"), make_shape(128, 128, 64)):
+        seeds = kernel.seed_configs(shape, target)
+        in_place = [c for c in seeds if c["PACK_B"] == 0]
+        assert in_place and all(c["MC"] == l1_rows(c["KC"]) for c in in_place), (shape, in_place)
+        assert all(c["MC"] == 128 for c in seeds if c["PACK_B"] == 1)  # packed B: BLIS's L2-sized A block
+
+
 def _cpu_flags() -> set:
     try:
         text = open("/proc/cpuinfo").read()

@@ -317,12 +317,25 @@ def _block(values, want: int, dim: int, floor: int) -> int:
     return min((v for v in values if v >= min(want, cap)), default=max(values))
 
 
+def _a_block_in_l1(target):
+    """MC for a KC: the most rows of A whose packed MC x KC fp32 block takes at most a quarter of
+    the core's L1d (at least the space's smallest MC)."""
+    from ...cpu_facts import cache_sizes
+    from . import CPU_SPACE
+
+    quarter = cache_sizes(target).l1d // 4
+    return lambda kc: max([v for v in CPU_SPACE["MC"] if v * kc * 4 <= quarter] or [min(CPU_SPACE["MC"])])
+
+
 def cpu_seeds(shape, target) -> List[dict]:
     """The packed CPU GEMM's rules of thumb: each register tile that fills the ISA's registers with
-    cache blocks after BLIS (KC 256, MC 128, NC 1024, or less on smaller dimensions), B read in
-    place for few rows of A (decode: packing B costs as much as the product there); for few rows
-    also the tile as tall as M (next value of the space), as wide as the registers allow, with
-    longer KC and NC."""
+    cache blocks after BLIS (KC 256, MC 128, NC 1024, or less on smaller dimensions), packed B and
+    B read in place (PACK_B 1 and 0). B read in place from rows (stored K x N) is not held in a
+    packed panel, so there the packed A block is what the micro-kernels share: it gets MC rows
+    that keep it in a quarter of L1 (``_a_block_in_l1``; 16 rows at KC 128 or 256 on a 48 KiB
+    L1d) instead of BLIS's L2-sized 128. For few rows of A, B read in place first (decode: packing
+    B costs as much as the product there), and also the tile as tall as M (next value of the
+    space), as wide as the registers allow, with longer KC and NC."""
     from ...cpu_facts import vector_isa
     from . import CPU_SPACE
 
@@ -334,7 +347,10 @@ def cpu_seeds(shape, target) -> List[dict]:
                 "MC": _block(CPU_SPACE["MC"], mc, shape.M, 16), "NC": _block(CPU_SPACE["NC"], nc, shape.N, 64),
                 "PACK_B": pb}
 
-    seeds = [cfg(mr, nr, 256, 128, 1024, pb) for mr, nr in register_tiles(isa) for pb in ((0, 1) if small_m else (1, 0))]
+    in_place_rows = _a_block_in_l1(target) if shape.layout[1] == "N" else None
+    seeds = [cfg(mr, nr, 256, in_place_rows(_block(CPU_SPACE["KC"], 256, shape.K, 64)) if in_place_rows and pb == 0
+                 else 128, 1024, pb)
+             for mr, nr in register_tiles(isa) for pb in ((0, 1) if small_m else (1, 0))]
     if shape.layout == "NT" and shape.dtype == "fp32" and shape.M <= 32:
         # B stored N x K read in place (PACK_B 0): dot-product tiles of about 16 accumulators, as many
         # rows of A as M gives (up to 4), B's columns for the rest; A's MC rows reread from L2 against
