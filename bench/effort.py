@@ -5,6 +5,7 @@ shape, how much slower each level's winner is than full's.
 
     python3 bench/effort.py [--keep DIR] [--levels quick,default,full] [--sets readme,cpu_gemms]
     python3 bench/effort.py --sets shapes:64x64x64     # a set of your own (full's cost grows with it)
+    python3 bench/effort.py --sets file:my_shapes.txt  # a shapes file of your own
 
 The ratio is read in full's own results, where every config was timed to the noise rule in one
 run: (full's time of the level's winner) / (full's time of full's winner), so the machine's
@@ -29,11 +30,14 @@ GOAL = {"default": 1.03, "quick": 1.08}
 
 
 def set_args(name):
-    """The tune's shape arguments of a set: readme, cpu_gemms, or shapes:LIST (as --shapes takes it)."""
+    """The tune's shape arguments of a set: readme, cpu_gemms, shapes:SHAPE (as --shapes takes it) or
+    file:PATH (a shapes file)."""
     if name.startswith("shapes:"):
         return ["--shapes", name[len("shapes:"):]]
+    if name.startswith("file:"):
+        return ["--shapes-file", os.path.abspath(name[len("file:"):])]
     if name not in SETS:
-        sys.exit("--sets %s: choose readme, cpu_gemms or shapes:MxNxK,..." % name)
+        sys.exit("--sets %s: choose readme, cpu_gemms, shapes:MxNxK or file:PATH" % name)
     return SETS[name]
 
 
@@ -77,7 +81,8 @@ def main():
     p.add_argument("--keep", default=None, help="keep the projects under this folder")
     p.add_argument("--levels", default="quick,default,full")
     p.add_argument("--sets", default="readme,cpu_gemms",
-                   help="shape sets: readme (its three shapes), cpu_gemms, shapes:MxNxK,... (a list of your own)")
+                   help="shape sets, comma-separated: readme (its three shapes), cpu_gemms, shapes:MxNxK (one shape), "
+                        "file:PATH (a shapes file of your own)")
     args = p.parse_args()
     levels = [x for x in args.levels.split(",") if x]
     if "full" not in levels:
@@ -88,7 +93,7 @@ def main():
         for name in [s for s in args.sets.split(",") if s]:
             runs = {}
             for level in levels:
-                winners, rows, seconds = tune(os.path.join(base, name.replace(":", "_"), level), level,
+                winners, rows, seconds = tune(os.path.join(base, name.replace(":", "_").replace("/", "_"), level), level,
                                               set_args(name))
                 runs[level] = (winners, rows)
                 print("%s, effort %s: %d shapes in %.0f s" % (name, level, len(winners), seconds), flush=True)
