@@ -347,10 +347,13 @@ def cpu_seeds(shape, target) -> List[dict]:
                 "MC": _block(CPU_SPACE["MC"], mc, shape.M, 16), "NC": _block(CPU_SPACE["NC"], nc, shape.N, 64),
                 "PACK_B": pb}
 
-    in_place_rows = _a_block_in_l1(target) if shape.layout[1] == "N" else None
-    seeds = [cfg(mr, nr, 256, in_place_rows(_block(CPU_SPACE["KC"], 256, shape.K, 64)) if in_place_rows and pb == 0
-                 else 128, 1024, pb)
-             for mr, nr in register_tiles(isa) for pb in ((0, 1) if small_m else (1, 0))]
+    l1_rows = _a_block_in_l1(target) if shape.layout[1] == "N" else None  # B stored K x N
+
+    def mc_for(pack_b):
+        return l1_rows(_block(CPU_SPACE["KC"], 256, shape.K, 64)) if l1_rows and not pack_b else 128
+
+    seeds = [cfg(mr, nr, 256, mc_for(pb), 1024, pb) for mr, nr in register_tiles(isa)
+             for pb in ((0, 1) if small_m else (1, 0))]
     if shape.layout == "NT" and shape.dtype == "fp32" and shape.M <= 32:
         # B stored N x K read in place (PACK_B 0): dot-product tiles of about 16 accumulators, as many
         # rows of A as M gives (up to 4), B's columns for the rest; A's MC rows reread from L2 against
