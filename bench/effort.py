@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETS = {"readme": [], "cpu_gemms": ["--shapes-file", os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")]}
 GOAL = {"default": 1.03, "quick": 1.08}
+DRIFT_WARNING = 1.05  # a shape whose full winner's rows drift more than this is flagged
 
 
 def set_args(name):
@@ -63,17 +64,28 @@ def config_key(config):
     return tuple(sorted((str(k), str(v)) for k, v in config.items()))
 
 
-def full_times(rows):
-    """{shape: {config key: best ok time_ns}} of full's rows (library rows left out)."""
+def full_samples(rows):
+    """{shape: {config key: [ok time_ns of each of its rows]}} of full's rows (library rows left out)."""
     out = {}
     for r in rows:
         if r.get("status") != "ok" or (r.get("variant_id") or "").startswith("lib:"):
             continue
         cfg = tuple(sorted((c[4:], v) for c, v in r.items() if c.startswith("cfg_") and v not in ("", None)))
-        t = float(r["time_ns"])
-        shape = out.setdefault(r["shape_id"], {})
-        shape[cfg] = min(t, shape.get(cfg, t))
+        out.setdefault(r["shape_id"], {}).setdefault(cfg, []).append(float(r["time_ns"]))
     return out
+
+
+def full_times(rows):
+    """{shape: {config key: best ok time_ns}} of full's rows (library rows left out)."""
+    return {s: {cfg: min(ts) for cfg, ts in by_cfg.items()} for s, by_cfg in full_samples(rows).items()}
+
+
+def winner_drift(samples: dict) -> float:
+    """The median over the fastest of the rows of full's fastest config: full's re-measure times it
+    several times, and where the machine itself moves between rounds (memory bandwidth on a shared
+    host) by more than a level's goal, a ratio of that shape, read in single rows, says little."""
+    best = min(samples, key=lambda cfg: min(samples[cfg]))
+    return statistics.median(samples[best]) / min(samples[best])
 
 
 def main():
@@ -97,8 +109,14 @@ def main():
                                               set_args(name))
                 runs[level] = (winners, rows)
                 print("%s, effort %s: %d shapes in %.0f s" % (name, level, len(winners), seconds), flush=True)
-            times = full_times(runs["full"][1])
+            samples = full_samples(runs["full"][1])
+            times = {s: {cfg: min(ts) for cfg, ts in by_cfg.items()} for s, by_cfg in samples.items()}
             best = {s: min(t.values()) for s, t in times.items() if t}
+            for shape in sorted(samples):
+                drift = winner_drift(samples[shape])
+                if drift > DRIFT_WARNING:
+                    print("  %s: the median of full's fastest config's own rows is %.2fx their fastest: this "
+                          "shape's ratios are within the machine's drift" % (shape, drift))
             for level in levels:
                 if level == "full":
                     continue

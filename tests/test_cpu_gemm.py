@@ -233,7 +233,12 @@ def test_b_read_in_place_where_its_layout_allows():
     assert pruned(cfg, make_shape(16, 4096, 4096, "bf16", "NT")) == "pack_b_moot"
     assert pruned(dict(cfg, KC=256), make_shape(16, 4096, 4096, "fp32", "NT")) == "kc_moot_for_dots"
     assert pruned(dict(cfg, KC=256), make_shape(16, 4096, 4096, "fp32", "NN")) is None
+    # the dot-product seeds: every row of A (up to 8) against one to four rows of B at once, NC 64 and 1024
     seeds = kernel.seed_configs(make_shape(8, 2048, 8192, "fp32", "NT"), target)
-    assert {(4, 64), (2, 128), (1, 256)} <= {(c["MR"], c["NR"]) for c in seeds if not c["PACK_B"]}
+    assert {(c["MR"], c["NR"], c["NC"]) for c in seeds if not c["PACK_B"]} == {
+        (8, nr, nc) for nr in (16, 32, 48) for nc in (64, 1024)}  # 8 x 4 vectors would need 37 registers
+    decode = kernel.seed_configs(make_shape(1, 2048, 8192, "fp32", "NT"), target)
+    assert {(c["MR"], c["NR"]) for c in decode} == {(1, nr) for nr in (16, 32, 48, 64)}
+    assert all(c["KC"] == 64 and c["PACK_B"] == 0 for c in decode)
     assert vector_isa(target).bf16_dot is False  # skylake-avx512 has no AVX512_BF16
     assert vector_isa(_target(name="cpx", arch="x86_64", toolchain="gcc", march="cooperlake")).bf16_dot is True

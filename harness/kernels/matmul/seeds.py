@@ -327,6 +327,26 @@ def _a_block_in_l1(target):
     return lambda kc: max([v for v in CPU_SPACE["MC"] if v * kc * 4 <= quarter] or [min(CPU_SPACE["MC"])])
 
 
+DOT_ROWS_MAX = 8  # rows of A a dot-product tile takes at most (each B vector loaded once for all)
+DOT_STREAMS = (1, 2, 3, 4)  # rows of B (N x K) a dot-product tile streams at once
+
+
+def _dot_product_seeds(shape, isa, cfg) -> List[dict]:
+    """B stored N x K read in place (PACK_B 0, few rows of A): C as dot products along K, MR rows
+    of A against NR/lanes rows of B, one vector accumulator each. Each row of B is a stream of its
+    own, K floats from the next, so the tile takes its accumulators from A's rows (every B vector
+    loaded once for all of them: as many rows as M gives, up to DOT_ROWS_MAX) and streams one to
+    four rows of B at once: more streams alias in L1 where K x 4 bytes is a multiple of 4 KiB and
+    outrun the prefetchers. Where the blocks of B pay off depends on N and K, so NC 64 (a row
+    block of B that stays in L1 over a KC step) and NC 1024 are both seeded; KC 64, MC 16."""
+    from . import CPU_SPACE
+
+    lanes = isa.lanes(4)
+    mr = min((v for v in CPU_SPACE["MR"] if v >= min(shape.M, DOT_ROWS_MAX)), default=DOT_ROWS_MAX)
+    return [cfg(mr, streams * lanes, 64, 16, nc, 0) for streams in DOT_STREAMS for nc in (64, 1024)
+            if streams * lanes in CPU_SPACE["NR"] and vector_registers_needed(mr, streams) <= isa.registers]
+
+
 def cpu_seeds(shape, target) -> List[dict]:
     """The packed CPU GEMM's rules of thumb: each register tile that fills the ISA's registers with
     cache blocks after BLIS (KC 256, MC 128, NC 1024, or less on smaller dimensions), packed B and
@@ -334,8 +354,9 @@ def cpu_seeds(shape, target) -> List[dict]:
     packed panel, so there the packed A block is what the micro-kernels share: it gets MC rows
     that keep it in a quarter of L1 (``_a_block_in_l1``; 16 rows at KC 128 or 256 on a 48 KiB
     L1d) instead of BLIS's L2-sized 128. For few rows of A, B read in place first (decode: packing
-    B costs as much as the product there), and also the tile as tall as M (next value of the
-    space), as wide as the registers allow, with longer KC and NC."""
+    B costs as much as the product there): on B stored N x K the dot-product tiles
+    (``_dot_product_seeds``), else also the tile as tall as M (next value of the space), as wide as
+    the registers allow, with longer KC and NC."""
     from ...cpu_facts import vector_isa
     from . import CPU_SPACE
 
@@ -354,15 +375,10 @@ def cpu_seeds(shape, target) -> List[dict]:
 
     seeds = [cfg(mr, nr, 256, mc_for(pb), 1024, pb) for mr, nr in register_tiles(isa)
              for pb in ((0, 1) if small_m else (1, 0))]
-    if shape.layout == "NT" and shape.dtype == "fp32" and shape.M <= 32:
-        # B stored N x K read in place (PACK_B 0): dot-product tiles of about 16 accumulators, as many
-        # rows of A as M gives (up to 4), B's columns for the rest; A's MC rows reread from L2 against
-        # each tile's columns of B
-        for mr in (4, 2, 1):
-            nv = max(1, 16 // mr)
-            if mr <= max(1, gemm_tiles.pow2_at_least(shape.M)) and nv * isa.lanes(4) in CPU_SPACE["NR"]:
-                seeds.append(cfg(mr, nv * isa.lanes(4), 64, 16, 1024, 0))
-    if small_m:
+    dots = shape.layout == "NT" and shape.dtype == "fp32" and shape.M <= 32
+    if dots:
+        seeds += _dot_product_seeds(shape, isa, cfg)
+    if small_m and not dots:
         mr = min((v for v in CPU_SPACE["MR"] if v >= shape.M), default=max(CPU_SPACE["MR"]))
         widths = [nr for nr in CPU_SPACE["NR"] if nr % isa.lanes(4) == 0
                   and vector_registers_needed(mr, nr // isa.lanes(4)) <= isa.registers]
