@@ -444,10 +444,6 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     tgt, kern = session.target, session.kernel
     compiler = compiler_for(kern, tgt, bundle_dir(session.root, tgt.name, kern.name),
                             session.build_options.frontend, from_ir=session.build_options.from_ir)
-    if tgt.is_gpu:  # the compile workers import Triton while the spaces are pruned and the agents start
-        from .compile.triton_gpu import prestart_compile_workers
-
-        prestart_compile_workers(session.build_options.jobs)
     rules = kern.rules_for(tgt)
     rows = session.rows()
     skip = remeasure_rows(session.results_path)

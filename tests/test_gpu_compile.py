@@ -398,23 +398,3 @@ def test_stream_k_variants_compile_for_sm90(tmp_path):
         assert v.launch["shared"] <= target.shared_mem_max
         assert v.launch["constexprs"]["STREAM_K"] == v.config["STREAM_K"]
         assert tuple(job.grid) == (132, 1, 1)
-
-
-def test_prestarted_compile_workers_take_the_first_compiles():
-    """A GPU tune starts its compile workers before its first build: they import Triton meanwhile,
-    and the first compiles go to them instead of starting workers of their own."""
-    from harness.compile import workers
-    from harness.compile.triton_gpu import _compile_env, prestart_compile_workers
-
-    workers.close_all()
-    assert prestart_compile_workers(2) == 2
-    assert prestart_compile_workers(2) == 0  # two idle already
-    started = []
-    real = workers.Worker
-    workers.Worker = lambda *a, **k: started.append(1) or real(*a, **k)
-    try:
-        done = workers.run_job("harness.compile.triton_gpu", {"bogus": 1}, 60.0, dict(_compile_env(), TRITON_CACHE_DIR="x"))
-    finally:
-        workers.Worker = real
-    assert done is not None and done[0] == 0 and not started  # answered by a prestarted worker
-    workers.close_all()

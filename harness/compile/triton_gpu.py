@@ -477,36 +477,16 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _compile_env() -> dict:
-    """The environment of a compile process (its Triton cache folder is added per compile)."""
-    env = dict(os.environ)
-    if env.get("HARNESS_TRITON_LINEINFO", "0") != "1":
-        env["TRITON_DISABLE_LINE_INFO"] = "1"  # halves a cubin; set HARNESS_TRITON_LINEINFO=1 for ncu source views
-    return env
-
-
-def _kept_workers() -> bool:
-    return os.environ.get("HARNESS_COMPILE_WORKERS", "1") != "0"  # kept workers: Triton imported once each
-
-
-def prestart_compile_workers(count: int = 0) -> int:
-    """Start ``count`` (default: the cores) kept compile workers now, so that a tune's first build
-    does not wait for them to import Triton (``workers.prestart``)."""
-    if not _kept_workers():
-        return 0
-    from .workers import prestart
-
-    return prestart("harness.compile.triton_gpu", _compile_env(), count or os.cpu_count() or 1)
-
-
 def run_compile_process(job: dict, artifact: Path, timeout: float) -> CompileResult:
     """Compile one job in a child process (its own process group), killed whole on timeout."""
-    env = _compile_env()
+    env = dict(os.environ)
     # a private Triton cache per compile, removed after it: the bundle's artifacts are the cache
     private = tempfile.mkdtemp(prefix="harness-triton-")
     env["TRITON_CACHE_DIR"] = private
+    if env.get("HARNESS_TRITON_LINEINFO", "0") != "1":
+        env["TRITON_DISABLE_LINE_INFO"] = "1"  # halves a cubin; set HARNESS_TRITON_LINEINFO=1 for ncu source views
     start = time.monotonic()
-    if _kept_workers():
+    if os.environ.get("HARNESS_COMPILE_WORKERS", "1") != "0":  # kept workers: Triton imported once each
         from .workers import run_job
 
         done = run_job("harness.compile.triton_gpu", dict(job, out=str(artifact)), timeout, env)

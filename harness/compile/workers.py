@@ -98,27 +98,10 @@ class Worker:
         shutil.rmtree(self.cache, ignore_errors=True)
 
 
-def _key(module: str, env: dict) -> tuple:
-    return module, tuple(sorted((k, v) for k, v in env.items() if k != "TRITON_CACHE_DIR"))
-
-
-def prestart(module: str, env: dict, count: int) -> int:
-    """Start workers of ``module`` up to ``count`` idle ones without waiting for them: each imports
-    Triton (a second or two of a core) while the caller plans, prunes and starts its agents, so the
-    first build's compiles find them ready. Returns how many were started."""
-    key = _key(module, env)
-    with _lock:
-        missing = max(0, count - len(_idle.get(key, [])))
-    started = [Worker(module, dict(key[1])) for _ in range(missing)]
-    with _lock:
-        _idle.setdefault(key, []).extend(started)
-    return len(started)
-
-
 def run_job(module: str, payload: dict, timeout: float, env: dict):
     """``payload`` compiled by a kept worker of ``module`` (one is started when none is idle)."""
-    key = _key(module, env)
-    env = dict(key[1])
+    env = {k: v for k, v in env.items() if k != "TRITON_CACHE_DIR"}
+    key = (module, tuple(sorted(env.items())))
     with _lock:
         idle = _idle.setdefault(key, [])
         worker = idle.pop() if idle else None
