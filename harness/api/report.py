@@ -146,8 +146,7 @@ def _why_no_ok(rows, missing) -> list:
         failed = rows[(rows["shape_id"] == shape_id) & (rows["status"] != PRUNED)]
         if failed.empty:
             continue
-        messages = failed["message"].fillna("").astype(str) if "message" in failed.columns else ""
-        commonest = (failed["status"].astype(str) + ": " + messages).value_counts()
+        commonest = (failed["status"].astype(str) + ": " + failed["message"].fillna("").astype(str)).value_counts()
         lines.append("%s: %d of %d rows %s" % (shape_id, commonest.iloc[0], len(failed),
                                                commonest.index[0].rstrip(": ")))
     return lines

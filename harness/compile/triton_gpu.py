@@ -95,7 +95,6 @@ class TritonGpuCompiler:
         self._sources = {kernel.triton_module: self.main}
         self.version = triton_version()
         self._dtypes_seen = set()
-        self._shared_seen = {}  # (config items, specialization) -> compiled shared bytes (0: not compiled yet)
         self._lock = threading.Lock()
         self._support = None
 
@@ -186,24 +185,12 @@ class TritonGpuCompiler:
         if low > limit:  # a lower bound: no compile says less (and this costs no hashing)
             return Rule("shared_exceeds_device", "pipelined tiles need at least %d bytes of shared memory, "
                         "over the device's %d" % (low, limit), None)
-        shared = self._compiled_shared(config, self.specialization(config, shape))
-        if shared > limit:
+        spec = self.specialization(config, shape)
+        cached = CompileResult.load_cached(self._artifact_path(self._digest(config, spec)))
+        if cached is not None and cached.launch.get("shared", 0) > limit:
             return Rule("shared_exceeds_device", "compiled shared memory %d bytes over the device's %d"
-                        % (shared, limit), None)
+                        % (cached.launch["shared"], limit), None)
         return None
-
-    def _compiled_shared(self, config: dict, spec) -> int:
-        """The shared memory of this variant where a build has compiled it already, else 0. Kept
-        per (config, specialization): pruning asks it for every feasible config of every shape,
-        and shapes of one specialization would hash the same job and read the same file again. A
-        variant compiled later is checked by compile() itself."""
-        memo = (tuple(config.items()), spec)
-        shared = self._shared_seen.get(memo)
-        if shared is None:
-            cached = CompileResult.load_cached(self._artifact_path(self._digest(config, spec)))
-            shared = cached.launch.get("shared", 0) if cached is not None else 0
-            self._shared_seen[memo] = shared
-        return shared
 
     # ---- compile -------------------------------------------------------------------------
     def _options(self, config: dict, source: "KernelSource") -> dict:

@@ -169,7 +169,8 @@ class ResultsFile:
         for row in self.rows:
             writer.writerow([row[index[c]] if c in index else "" for c in header])
         buf.seek(0)
-        frame = pd.read_csv(buf, dtype={"variant_id": str, "shape_id": str, "device": str}, low_memory=False)  # one pass: a big file read in chunks gets mixed column types
+        # low_memory=False: one pass (a big file read in chunks gets mixed column types)
+        frame = pd.read_csv(buf, dtype={"variant_id": str, "shape_id": str, "device": str}, low_memory=False)
         for col in header:
             if col not in index:
                 frame[col] = None

@@ -317,14 +317,14 @@ def _block(values, want: int, dim: int, floor: int) -> int:
     return min((v for v in values if v >= min(want, cap)), default=max(values))
 
 
-def _a_block_in_l1(target):
-    """MC for a KC: the most rows of A whose packed MC x KC fp32 block takes at most a quarter of
+def _a_block_in_l1(target, kc: int) -> int:
+    """MC for ``kc``: the most rows of A whose packed MC x KC fp32 block takes at most a quarter of
     the core's L1d (at least the space's smallest MC)."""
     from ...cpu_facts import cache_sizes
     from . import CPU_SPACE
 
     quarter = cache_sizes(target).l1d // 4
-    return lambda kc: max([v for v in CPU_SPACE["MC"] if v * kc * 4 <= quarter] or [min(CPU_SPACE["MC"])])
+    return max([v for v in CPU_SPACE["MC"] if v * kc * 4 <= quarter] or [min(CPU_SPACE["MC"])])
 
 
 DOT_ROWS_MAX = 8  # rows of A a dot-product tile takes at most (each B vector loaded once for all)
@@ -368,12 +368,8 @@ def cpu_seeds(shape, target) -> List[dict]:
                 "MC": _block(CPU_SPACE["MC"], mc, shape.M, 16), "NC": _block(CPU_SPACE["NC"], nc, shape.N, 64),
                 "PACK_B": pb}
 
-    l1_rows = _a_block_in_l1(target) if shape.layout[1] == "N" else None  # B stored K x N
-
-    def mc_for(pack_b):
-        return l1_rows(_block(CPU_SPACE["KC"], 256, shape.K, 64)) if l1_rows and not pack_b else 128
-
-    seeds = [cfg(mr, nr, 256, mc_for(pb), 1024, pb) for mr, nr in register_tiles(isa)
+    in_place_mc = _a_block_in_l1(target, _block(CPU_SPACE["KC"], 256, shape.K, 64)) if shape.layout[1] == "N" else 128
+    seeds = [cfg(mr, nr, 256, 128 if pb else in_place_mc, 1024, pb) for mr, nr in register_tiles(isa)
              for pb in ((0, 1) if small_m else (1, 0))]
     dots = shape.layout == "NT" and shape.dtype == "fp32" and shape.M <= 32
     if dots:
