@@ -158,7 +158,7 @@ def candidate_rows(rows, top, results_path=None):
     fastest seed), else the ``top`` fastest variants. Each variant by its fastest row."""
     listed = {}
     if results_path is not None:
-        from harness.rounds import load_winners
+        from harness.remeasure import load_winners
 
         listed = {sid: [c.get("variant_id") for c in entry.get("candidates") or []]
                   for sid, entry in load_winners(results_path)["shapes"].items()}

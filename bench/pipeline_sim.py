@@ -212,7 +212,7 @@ class Node:
         """The winners' re-measure after the search: each shape's candidates, 5 rounds one after
         another; all on one device, or (``spread``) each shape's on one device, the shapes
         balanced over the devices by their jobs. Returns its seconds."""
-        from harness.rounds import spread_shapes
+        from harness.remeasure import spread_shapes
 
         a = self.a
         jobs = {s.id: 3 + (_unit("cands" + s.id) < 0.5) for s in shapes}

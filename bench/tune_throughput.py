@@ -87,7 +87,8 @@ def tune(project: Path, target_name: str, shapes: str, mode: str, args, spans: S
     from harness import kernels, ui
     from harness.build import BuildOptions
     from harness.api.build import read_shapes
-    from harness.rounds import Session, remeasure_winners, search
+    from harness.remeasure import remeasure_winners
+    from harness.rounds import Session, search
     from harness.run import RunOptions
     from harness.targets import get_target
 

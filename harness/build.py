@@ -243,11 +243,17 @@ def compile_all(compiler, variants: dict, options: BuildOptions, mine: Optional[
     gets the ids of the variants this call started)."""
     pool = compile_pool(options.jobs or os.cpu_count() or 1)
     futures, started = {}, []
+    compiled = getattr(compiler, "compiled", None)  # a result the bundle holds: no wait behind the queue
+    ready = {vid: compiled(cfg, shape) for vid, (cfg, shape, _) in variants.items()} if compiled else {}
     with _pool_lock:
         for vid, (cfg, shape, spec) in variants.items():
             key = (str(compiler.out_dir), vid)
             future = _compiling.get(key)
-            if future is None:
+            done = ready.get(vid) if future is None else None
+            if done is not None:
+                future = Future()
+                future.set_result(done)
+            elif future is None:
                 future = _compiling[key] = pool.submit(compiler.compile, cfg, shape, options.compile_timeout)
                 started.append((key, future))
                 if mine is not None:

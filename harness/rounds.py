@@ -14,32 +14,24 @@ evaluator (one build, push and run per round for all shapes). With long-lived ag
 many rounds in flight as there are measuring devices, plus one), and ``collect``-ed later; the
 rounds reach the agents in the order they were asked. On a GPU target with long-lived agents each
 shape's search is a stream of its own instead (``harness.streams``): each batch a round of one
-shape, sent as soon as it is built. ``remeasure_winners`` measures the
-top candidates of each shape interleaved (each shape's on one device, the shapes spread over the
-devices) and picks noise-aware winners; they are kept in
-``results/<target>/<kernel>/winners.json``, which ``harness report`` reads.
+shape, sent as soon as it is built. The winners' re-measure that follows (or, with streams,
+starts as each shape's search ends) is ``harness.remeasure``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
-from remote_agent.contract import CONFIG_PREFIX, OK, PRUNED
+from remote_agent.contract import OK, PRUNED
 
 from . import state, ui
 from .errors import HarnessError
 from .library import is_library_id
-
-WINNERS_FILE = "winners.json"
-REMEASURE_MIN_TIME_MS = 100.0  # GPU: the winners' re-measure times each job at least this long
 
 
 @dataclass
@@ -65,6 +57,7 @@ class Session:
     _agents: object = None
     _builds: object = None  # long_lived: the threads that build rounds (harness.rounds.Builds)
     stream_stats: object = None  # streams: harness.streams.StreamStats of the search
+    _finish_lock: object = dataclasses.field(default_factory=threading.Lock)
 
     @property
     def results_path(self) -> Path:
@@ -119,11 +112,12 @@ class Session:
         (None, Shape) the place of the library's job among them (a winners' re-measure)."""
         return self.collect(self.submit(pairs, fidelity, library_shapes, pin))
 
-    def submit(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False):
+    def submit(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False, timing=None):
         """Start the round: with ``long_lived``, built in a thread and handed to the long-lived
         agents (returns at once; ``collect`` brings its rows); otherwise built and run to the end
-        here."""
-        run_options = self._round_options(fidelity)
+        here. ``timing``: the round's run options where they are not the search's (a winners'
+        re-measure); any thread may submit."""
+        run_options = self._round_options(fidelity, timing)
         if pin:  # a winners' re-measure times every finalist in full: no racing
             run_options.race = 0.0
         if self.long_lived:
@@ -145,11 +139,12 @@ class Session:
         finally:
             self.run_seconds += time.monotonic() - began
 
-    def _round_options(self, fidelity: int):
-        """The run options of a round of ``fidelity`` (taken when it is submitted)."""
-        run_options = dataclasses.replace(self.run_options, iters=int(self.run_options.iters * fidelity),
-                                          min_time_ms=self.run_options.min_time_ms * fidelity,
-                                          max_time=self.run_options.max_time * fidelity, rerun_all=True)
+    def _round_options(self, fidelity: int, timing=None):
+        """The run options of a round of ``fidelity`` (taken when it is submitted), from
+        ``timing`` or the search's."""
+        base = timing or self.run_options
+        run_options = dataclasses.replace(base, iters=int(base.iters * fidelity), min_time_ms=base.min_time_ms * fidelity,
+                                          max_time=base.max_time * fidelity, rerun_all=True)
         if run_options.devices is None:
             run_options.devices = getattr(self.target, "devices", None)
         return run_options
@@ -170,15 +165,17 @@ class Session:
 
     def finish(self, waited) -> list:
         """The rows of a round ``wait`` returned, merged into the results file and recorded
-        (one thread at a time)."""
+        (one thread at a time: the search's and the re-measure's threads finish rounds)."""
         if isinstance(waited, list):
             return waited
         from .build import _bundle_lock
 
         ticket, replies = waited
-        rows = self.agents().take(ticket, replies, self.results_path)
-        with _bundle_lock:  # rounds being built record their bundle in the same state file
-            state.record(self.root, self.target.name, kernel=self.kernel.name, results_remote=self.target.is_remote)
+        with self._finish_lock:  # the search's thread and the re-measure's threads
+            rows = self.agents().take(ticket, replies, self.results_path)
+            with _bundle_lock:  # rounds being built record their bundle in the same state file
+                state.record(self.root, self.target.name, kernel=self.kernel.name,
+                             results_remote=self.target.is_remote)
         return rows
 
     def depth(self) -> int:
@@ -334,10 +331,11 @@ class Builds:
         self.closed = False
 
     def submit(self, pairs, library_shapes, run_options, pin):
-        """A Future of the round's Ticket (None: nothing to run)."""
-        before, sent = self.last_sent, threading.Event()
-        self.last_sent = sent
-        return self.pool.submit(self._build_and_send, pairs, library_shapes, run_options, pin, before, sent)
+        """A Future of the round's Ticket (None: nothing to run); any thread may submit."""
+        with self.lock:
+            before, sent = self.last_sent, threading.Event()
+            self.last_sent = sent
+            return self.pool.submit(self._build_and_send, pairs, library_shapes, run_options, pin, before, sent)
 
     def sent(self, handle):
         """The round's Ticket once it reached the agents (a build's error is raised here)."""
@@ -402,21 +400,11 @@ class _quiet:
 # ---- history ------------------------------------------------------------------------------
 
 
-def in_space(row: dict, space: dict) -> bool:
-    """A row of a config of ``space`` (its cfg_ columns name exactly the space's parameters and
-    hold values of it); library rows and rows of another space are not."""
-    if is_library_id(row.get("variant_id")):
-        return False
-    names = {c[len(CONFIG_PREFIX):] for c, v in row.items() if c and c.startswith(CONFIG_PREFIX) and v not in ("", None)}
-    if names != set(space):
-        return False
-    return all(str(row[CONFIG_PREFIX + n]) in {str(v) for v in space[n]} for n in space)
-
-
 def shape_history(rows: list, shape_id: str, space: dict, skip: frozenset = frozenset()) -> list:
     """The Trials of one shape a search resumes from: its rows of configs in ``space`` in file
     order, without pruned rows, and without the rows of winner re-measures (``skip``: indices)."""
     from .strategies import trials_from_rows
+    from .strategies.history import in_space
 
     mine = [r for i, r in enumerate(rows) if i not in skip and r.get("shape_id") == shape_id
             and r.get("status") != PRUNED and in_space(r, space)]
@@ -426,17 +414,27 @@ def shape_history(rows: list, shape_id: str, space: dict, skip: frozenset = froz
 # ---- search -------------------------------------------------------------------------------
 
 
+def uses_streams(session: Session, time_limit: Optional[float] = None) -> bool:
+    """Whether ``search`` runs each shape's search as a stream of its own (a GPU target with
+    long-lived agents, no time limit: under one the shapes keep in step in rounds, since a stream
+    whose first batch came back first would take the time before the others were told)."""
+    return session.long_lived and getattr(session.target, "is_gpu", False) and time_limit is None
+
+
 def search(session: Session, space: dict, strategy_name: str, seed: int = 0, batch_size: int = 8,
            budget: Optional[int] = None, time_limit: Optional[float] = None, on_round: Optional[Callable] = None,
-           clock: Callable[[], float] = time.monotonic, warm_start: bool = True, **strategy_options) -> list:
+           clock: Callable[[], float] = time.monotonic, warm_start: bool = True, on_spent: Optional[Callable] = None,
+           **strategy_options) -> list:
     """One strategy per shape, resumed from the rows already in the results CSV and driven by
     ``strategies.driver.drive`` (budget, time limit, stop reasons); each round is one
     ``session.execute`` per fidelity asked, the library reference joining the first. With
     ``warm_start`` the first round of each shape holds the seeds of ``strategies.seeded``: the
     kernel's configs for the shape's class and the winners of the nearest shapes in
-    tuned/<target>/<kernel>.json. Returns the ``ShapeSearch`` of every shape."""
+    tuned/<target>/<kernel>.json. ``on_spent(ShapeSearch)``: with streams (``uses_streams``), called
+    as each shape's search is spent. Returns the ``ShapeSearch`` of every shape."""
     from .build import compiler_for
     from .bundle import bundle_dir
+    from .remeasure import remeasure_rows
     from .strategies import StrategyError, get_strategy, pruning_predicate
     from .strategies.driver import AskAhead, ShapeSearch, drive
     from .strategies.seeded import Seeded, read_tuned, warm_start as seeds_for
@@ -446,7 +444,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
                             session.build_options.frontend, from_ir=session.build_options.from_ir)
     rules = kern.rules_for(tgt)
     rows = session.rows()
-    skip = remeasure_rows(session.results_path)
+    skip = remeasure_rows(session.results_path)  # (harness.remeasure: its rows are no search's)
     tuned = read_tuned(Path(session.root) / "tuned" / tgt.name / ("%s.json" % kern.name)) if warm_start else []
     searches = []
     for shape in session.shapes:
@@ -474,11 +472,9 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
         return [[r for r in round_rows if r.get("shape_id") == s.shape.id and not is_library_id(r.get("variant_id"))]
                 for s, _ in asks]
 
-    # each shape a stream (harness.streams); under --time-limit the shapes keep in step in rounds (a
-    # stream whose first batch came back first would take the time before the others were told)
-    if session.long_lived and getattr(tgt, "is_gpu", False) and time_limit is None:
+    if uses_streams(session, time_limit):  # each shape a stream (harness.streams)
         return _search_streams(session, searches, space, budget, time_limit, on_round, clock, warm_start,
-                               library_todo, strategy_name)
+                               library_todo, strategy_name, on_spent)
     first = None
     if session.long_lived:  # the next rounds are built while this one is measured
         evaluate = AskAhead(submit, lambda submitted: per_shape(session.collect(submitted[0]), submitted[1]),
@@ -495,7 +491,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
 
 
 def _search_streams(session: Session, searches: list, space: dict, budget, time_limit, on_round, clock,
-                    warm_start: bool, library_todo: list, strategy_name: str) -> list:
+                    warm_start: bool, library_todo: list, strategy_name: str, on_spent=None) -> list:
     """``search`` on a GPU target with long-lived agents: every shape's search a stream of its
     own (``streams.drive_streams``), each batch a round sent to the agents as soon as it is built;
     the seeds' batches go out before the spaces are pruned."""
@@ -518,7 +514,7 @@ def _search_streams(session: Session, searches: list, space: dict, budget, time_
     try:
         drive_streams(searches, space, SessionRounds(session, library_todo), budget, time_limit, ahead=ahead,
                       on_round=told if on_round is not None else None, clock=clock, first_round=first,
-                      stats=stats)
+                      stats=stats, on_spent=on_spent)
     except StrategyError as exc:
         raise HarnessError("strategy %s: %s" % (strategy_name, exc))
     return searches
@@ -572,178 +568,3 @@ def listed_order(jobs: list, library_ids: list, library_at: dict) -> dict:
         ids = order.setdefault(sid, [])
         ids[at:at] = [lib for lib in library_ids if lib not in ids]
     return order
-
-
-# ---- noise-aware winners --------------------------------------------------------------------
-
-
-def remeasure_winners(session: Session, space: dict, histories: Dict[str, list], top: int = 3,
-                      repeats: int = 5, seeds: Optional[Dict[str, list]] = None) -> dict:
-    """Re-measure the ``top`` candidates of every shape interleaved, with its config of the fewest
-    SM cycles and the fastest of its ``seeds`` (the warm start's configs) where they are not among
-    them (``strategies.winner.top_candidates``; ``repeats`` rounds, the order rotating each round:
-    A B C, B C A, C A B, ...), pick each shape's winner (``strategies.winner.pick_winner``: it must
-    beat the next by more than the spread, else the tie rule decides), and save them to
-    winners.json. A shape whose winner's noise is over ``winner.NOISY_WINNER``, or whose tie went
-    to a candidate ``winner.TIE_WON_BEHIND`` or more behind the fastest, gets ``repeats`` more
-    rounds, once. Returns {shape_id: entry}."""
-    from .strategies.winner import NOISY_WINNER, TIE_WON_BEHIND, interleaved_rounds, pick_winner, top_candidates
-    from .strategies import config_id
-
-    shapes = {s.id: s for s in session.shapes}
-    cands = {sid: top_candidates(h, top, seeds=(seeds or {}).get(sid, ())) for sid, h in histories.items()
-             if sid in shapes}
-    cands = {sid: c for sid, c in cands.items() if c}
-    if not cands:
-        return {}
-    plans = {sid: interleaved_rounds(c, 2 * repeats) for sid, c in cands.items()}
-    samples = {sid: {config_id(c): [] for c in cs} for sid, cs in cands.items()}
-    variant_of: Dict[tuple, str] = {}
-    first_row = len(session.rows())
-    devices = session.pinned_devices() if hasattr(session, "pinned_devices") else 1  # (a stand-in session: one)
-    slots = spread_shapes({sid: len(c) for sid, c in cands.items()}, devices)
-    measure = lambda sids, first: _remeasure_rounds(  # noqa: E731
-        session, space, {sid: plans[sid][first:first + repeats] for sid in sids}, samples, variant_of, slots)
-    measure(list(plans), 0)
-    noisy = [sid for sid, groups in samples.items() if _unsure_winner(groups)]
-    if noisy:
-        ui.out.print("%d shape(s) with a winner's noise over %g %% or a tie won %g %% or more behind the "
-                     "fastest: %d more rounds (%s)" % (len(noisy), 100 * NOISY_WINNER, 100 * TIE_WON_BEHIND,
-                                                       repeats, ", ".join(noisy)))
-        measure(noisy, repeats)
-    rows_added = list(range(first_row, len(session.rows())))
-    entries = {}
-    for sid, groups in samples.items():
-        by_id = {config_id(c): c for c in cands[sid]}
-        try:
-            win = pick_winner(groups)
-        except ValueError as exc:
-            ui.console.print("[yellow]%s: no winner re-measured (%s)[/]" % (sid, exc))
-            continue
-        vid = lambda cid: variant_of.get((sid, cid))  # noqa: E731
-        entries[sid] = {
-            "shape": sid, "variant_id": vid(win.id), "config": by_id[win.id],
-            "median_ns": win.median, "spread_ns": win.spread, "rel_spread": win.rel_spread,
-            "noise": win.noise, "estimator": win.estimator,
-            "decided": win.decided, "rule": win.rule, "tied": [vid(c) for c in win.tied],
-            "runner_up": vid(win.runner_up) if win.runner_up else None,
-            "margin_ns": win.margin, "repeats": 2 * repeats if sid in noisy else repeats,
-            "candidates": [{"variant_id": vid(c.id), "config": by_id[c.id], "median_ns": _num(c.median),
-                            "spread_ns": _num(c.spread), "repeats": c.repeats, "failed": c.failed}
-                           for c in win.table],
-            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-    save_winners(session.results_path, entries, rows_added)
-    return entries
-
-
-def spread_shapes(jobs: Dict[str, int], devices: int) -> dict:
-    """{shape id: device slot} for a winners' re-measure: every job of a shape on one device (its
-    candidates' times compare), the shapes spread over ``devices`` so that each gets about as many
-    jobs (``jobs``: a shape's jobs per round), the most first."""
-    load = [0] * max(1, devices)
-    slots = {}
-    for sid in sorted(jobs, key=lambda s: (-jobs[s], s)):
-        slot = load.index(min(load))
-        slots[sid] = slot
-        load[slot] += jobs[sid]
-    return slots
-
-
-def _remeasure_rounds(session: Session, space: dict, plans: Dict[str, list], samples: dict, variant_of: dict,
-                      slots: Optional[dict] = None) -> None:
-    """Measure the rounds of ``plans`` ({shape_id: [round, ...]}, round r of every shape
-    together) and add each candidate's Trials to ``samples`` ({shape_id: {config id: [...]}}),
-    on one machine, each shape's jobs on one device (``slots``: {shape id: device slot}; None:
-    all on the first device), so that the candidates' times compare (long-lived agents take all
-    the rounds at once and run them back to back)."""
-    from .strategies.history import row_trial
-    from .strategies import config_id
-
-    shapes = {s.id: s for s in session.shapes}
-    # at least REMEASURE_MIN_TIME_MS of timing per job, however briefly the search measured
-    searched = session.run_options
-    session.run_options = dataclasses.replace(searched, min_time_ms=max(REMEASURE_MIN_TIME_MS, searched.min_time_ms))
-    if getattr(session, "remeasure_max_time", None) and not session.target.is_gpu:
-        # CPU: each round's minimum needs less sampling than a lone measurement's, the rounds' minima decide
-        session.run_options.max_time = session.remeasure_max_time
-    count = max(len(p) for p in plans.values())
-    try:
-        pin = {sid: slots[sid] for sid in plans} if slots and len(set(slots.values())) > 1 else True
-        handles = [session.submit(_remeasure_pairs(plans, shapes, r, session.library), 1, (), pin=pin)
-                   for r in range(count)]
-    finally:
-        session.run_options = searched
-    for handle in handles:
-        for row in session.collect(handle):
-            sid = row.get("shape_id")
-            if sid not in plans or not in_space(row, space):
-                continue
-            trial = row_trial(row, space)
-            cid = config_id(trial.config)
-            if cid in samples[sid]:
-                samples[sid][cid].append(trial)
-                variant_of[(sid, cid)] = row.get("variant_id")
-
-
-def _remeasure_pairs(plans: Dict[str, list], shapes: dict, r: int, library: bool) -> list:
-    """Round ``r``'s (config, Shape) pairs, each shape's in its plan's (rotated) order. With
-    ``library`` the library joins every round, so that the uplift compares times taken in the same
-    window (a library row from the first round met a cool GPU: up to 16 % faster on large
-    products), at a place that moves by one each round (None in its pair): on a GPU the first job
-    of a round meets the GPU cool from the pause before it, the last one at its power cap."""
-    pairs = []
-    for sid, plan in plans.items():
-        mine = [(cfg, shapes[sid]) for cfg in plan[r]]
-        if library:
-            mine.insert(r % (len(mine) + 1), (None, shapes[sid]))
-        pairs += mine
-    return pairs
-
-
-def _unsure_winner(groups: dict) -> bool:
-    """Whether the winner ``groups`` ({config id: Trials}) would give needs more rounds
-    (``Winner.unsure``); False where no candidate can win."""
-    from .strategies.winner import pick_winner
-
-    try:
-        return pick_winner(groups).unsure
-    except ValueError:
-        return False
-
-
-def _num(x):
-    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
-
-
-def winners_path(results_path: Path) -> Path:
-    return Path(results_path).with_name(WINNERS_FILE)
-
-
-def load_winners(results_path: Path) -> dict:
-    path = winners_path(results_path)
-    if not path.exists():
-        return {"shapes": {}, "remeasure_rows": []}
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise HarnessError("malformed winners file: %s" % exc, where=str(path))
-    data.setdefault("shapes", {})
-    data.setdefault("remeasure_rows", [])
-    return data
-
-
-def remeasure_rows(results_path: Path) -> frozenset:
-    return frozenset(load_winners(results_path)["remeasure_rows"])
-
-
-def save_winners(results_path: Path, entries: dict, rows_added: list) -> Path:
-    data = load_winners(results_path)
-    data["shapes"].update(entries)
-    data["remeasure_rows"] = sorted(set(data["remeasure_rows"]) | set(rows_added))
-    path = winners_path(results_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp%d" % os.getpid())
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-    return path

@@ -17,8 +17,15 @@ batches are told in the order they were asked (one that comes back early waits f
 asked before it). So the configs a search asks depend only on the times it measured, not on
 which device or round came back first: a second tune that measures the same times asks the same
 configs (and compiles nothing new: ``harness.compile.cache``). A shape whose warm-start seeds
-went out before the pruning asks its next batches once the seeds are told: the genetic search
-breeds from them at once, and by then the agents have said how many devices measure.
+went out before the pruning asks its batch 2 right after the pruning (with ``ahead`` at least
+``AHEAD_MIN`` it sees nothing told under any device count), and its batches up to ``ahead`` once
+the first batch of any shape is told: by then the agents have said how many devices measure. So
+the compiles of the search's first batches overlap the seeds' build and measuring instead of
+waiting for them (a genetic search samples until it has ``population`` results, so those
+batches are the same either way).
+
+``on_spent(search)`` is called as each shape's search is spent (stopped, nothing in flight), while
+the others go on: a tune starts that shape's winners' re-measure there (``harness.remeasure``).
 
 ``ahead_for`` picks ``ahead`` from the devices and shapes: enough batches in flight to keep
 every device busy while the next batches compile, no more (a batch asked with fewer results
@@ -93,19 +100,21 @@ class StreamStats:
 def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: Optional[int] = None,
                   time_limit: Optional[float] = None, *, ahead=AHEAD_MIN, on_round: Optional[Callable] = None,
                   clock: Callable[[], float] = time.monotonic, first_round: Optional[Callable] = None,
-                  stats: Optional[StreamStats] = None) -> int:
+                  stats: Optional[StreamStats] = None, on_spent: Optional[Callable] = None) -> int:
     """Run every search as a stream of its own until each is spent; returns the batches told.
 
     Stops as ``strategies.driver.drive`` does (budget per shape with its history, a strategy with
     nothing left, a batch that brought nothing back, ``time_limit``: under it nothing is asked
     ahead of the first results, and a batch only where an evaluation is expected to fit).
     ``ahead``: batches in flight per shape (a strategy without ``asks_ahead``: one); a callable is
-    asked before each ask (the devices are learned from the agents' first round: every shape
-    with seeds asks after they are told, so on one node it gives one value to all its asks).
+    asked before each ask (the devices are learned from the agents' first round: a shape with
+    seeds asks past its batch 2 only once a batch is back, so on one node it gives one value to
+    all those asks).
     ``first_round(searches) -> [(ShapeSearch, Batch)]``: batches known before any space is pruned
     (the warm start's seeds), each shape's submitted as its batch 1 before the pruning; that
-    shape asks its next batches once its seeds are told.
-    ``on_round(number, fidelity, [(ShapeSearch, Batch)])`` after each batch is told."""
+    shape asks its batch 2 after the pruning, and up to ``ahead`` once any batch is told.
+    ``on_round(number, fidelity, [(ShapeSearch, Batch)])`` after each batch is told;
+    ``on_spent(ShapeSearch)`` once for each shape whose search is spent, as it is."""
     stats = stats if stats is not None else StreamStats()
     start = clock()
     arrivals: "queue.Queue" = queue.Queue()
@@ -131,10 +140,22 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
     began = clock()
     prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
     stats.pruning += clock() - began
-    fresh = [st for st in streams.values() if not st.flights]  # one with seeds out asks once they are told
-    while fresh:  # the shapes' first batches in turn (one each, then a second each, ...): none waits behind another's
-        fresh = [st for st in fresh if _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams,
-                                            launch, most=1)]
+    seeded = [st for st in streams.values() if st.flights]
+    ask = lambda st, most=None: _ask(st, space, budget, time_limit, ahead, clock() - start, stats,  # noqa: E731
+                                     streams, launch, most=most)
+    spent = set()
+
+    def if_spent(st: ShapeStream) -> None:
+        if on_spent is not None and st.search.stopped is not None and not st.flights and id(st) not in spent:
+            spent.add(id(st))
+            on_spent(st.search)
+
+    # the shapes' first batches in turn (one each, then a second each, ...): none waits behind another's
+    _in_turn([st for st in streams.values() if not st.flights], ask)
+    for st in seeded:  # batch 2 beside the seeds: under any depth of at least AHEAD_MIN it sees nothing told
+        ask(st, most=AHEAD_MIN - 1)
+    for st in streams.values():
+        if_spent(st)
     while True:
         if not flying[0]:
             break
@@ -156,8 +177,21 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
             if on_round is not None:
                 on_round(stats.told, done.fidelity, [(st.search, done.batch)])
             # asked right after each batch is told: batch k sees exactly batches 1..k - ahead
-            _ask(st, space, budget, time_limit, ahead, clock() - start, stats, streams, launch)
+            ask(st)
+        if seeded:  # the first batch told: the agents said how many devices measure, the rest ask their depth
+            _in_turn([x for x in seeded if x is not st], ask)
+            seeded = []
+        if_spent(st)
+    for st in streams.values():
+        if_spent(st)
     return stats.told
+
+
+def _in_turn(sts: list, ask: Callable) -> None:
+    """Ask each stream one batch at a time in turn until none has room: no stream's batches
+    queue behind another's whole depth."""
+    while sts:
+        sts = [st for st in sts if ask(st, most=1)]
 
 
 def _wait(evaluator, st: ShapeStream, flight: Flight, arrivals: "queue.Queue") -> None:

@@ -6,7 +6,10 @@ which ``harness report --html`` shows.
 The numbers come from the long-lived agents (``agent_session.Stats``: seconds a job was in flight
 on each device, per round) and the tune's own stopwatch; a phase's busy share is the device's
 busy seconds over the phase's wall time, so start-up (pruning, the first build, the workers'
-start) counts as idle.
+start) counts as idle. Busy seconds are counted as the agents report rounds done; where a shape's
+re-measure runs beside the other shapes' search (a GPU tune whose shapes are streams), its jobs
+done before the search ends count in the search, and a short re-measure phase may read over 100 %
+(busy seconds of jobs that began before it). The share over both phases is exact.
 """
 
 from __future__ import annotations

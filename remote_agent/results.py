@@ -60,6 +60,10 @@ class ResultsWriter:
         self._write_line(values)
         self.done.add(contract.job_key(row["variant_id"], row["shape_id"], row["device"]))
 
+    def size(self):
+        """The file's size in bytes: where the next row goes."""
+        return os.lseek(self.fd, 0, os.SEEK_END)
+
     def _write_line(self, values):
         buf = io.StringIO()
         csv.writer(buf, lineterminator="\n").writerow(values)

@@ -11,18 +11,23 @@ Files under W (the host writes ``queue/*.json``; everything else is the agent's)
                       job on the first device) or {shape id: slot} (each shape's jobs on
                       device slot modulo the devices: a winners' re-measure spread over them).
   queue/NAME.start    {"offset"}: the size of the results file when the round began. An agent
-                      restarted mid-round resumes it and skips the jobs whose rows lie past it.
+                      restarted mid-round resumes it and skips the jobs whose rows lie past it
+                      (a round of a stream: the jobs whose rows NAME.rows lists).
+  queue/NAME.rows     a round of a stream: "start end" per line, the byte range of each row it
+                      wrote, appended as they are written (so that a resumed round knows its own).
   queue/NAME.done     {"offset", "end", "rows", "seconds", "busy": {device: s}, "devices"}:
                       the round's rows are the results file's bytes [offset, end); a GPU
-                      round measured in a stream (below) adds "variants" and "shapes": its rows
-                      are those of them there.
+                      round measured in a stream (below) adds "spans": [[start, end], ...],
+                      the byte ranges of its own rows (rows of other rounds lie in between).
   stop                the agent finishes the round in progress and exits.
   serve.lock          held (flock) while an agent serves W; serve.pid, serve.log.
 
-GPU rounds that are not pinned run as a stream: the round and every round queued after it with
-the same bundle, results and timing options go to the same GPU workers as one run, the next
-round's jobs taken by a device as soon as it has nothing left of the earlier ones (no device waits
-for the slowest job of a round), each round done when its own jobs are.
+GPU rounds run as a stream: the round and every round queued after it with the same bundle,
+results, devices and profiler go to the same GPU workers as one run, the next round's jobs taken by
+a device as soon as it has nothing left of the earlier ones (no device waits for the slowest job of
+a round), each round done when its own jobs are. Each job carries its round's timing options, and
+a pinned round's jobs their device: a winners' re-measure joins the stream on its device while the
+other devices go on with the search's rounds.
 
 Rows are appended and flushed per job as in ``run``: killing the agent loses no finished row.
 ``--detach`` starts it in its own session (so a closed SSH channel does not stop it) and returns
@@ -55,7 +60,7 @@ def paths(workdir):
 
 def round_files(queue, name):
     base = os.path.join(queue, name)
-    return {ext: base + "." + ext for ext in ("json", "start", "done")}
+    return {ext: base + "." + ext for ext in ("json", "start", "done", "rows")}
 
 
 def write_json(path, data):
@@ -68,6 +73,22 @@ def write_json(path, data):
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def read_spans(path):
+    """The [start, end] byte ranges a round's ``.rows`` lists ([] when it has none); a torn last
+    line (the agent killed mid-write) is left out: its row is then measured again."""
+    try:
+        with open(path) as f:
+            lines = f.read().split("\n")[:-1]
+    except OSError:
+        return []
+    return [[int(a), int(b)] for a, b in (line.split() for line in lines if len(line.split()) == 2)]
+
+
+def _job_keys(header, rows):
+    idx = {n: i for i, n in enumerate(header)}
+    return {contract.job_key(r[idx["variant_id"]], r[idx["shape_id"]], r[idx["device"]]) for r in rows}
 
 
 def pending_rounds(queue):
@@ -100,9 +121,8 @@ def serving_pid(workdir):
     return None
 
 
-def rows_between(results, start, end=None, variants=None, shapes=None):
-    """(header, rows) of the results file's whole rows in bytes [start, end); with ``variants``
-    and ``shapes`` only the rows of those variant and shape ids (a round of a stream)."""
+def rows_between(results, start, end=None):
+    """(header, rows) of the results file's whole rows in bytes [start, end)."""
     try:
         with open(results, "rb") as f:
             header = next(csv.reader(io.StringIO(f.readline().decode())), [])
@@ -111,15 +131,29 @@ def rows_between(results, start, end=None, variants=None, shapes=None):
             data = f.read() if end is None else f.read(max(0, end - start))
     except OSError:
         return [], []
+    return header, _whole_rows(data, header)
+
+
+def rows_in_spans(results, spans):
+    """(header, rows) of the results file's rows in the byte ranges ``spans`` ([[start, end],
+    ...]: a round of a stream, whose rows lie between other rounds')."""
+    try:
+        with open(results, "rb") as f:
+            header = next(csv.reader(io.StringIO(f.readline().decode())), [])
+            rows = []
+            for start, end in spans:
+                f.seek(start)
+                rows += _whole_rows(f.read(max(0, end - start)), header)
+    except OSError:
+        return [], []
+    return header, rows
+
+
+def _whole_rows(data, header):
     text = data.decode(errors="replace")
     if not text.endswith("\n"):
         text = text[:text.rfind("\n") + 1]  # a torn last line is no row
-    rows = [r for r in csv.reader(io.StringIO(text)) if len(r) == len(header)]
-    if variants is not None and shapes is not None and "variant_id" in header:
-        vi, si = header.index("variant_id"), header.index("shape_id")
-        variants, shapes = set(variants), set(shapes)
-        rows = [r for r in rows if r[vi] in variants and r[si] in shapes]
-    return header, rows
+    return [r for r in csv.reader(io.StringIO(text)) if len(r) == len(header)]
 
 
 class RoundAgent(Agent):
@@ -207,9 +241,9 @@ class Server(object):
         self._lock_results(results)
         if os.path.exists(results) and not os.path.exists(files["start"]):
             _drop_torn_tail(results)
-        offset, skip = self._begin(name, results)
         if streams(spec):
-            return self._run_stream(name, spec, options, offset, skip)
+            return self._run_stream(name, spec, options)
+        offset, skip = self._begin(name, results)
         start = time.monotonic()
         agent = RoundAgent(bundle, results, manifest, options, self.out, self.log)
         agent.round = name
@@ -239,18 +273,28 @@ class Server(object):
         files = round_files(self.p["queue"], name)
         if os.path.exists(files["start"]):  # resumed after a kill: its measured jobs stay measured
             offset = read_json(files["start"])["offset"]
-            header, rows = rows_between(results, offset)
-            idx = {n: i for i, n in enumerate(header)}
-            skip = {contract.job_key(r[idx["variant_id"]], r[idx["shape_id"]], r[idx["device"]]) for r in rows}
+            skip = _job_keys(*rows_between(results, offset))
             self.log("round %s resumed: %d jobs already have rows" % (name, len(skip)))
             return offset, skip
         offset = os.path.getsize(results) if os.path.exists(results) else 0
         write_json(files["start"], {"offset": offset})
         return offset, set()
 
-    def _run_stream(self, name, spec, options, offset, skip):
-        """A GPU round and every round queued after it that can join (same bundle, results and
-        timing, not pinned), measured as one run of the workers: a device that finishes its
+    def _begin_in_stream(self, name, results):
+        """(offset, skip, spans) of a round joining a stream: a resumed one skips the jobs whose
+        rows its ``.rows`` lists (other rounds' rows lie past its offset too)."""
+        files = round_files(self.p["queue"], name)
+        if not os.path.exists(files["start"]):
+            return self._begin(name, results) + ([],)
+        offset = read_json(files["start"])["offset"]
+        spans = read_spans(files["rows"])
+        skip = _job_keys(*rows_in_spans(results, spans))
+        self.log("round %s resumed: %d jobs already have rows" % (name, len(skip)))
+        return offset, skip, spans
+
+    def _run_stream(self, name, spec, options):
+        """A GPU round and every round queued after it that can join (same bundle, results,
+        devices and profiler), measured as one run of the workers: a device that finishes its
         jobs takes the next round's instead of waiting for the round's slowest job. Each
         round's ``.done`` is written when its own jobs are done."""
         agent = RoundAgent(spec["bundle"], spec["results"], spec["manifest"], options, self.out, self.log)
@@ -262,7 +306,7 @@ class Server(object):
         except SchemaMismatch as exc:
             raise AgentError(str(exc))
         stream = Stream(self, runner, writer, spec)
-        stream.first = stream.join(name, spec, agent, offset, skip)
+        stream.first = stream.join(name, spec, agent)
         try:
             for job, device, result in runner.run_all([], {}, {}, {}, options, more=stream.more):
                 stream.on_result(job, device, result)
@@ -304,22 +348,26 @@ class Server(object):
 
 
 def streams(spec):
-    """Whether a round is measured as part of a stream of rounds (GPU rounds not pinned)."""
-    return spec["manifest"]["target"]["backend"] != "cpu" and not spec.get("pin")
+    """Whether a round is measured as part of a stream of rounds (a GPU round)."""
+    return spec["manifest"]["target"]["backend"] != "cpu"
+
+
+# a round's options that may differ from the stream's: each job carries them to its worker
+TIMING_OPTIONS = ("warmup", "iters", "min_time_ms", "max_noise", "max_time", "estimator")
 
 
 class Stream(object):
     """Rounds measured together by one GPU runner (``Server._run_stream``): the rows of all go
     to one writer as they finish; a round is done when its own jobs are. Its ``.done`` tells the
-    host which rows are its (``variants``, ``shapes``: rows of other rounds lie in between), and
-    the seconds and device busy seconds since the last ``.done`` of the stream (so that summed
-    over the rounds they count each second once)."""
+    host which rows are its (``spans``: rows of other rounds lie in between, maybe of the same
+    pairs, as a winners' re-measure's rounds), and the seconds and device busy seconds since the
+    last ``.done`` of the stream (so that summed over the rounds they count each second once)."""
 
     def __init__(self, server, runner, writer, spec):
         self.server = server
         self.runner = runner
         self.writer = writer
-        self.spec = spec  # the first round's: a round joins when its bundle, results and options match
+        self.spec = spec  # the first round's: a round joins when its bundle, results, devices and profiler match
         self.rounds = {}  # name -> the state of a round in the stream
         self.owner = {}  # id(job) -> round name
         self.joined = []  # names, in order
@@ -331,14 +379,23 @@ class Stream(object):
     def _busy(self):
         return dict(getattr(getattr(self.runner, "_supervisor", None), "busy", {}) or {})
 
-    def join(self, name, spec, agent, offset, skip):
-        """Add round ``name``: record its unrunnable rows; returns its requests for the workers."""
-        self.runner.manifest = spec["manifest"]
+    def join(self, name, spec, agent):
+        """Add round ``name``: record its unrunnable rows; returns its requests for the workers
+        (with its timing options, and its device where the round is pinned)."""
+        offset, skip, spans = self.server._begin_in_stream(name, spec["results"])
+        self.runner.manifest, self.runner.options = spec["manifest"], agent.options
+        state = {"name": name, "agent": agent, "offset": offset, "spans": list(spans),
+                 "rows_file": round_files(self.server.p["queue"], name)["rows"], "start": time.monotonic(),
+                 "done": 0}
+        before = self.writer.size()
         todo, variants, shapes, broken = agent.prepare(self.runner, self.writer, skip)
+        self._wrote(state, before)  # the rows of pairs that cannot run (pruned, failed compiles)
         requests, unrunnable = self.runner.requests_for(todo, variants, shapes, broken)
-        state = {"name": name, "agent": agent, "variants": variants, "shapes": shapes, "offset": offset,
-                 "start": time.monotonic(), "left": len(requests), "done": 0,
-                 "total": len(requests) + len(unrunnable)}
+        _, place = pinned_devices(self.runner.devices(), _slots(spec.get("pin"), shapes))
+        for _, request in requests:
+            if place:
+                request["device"] = place.get(request["shape"]["id"])
+        state.update(variants=variants, shapes=shapes, left=len(requests), total=len(requests) + len(unrunnable))
         self.rounds[name] = state
         self.joined.append(name)
         agent._progress(0, state["total"], None)
@@ -358,9 +415,20 @@ class Stream(object):
             self._finish(state)
 
     def _write(self, state, job, device, result):
+        before = self.writer.size()
         state["agent"].write_result(self.writer, self.runner, state["variants"], state["shapes"], job, device, result)
+        self._wrote(state, before)
         state["done"] += 1
         state["agent"]._progress(state["done"], state["total"], result["status"], job["variant"], job["shape"])
+
+    def _wrote(self, state, before):
+        """Record the bytes written since ``before`` as the round's (in memory and in its
+        ``.rows``, so that the round resumed after a kill knows them)."""
+        after = self.writer.size()
+        if after > before:
+            state["spans"].append([before, after])
+            with open(state["rows_file"], "a") as f:
+                f.write("%d %d\n" % (before, after))
 
     def _finish(self, state):
         files = round_files(self.server.p["queue"], state["name"])
@@ -369,13 +437,12 @@ class Stream(object):
         self.mark = (now, busy)
         results = self.spec["results"]
         end = os.path.getsize(results) if os.path.exists(results) else 0
-        variants, shapes = sorted(state["variants"]), sorted(state["shapes"])
-        _, rows = rows_between(results, state["offset"], end, variants, shapes)
+        _, rows = rows_in_spans(results, state["spans"])
         spent = dict({d: 0.0 for d in self.runner.devices()},
                      **{d: round(b - busy_then.get(d, 0.0), 4) for d, b in busy.items()})
         write_json(files["done"], {"offset": state["offset"], "end": end, "rows": len(rows),
                                    "seconds": round(now - max(state["start"], since), 4), "busy": spent,
-                                   "devices": self.runner.devices(), "variants": variants, "shapes": shapes})
+                                   "devices": self.runner.devices(), "spans": state["spans"]})
         del self.rounds[state["name"]]
 
     def more(self):
@@ -413,8 +480,7 @@ class Stream(object):
             if agent.header(self.runner) != self.writer.header:
                 self.closed = True
                 break
-            offset, skip = self.server._begin(name, spec["results"])
-            out += self.join(name, spec, agent, offset, skip)
+            out += self.join(name, spec, agent)
         return out
 
     def _may_join(self, spec):
@@ -422,7 +488,19 @@ class Stream(object):
         return (streams(spec) and spec.get("manifest", {}).get("schema_version") == contract.MANIFEST_SCHEMA
                 and os.path.abspath(spec["bundle"]) == os.path.abspath(first["bundle"])
                 and os.path.abspath(spec["results"]) == os.path.abspath(first["results"])
-                and spec.get("options", {}) == first.get("options", {}))
+                and _untimed(spec.get("options", {})) == _untimed(first.get("options", {})))
+
+
+def _untimed(options):
+    """A round's options less its timing (which its jobs carry): what the stream's runner is for."""
+    return {k: v for k, v in options.items() if k not in TIMING_OPTIONS}
+
+
+def _slots(pin, shapes):
+    """A round's ``pin`` as {shape id: device slot}: true is every shape on the first device."""
+    if pin is True:
+        return {sid: 0 for sid in shapes}
+    return pin if isinstance(pin, dict) else None
 
 
 MORE_POLL = 0.02  # seconds between looks at the queue while a device waits for work
@@ -487,7 +565,10 @@ def wait_round(workdir, name, timeout=None, poll=0.02):
         time.sleep(poll)
     done = read_json(files["done"])
     spec = read_json(files["json"])
-    header, rows = rows_between(spec["results"], done["offset"], done["end"], done.get("variants"), done.get("shapes"))
+    if "spans" in done:
+        header, rows = rows_in_spans(spec["results"], done["spans"])
+    else:
+        header, rows = rows_between(spec["results"], done["offset"], done["end"])
     return {"done": done, "header": header, "rows": rows}
 
 

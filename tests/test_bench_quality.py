@@ -35,7 +35,7 @@ def test_the_candidates_timed_again_are_the_variants_the_tune_re_measured(tmp_pa
     # the tune re-measured v1, v2, v3 (its top 3) and the seed v9, which its first round had timed
     # slowest; the search's rows and the re-measure's rows list v1 twice
     from bench._gpu_common import candidate_rows
-    from harness.rounds import save_winners
+    from harness.remeasure import save_winners
 
     rows = [row("s", "v1", 0.276), row("s", "v2", 0.287), row("s", "v1", 0.316), row("s", "v3", 0.295),
             row("s", "v4", 0.298), row("s", "v9", 0.300), row("s", "lib:torch.matmul", 0.298)]

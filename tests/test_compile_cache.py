@@ -109,6 +109,39 @@ def test_gpu_compiles_reused_across_projects_and_missed_on_another_toolchain(tmp
     assert again.reused and again.launch["entry"] == a.launch["entry"]
 
 
+@pytest.mark.slow
+def test_a_round_of_configs_the_bundle_holds_waits_for_no_place_in_the_compile_pool(tmp_path, monkeypatch):
+    """A winners' re-measure builds rounds of configs compiled earlier in the tune while the pool
+    is busy with the search's compiles: those come from the bundle at once."""
+    pytest.importorskip("triton")
+    import threading
+
+    from harness import build as build_module
+    from harness.build import BuildOptions, build
+    from harness.kernels import get
+    from harness.shapes import make_shape
+    from harness.targets import load_targets
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", "off")
+    config = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, num_warps=1, num_stages=2)
+    shapes = [make_shape(128, 128, 128, "fp16", "NN")]
+    target, kernel = load_targets(REPO / "targets.yaml")["gpu-node"], get("matmul")
+    first = build(kernel, target, shapes, tmp_path, BuildOptions(jobs=1, only_configs=[config]))
+    assert first.compiled == 1
+    release = threading.Event()
+    blocker = build_module.compile_pool(1).submit(release.wait, 120)  # the pool's one place taken
+    try:
+        done = []
+        thread = threading.Thread(target=lambda: done.append(
+            build(kernel, target, shapes, tmp_path, BuildOptions(jobs=1, only_configs=[config]))))
+        thread.start()
+        thread.join(60)
+        assert done and done[0].compiled == 0 and done[0].cached == 1  # built while the pool was full
+        assert not blocker.done()
+    finally:
+        release.set()
+
+
 HELPER = '''
 import triton
 

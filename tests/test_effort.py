@@ -175,8 +175,8 @@ class _TimedSession:
     def rows(self):
         return self._rows
 
-    def submit(self, pairs, fidelity, library, pin=False):
-        self.max_times.append(self.run_options.max_time)
+    def submit(self, pairs, fidelity, library, pin=False, timing=None):
+        self.max_times.append(timing.max_time)
         return pairs
 
     def collect(self, pairs):
@@ -188,7 +188,7 @@ class _TimedSession:
 
 
 def test_a_cpu_remeasure_samples_each_job_for_the_levels_time_and_the_search_keeps_its_own(tmp_path):
-    from harness.rounds import remeasure_winners
+    from harness.remeasure import remeasure_winners
     from harness.strategies import Trial
 
     space = {"BLOCK_M": [16, 32]}

@@ -328,7 +328,7 @@ print(summary.manifest.variants[0].status, len(build._compiling))
 
 
 def test_a_winners_remeasure_spreads_shapes_over_the_devices_by_their_jobs():
-    from harness.rounds import spread_shapes
+    from harness.remeasure import spread_shapes
 
     slots = spread_shapes({"a": 4, "b": 3, "c": 3, "d": 3, "e": 2}, 2)
     load = Counter()
@@ -409,3 +409,123 @@ def test_gpu_rounds_queued_together_run_as_one_stream_and_each_gets_its_own_rows
     assert set(seen.values()) == {1} and len(seen) == 12
     with open(results, newline="") as f:
         assert len(list(csv.DictReader(f))) == 12  # nothing measured twice
+
+
+def test_a_pinned_round_joins_the_stream_on_its_device_with_its_own_timing_and_rows(tmp_path, monkeypatch):
+    """A winners' re-measure during the search: two pinned rounds of the same pairs (other
+    timing) queued with an unpinned round run in one stream; each gets exactly its own rows."""
+    from remote_agent import supervisor
+    from tests.test_gpu_supervisor import make_bundle, standin_runner
+
+    standin_runner(monkeypatch)
+    runs = []
+    run = supervisor.Supervisor.run
+    monkeypatch.setattr(supervisor.Supervisor, "run", lambda self, *a, **k: runs.append(1) or run(self, *a, **k))
+    bundle = make_bundle(tmp_path / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    results = tmp_path / "results" / "results.csv"
+    work = tmp_path / "serve"
+    (work / "queue").mkdir(parents=True)
+    search = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1e-4, "max_noise": 1.0}
+    remeasure = dict(search, iters=150)
+    jobs = manifest["jobs"]
+    shape = jobs[0]["shape"]
+    mine = [j for j in jobs if j["shape"] == shape][:3]
+    parts = {"s-1": (jobs[:8], search, False), "s-2": (mine, remeasure, {shape: 1}),
+             "s-3": (mine, remeasure, {shape: 1}), "s-4": (jobs[8:12], search, False)}
+    for name, (part, options, pin) in parts.items():
+        variants = [v for v in manifest["variants"] if v["id"] in {j["variant"] for j in part}]
+        serve.write_json(str(work / "queue" / (name + ".json")), {
+            "bundle": str(bundle), "results": str(results), "options": options, "pin": pin,
+            "manifest": dict(manifest, jobs=part, variants=variants)})
+    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lambda m: None)
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not serve.serving_pid(str(work)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    replies = {name: serve.wait_round(str(work), name, timeout=120) for name in parts}
+    (work / "stop").touch()
+    thread.join(60)
+    assert len(runs) == 1  # the pinned rounds joined the stream
+    for name, (part, options, pin) in parts.items():
+        reply = replies[name]
+        assert "done" in reply, reply
+        header = reply["header"]
+        col = {c: header.index(c) for c in ("variant_id", "shape_id", "device", "samples")}
+        got = sorted((r[col["variant_id"]], r[col["shape_id"]]) for r in reply["rows"])
+        assert got == sorted((j["variant"], j["shape"]) for j in part)  # its own rows, each once
+        samples = {int(r[col["samples"]]) for r in reply["rows"]}
+        if pin:
+            assert {r[col["device"]] for r in reply["rows"]} == {"cuda:1"}
+            assert min(samples) >= 150  # its own timing reached the kept workers
+        else:
+            assert max(samples) < 150
+    with open(results, newline="") as f:
+        assert len(list(csv.DictReader(f))) == 8 + 3 + 3 + 4
+
+
+def test_a_stream_round_resumed_after_a_kill_skips_only_the_jobs_its_own_rows_list(tmp_path, monkeypatch):
+    """Two rounds of the same pairs were in a stream when the agent was killed: the first had
+    written one row (listed in its .rows), the second none. Resumed, the first measures the rest
+    of its jobs and the second all of its own, though the first's row lies past its offset."""
+    from tests.test_gpu_supervisor import make_bundle, standin_runner
+
+    standin_runner(monkeypatch)
+    bundle = make_bundle(tmp_path / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    results = tmp_path / "results" / "results.csv"
+    work = tmp_path / "serve"
+    queue = work / "queue"
+    queue.mkdir(parents=True)
+    options = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1e-4}
+    shape = manifest["jobs"][0]["shape"]
+    mine = [j for j in manifest["jobs"] if j["shape"] == shape][:3]
+    variants = [v for v in manifest["variants"] if v["id"] in {j["variant"] for j in mine}]
+    spec = {"bundle": str(bundle), "results": str(results), "options": options, "pin": {shape: 0},
+            "manifest": dict(manifest, jobs=mine, variants=variants)}
+    serve.write_json(str(queue / "r-1.json"), spec)  # measure the first round alone, then stage the kill
+    _serve_until_done(work, ["r-1"])
+    first_row_end = int((queue / "r-1.rows").read_text().split("\n")[0].split()[1])
+    offset = json.loads((queue / "r-1.start").read_text())["offset"]
+    with open(results, "rb+") as f:  # what a kill after r-1's first row leaves
+        f.truncate(first_row_end)
+    (queue / "r-1.done").unlink()
+    (queue / "r-1.rows").write_text("%d %d\n" % (offset, first_row_end))
+    serve.write_json(str(queue / "r-2.json"), spec)
+    serve.write_json(str(queue / "r-2.start"), {"offset": offset})
+    replies = _serve_until_done(work, ["r-1", "r-2"])
+    for reply in replies.values():
+        header = reply["header"]
+        assert sorted(r[header.index("variant_id")] for r in reply["rows"]) == sorted(j["variant"] for j in mine)
+    with open(results, newline="") as f:
+        assert len(list(csv.DictReader(f))) == 6  # each round's three, none twice
+
+
+def _serve_until_done(work: Path, names: list) -> dict:
+    """Serve ``work`` in a thread until the rounds ``names`` are done; their wait_round replies."""
+    stop = work / "stop"
+    deadline = time.monotonic() + 30
+    while serve.serving_pid(str(work)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the last agent's workers hold its lock until they are gone
+    if stop.exists():
+        stop.unlink()
+    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lambda m: None)
+    errors = []
+    thread = threading.Thread(target=lambda: _recording(errors, server.serve), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not serve.serving_pid(str(work)) and time.monotonic() < deadline and not errors:
+        time.sleep(0.01)
+    replies = {name: serve.wait_round(str(work), name, timeout=120) for name in names}
+    stop.touch()
+    thread.join(60)
+    assert not errors and all("done" in r for r in replies.values()), (errors, replies)
+    return replies
+
+
+def _recording(errors: list, call) -> None:
+    try:
+        call()
+    except BaseException as exc:
+        errors.append(repr(exc))

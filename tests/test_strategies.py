@@ -656,7 +656,7 @@ class PlantedSession:
     def rows(self):
         return self._rows
 
-    def submit(self, pairs, fidelity, library, pin=False):
+    def submit(self, pairs, fidelity, library, pin=False, timing=None):
         self.submitted.append(sorted({shape.id for _, shape in pairs}))
         return pairs
 
@@ -672,7 +672,7 @@ class PlantedSession:
 
 
 def test_a_winner_noisier_than_two_percent_gets_as_many_rounds_again(tmp_path):
-    from harness.rounds import remeasure_winners
+    from harness.remeasure import remeasure_winners
 
     space = {"BLOCK_M": [16, 32]}
     history = [Trial({"BLOCK_M": 16}, "ok", 1000.0), Trial({"BLOCK_M": 32}, "ok", 1100.0)]
@@ -692,7 +692,7 @@ def test_a_tie_won_a_percent_or_more_behind_the_fastest_gets_as_many_rounds_agai
     # measured 1.5 % behind BLOCK_M 16 and the leader's own repeats spread 3 %: tied, and in the
     # core. Five more rounds reproduce the leader's floor to 0.1 %, and the core is the leader
     # alone. In "equal" it is 0.5 % behind: a tie between equals, decided by the id at once.
-    from harness.rounds import remeasure_winners
+    from harness.remeasure import remeasure_winners
     from harness.strategies import config_id
 
     assert config_id({"BLOCK_M": 32}) < config_id({"BLOCK_M": 16})
@@ -712,7 +712,7 @@ def test_a_tie_won_a_percent_or_more_behind_the_fastest_gets_as_many_rounds_agai
 def test_the_remeasure_also_takes_the_fastest_seed_that_the_search_ranked_below_its_top(tmp_path):
     # the search's first round timed the seed (BLOCK_M 64) slow, at a lower clock than the later
     # rounds; interleaved with the top 2 it is the fastest, and wins
-    from harness.rounds import remeasure_winners
+    from harness.remeasure import remeasure_winners
     from harness.strategies.winner import top_candidates
 
     space = {"BLOCK_M": [16, 32, 64, 128]}
@@ -763,19 +763,19 @@ def test_a_remeasure_round_moves_the_library_one_place_a_round_among_the_rotated
     # on a GPU the first job of a round meets it cool from the pause before the round and the last
     # at its power cap (H200 run 13: 1755 MHz at the first job, 1260 at the fourth); the library
     # had been every round's first job, the candidates in variant id order
-    from harness.rounds import _remeasure_pairs
+    from harness.remeasure import remeasure_pairs
 
     shapes = {"s": parse_shape("32x32x32"), "t": parse_shape("64x64x64")}
     a, b, c = ({"BLOCK_M": m} for m in (8, 16, 32))
     plans = {"s": interleaved_rounds([a, b, c], 8), "t": interleaved_rounds([a, b], 8)}
-    rounds = [_remeasure_pairs(plans, shapes, r, library=True) for r in range(8)]
+    rounds = [remeasure_pairs(plans, shapes, r, library=True) for r in range(8)]
     for sid, n in (("s", 3), ("t", 2)):
         places = [[cfg for cfg, s in pairs if s is shapes[sid]] for pairs in rounds]
         assert [p.index(None) for p in places] == [r % (n + 1) for r in range(8)]
         assert [[cfg for cfg in p if cfg is not None] for p in places] == plans[sid]
         for cfg in plans[sid][0]:  # every candidate and the library take every place
             assert {p.index(cfg) for p in places} == set(range(n + 1))
-    assert _remeasure_pairs(plans, shapes, 0, library=False) == [(cfg, shapes[sid]) for sid in plans
+    assert remeasure_pairs(plans, shapes, 0, library=False) == [(cfg, shapes[sid]) for sid in plans
                                                                 for cfg in plans[sid][0]]
 
 

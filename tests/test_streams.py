@@ -153,25 +153,75 @@ def test_ahead_grows_with_the_devices_and_shrinks_with_the_shapes():
     assert ahead_for(4, 10, in_flight=6) == 6  # --in-flight
 
 
-def test_a_shape_with_seeds_asks_once_they_are_told_with_the_devices_learned_by_then():
-    from harness.rounds import seeds_round
+def _seeded(shapes=("a", "b")):
     from harness.strategies.seeded import Seeded
 
+    seeds = [{"A": 7, "B": 3}, {"A": 1, "B": 1}, {"A": 2, "B": 2}]
+    return [ShapeSearch(Seeded(get_strategy("genetic", seed=1, batch_size=3), seeds), lambda c: False, shape=s)
+            for s in shapes]
+
+
+def test_a_shape_asks_its_batch_2_beside_its_seeds_and_its_depth_once_the_devices_are_learned():
+    from harness.rounds import seeds_round
+
     learned = {"devices": 1}
-    ev = Evaluator(delay=lambda shape, n: 0.01)
+    gate = {"a": threading.Event(), "b": threading.Event()}
+    ev = Evaluator(gate=gate)
     finish = ev.finish
     ev.finish = lambda handle, waited: learned.update(devices=4) or finish(handle, waited)  # the agents reported
-    seeds = [{"A": 7, "B": 3}, {"A": 1, "B": 1}, {"A": 2, "B": 2}]
-    mine = [ShapeSearch(Seeded(get_strategy("genetic", seed=1, batch_size=3), seeds), lambda c: False, shape=s)
-            for s in ("a", "b")]
+    mine = _seeded()
     stats = StreamStats()
+    submit = ev.submit
+
+    def submit_then_open(asks, fidelity):  # a's seeds come back once both shapes asked their batch 2
+        handle = submit(asks, fidelity)
+        if sum(kind == "submit" for kind, _, _ in ev.log) == 4:
+            gate["a"].set()
+        if any(kind == "told" for kind, _, _ in ev.log):
+            gate["b"].set()
+        return handle
+
+    ev.submit = submit_then_open
     drive_streams(mine, SPACE, ev, budget=30, ahead=lambda: ahead_for(learned["devices"], 2), stats=stats,
                   first_round=lambda live: seeds_round(live, SPACE, 30))
-    for shape in ("a", "b"):
-        events = [kind for kind, sh, _ in ev.log if sh == shape]
-        assert events[:2] == ["submit", "told"]  # nothing asked while its seeds were out
-        assert events[2:2 + ahead_for(4, 2)] == ["submit"] * ahead_for(4, 2)  # then the learned depth at once
+    kinds = [(kind, sh) for kind, sh, _ in ev.log]
+    # seeds, then batch 2 of each before anything was told (any depth >= 2 allows it)
+    assert [k for k, _ in kinds[:4]] == ["submit"] * 4 and kinds.index(("told", "a")) == 4
+    # once a's seeds were told (the devices learned), b asked its whole depth with its seeds still out
+    b_before_told = [k for k, sh in kinds[:kinds.index(("told", "b"))] if sh == "b"]
+    assert b_before_told == ["submit"] * ahead_for(4, 2)
     assert stats.ahead == ahead_for(4, 2) == 8 and ev.most == {"a": 8, "b": 8}
+
+
+def test_what_a_seeded_shape_asks_does_not_depend_on_when_its_seeds_come_back():
+    from harness.rounds import seeds_round
+
+    def run(delay):
+        mine = _seeded(("a", "b", "c"))
+        drive_streams(mine, SPACE, Evaluator(delay=delay), budget=18, ahead=3,
+                      first_round=lambda live: seeds_round(live, SPACE, 18))
+        return {s.shape: [key(t.config) for t in s.history] for s in mine}
+
+    rng = random.Random(4)
+    assert run(lambda shape, n: 0.0) == run(lambda shape, n: rng.random() * 0.02) == \
+        run(lambda shape, n: 0.03 if n == 1 else 0.0)  # the seeds back last
+
+
+def test_each_shape_is_reported_spent_once_as_its_search_ends_while_the_others_go_on():
+    gate = {"a": threading.Event()}
+    ev = Evaluator(gate=gate)
+    spent = []
+
+    def on_spent(search):
+        spent.append((search.shape, len(search.history), ev.flying.get("a", 0)))
+        if len(spent) == 2:
+            gate["a"].set()
+
+    mine = searches()
+    drive_streams(mine, SPACE, ev, budget=9, ahead=2, on_spent=on_spent)
+    assert [s for s, _, _ in spent] in (["b", "c", "a"], ["c", "b", "a"])
+    assert all(n == 9 for _, n, _ in spent)  # spent: every batch told
+    assert spent[0][2] == 2 and spent[1][2] == 2  # b and c were spent while a's batches were out
 
 
 def test_the_shapes_first_batches_go_out_in_turn():

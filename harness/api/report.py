@@ -64,7 +64,7 @@ def report(args: ReportArgs):
     from ..transport.fetch import fetch_target
     from ..report.table import best_table
     from ..report.tuned import write_tuned
-    from ..rounds import load_winners
+    from ..remeasure import load_winners
     from ..run import local_results_path
 
     kern = kernel_of(tgt.name, args.kernel)

@@ -67,7 +67,8 @@ def tune(args: TuneArgs):
     compiles_before = compile_cache.counts()
     timings, configs, timing_record = {}, 0, None  # where the time went (harness.tune_timing)
     from ..build import BuildOptions
-    from ..rounds import Session, remeasure_rows, search, shape_history
+    from ..remeasure import remeasure_rows
+    from ..rounds import Session, search, shape_history, uses_streams
     from ..run import RunOptions, timing_choice
     from ..space import load_space_file
     from ..strategies import default_for, get_strategy, names, parse_options
@@ -177,7 +178,7 @@ def tune(args: TuneArgs):
                 rows, skip = session.rows(), remeasure_rows(session.results_path)
                 histories = {s.id: shape_history(rows, s.id, space_dict, skip) for s in shape_list}
                 with clock("re-measure"):
-                    _remeasure(session, space_dict, histories, args.top, args.repeats, None, winners_key)
+                    _Remeasure(session, space_dict, args.top, args.repeats, winners_key).finish(histories)
             finally:
                 session.close()
                 (bundle / "manifest.json").write_text(manifest_text)  # the full bundle again
@@ -196,10 +197,14 @@ def tune(args: TuneArgs):
                 ui.out.print("reusing %d measurements already in %s (same artifacts' configs, machine and timing "
                              "options; --fresh measures anew)" % (reused, session.results_path))
             todo = _say_plan(tgt, kern, args, space_dict, shape_list, reused)
+            # on a GPU whose shapes are streams, a shape's re-measure starts as its search ends
+            early = bool(args.top) and uses_streams(session, seconds)
+            remeasure = _Remeasure(session, space_dict, args.top, args.repeats, winners_key, early=early)
             with clock("search"):
                 searches = search(session, space_dict, args.strategy, seed=args.seed, batch_size=args.batch_size, budget=args.budget,
                                   time_limit=seconds, on_round=_round_printer(session, todo, args, len(shape_list)),
-                                  warm_start=args.warm_start, **strategy_options)
+                                  warm_start=args.warm_start, on_spent=remeasure.on_spent if early else None,
+                                  **strategy_options)
             new = sum(len(s.new) for s in searches)
             if new:
                 efforts.record_rates(ROOT, tgt, eval_s=clock.phases["search"] / new)
@@ -208,8 +213,8 @@ def tune(args: TuneArgs):
             _search_table(args.strategy, searches, session, space_dict)
             if args.top:
                 with clock("re-measure"):
-                    _remeasure(session, space_dict, {s.shape.id: s.history for s in searches}, args.top, args.repeats,
-                               {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches}, winners_key)
+                    remeasure.finish({s.shape.id: s.history for s in searches},
+                                     {s.shape.id: getattr(s.strategy, "seeds", []) for s in searches})
                 timings["re-measure"] = session.timing()
         finally:
             session.close()
@@ -258,38 +263,88 @@ class Stopwatch:
             time.monotonic() - self.began, ", ".join("%s %.1f s" % kv for kv in self.phases.items()))
 
 
-def _remeasure(session, space, histories, top, repeats, seeds=None, key=None) -> None:
-    from .. import effort as efforts
-    from ..reuse import reusable_winners
-    from ..rounds import load_winners, remeasure_winners, save_winners
-    from ..strategies.winner import top_candidates
+class _Remeasure:
+    """tune's winners' re-measure (harness.remeasure): a shape whose finalists are those of the
+    last re-measure under the same ``key`` keeps its winner; the others are re-measured, each as
+    its search ends (``early``: a GPU tune whose shapes are streams, ``on_spent``) or all after
+    the search (``finish``)."""
 
-    n = sum(min(top, len({tuple(sorted(t.config.items())) for t in h if t.ok})) for h in histories.values())
-    if not n:
-        return
-    finalists = {sid: top_candidates(h, top, seeds=(seeds or {}).get(sid, ())) for sid, h in histories.items()}
-    kept = reusable_winners(load_winners(session.results_path)["shapes"], finalists, key) if key else {}
-    if kept:
-        ui.out.print("reusing the re-measured winners of %d shape(s) (the same finalists, machine and timing "
-                     "options as last time; --fresh measures anew): %s" % (len(kept), ", ".join(sorted(kept))))
-    histories = {sid: h for sid, h in histories.items() if sid not in kept}
-    if not histories:
-        return
-    jobs = efforts.remeasure_jobs(len(histories), top, repeats, session.library)
-    ui.out.print(efforts.plan_line("re-measure", 0, 0, jobs, efforts.estimate(ROOT, session.target, remeasures=jobs)))
-    began = time.monotonic()
-    ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among them, "
-                 "each shape's config of the fewest SM cycles%s)" % (
-        top, len(histories), repeats, " and fastest seed" if seeds and any(seeds.values()) else ""))
+    def __init__(self, session, space, top, repeats, key=None, early=False):
+        from ..remeasure import ShapeRemeasures, load_winners
+
+        self.session, self.space, self.top, self.repeats, self.key = session, space, top, repeats, key
+        self.last = load_winners(session.results_path)["shapes"] if key else {}
+        self.kept = {}
+        self.early = ShapeRemeasures(session, space, top, repeats) if early else None
+        self.began = None
+
+    def on_spent(self, search) -> None:
+        """A shape's search is spent: its re-measure starts now, beside the other shapes' search."""
+        self._start(search.shape.id, search.history, getattr(search.strategy, "seeds", []))
+
+    def _start(self, sid, history, seeds) -> None:
+        from ..remeasure import finalists
+
+        if sid in self.kept or sid in self.early.shapes or not self._keeps(sid, finalists(history, self.top, seeds)):
+            return
+        if self.began is None:
+            self.began = time.monotonic()
+            ui.out.print("re-measuring each shape's top %d configs as its search ends (%d rounds interleaved on one "
+                         "device; and, where not among them, its config of the fewest SM cycles and fastest seed)"
+                         % (self.top, self.repeats))
+        self.early.start(sid, history, seeds)
+
+    def _keeps(self, sid, configs) -> bool:
+        """False (and its winner kept) where shape ``sid`` had these finalists last time."""
+        from ..reuse import reusable_winners
+
+        if not configs:
+            return False
+        kept = reusable_winners(self.last, {sid: configs}, self.key) if self.key else {}
+        self.kept.update(kept)
+        return not kept
+
+    def finish(self, histories, seeds=None) -> None:
+        """The re-measure of every shape not re-measured yet, then the winners saved and said."""
+        from .. import effort as efforts
+        from ..remeasure import finalists, remeasure_winners, save_winners
+
+        seeds = seeds or {}
+        if self.early is not None:
+            for sid, history in histories.items():  # a shape whose search was never a stream (spent at once)
+                self._start(sid, history, seeds.get(sid, ()))
+            todo = list(self.early.shapes)
+        else:
+            todo = [sid for sid, h in histories.items() if self._keeps(sid, finalists(h, self.top, seeds.get(sid, ())))]
+        if self.kept:
+            ui.out.print("reusing the re-measured winners of %d shape(s) (the same finalists, machine and timing "
+                         "options as last time; --fresh measures anew): %s" % (len(self.kept), ", ".join(sorted(self.kept))))
+        if not todo:
+            return
+        jobs = efforts.remeasure_jobs(len(todo), self.top, self.repeats, self.session.library)
+        if self.early is not None:
+            winners = self.early.finish()
+        else:
+            ui.out.print(efforts.plan_line("re-measure", 0, 0, jobs, efforts.estimate(ROOT, self.session.target,
+                                                                                     remeasures=jobs)))
+            self.began = time.monotonic()
+            ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among "
+                         "them, each shape's config of the fewest SM cycles%s)" % (
+                             self.top, len(todo), self.repeats, " and fastest seed" if any(seeds.values()) else ""))
+            winners = remeasure_winners(self.session, self.space, {sid: histories[sid] for sid in todo}, self.top,
+                                        self.repeats, seeds)
+        if jobs and self.early is None:  # (re-measured beside the search, its seconds are not the re-measure's own)
+            efforts.record_rates(ROOT, self.session.target, remeasure_s=(time.monotonic() - self.began) / jobs)
+        if self.key and winners:  # the key they were measured under, so that a second run may keep them
+            for w in winners.values():
+                w["measure_key"] = self.key
+            save_winners(self.session.results_path, winners, [])
+        _say_winners(winners)
+
+
+def _say_winners(winners: dict) -> None:
     from ..strategies.winner import entry_words
 
-    winners = remeasure_winners(session, space, histories, top, repeats, seeds)
-    if jobs:
-        efforts.record_rates(ROOT, session.target, remeasure_s=(time.monotonic() - began) / jobs)
-    if key and winners:  # the key they were measured under, so that a second run may keep them
-        for w in winners.values():
-            w["measure_key"] = key
-        save_winners(session.results_path, winners, [])
     for sid, w in winners.items():
         noise = "" if w.get("noise") is None else ", noise %.2f %%" % (100.0 * w["noise"])
         ui.out.print("  %s: %s, %s %.4g us%s, spread %.4g us (%.1f %%), %s" % (

@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 from remote_agent.contract import DTYPE_BYTES
 
@@ -292,11 +293,23 @@ class TritonGpuCompiler:
             self._dtypes_seen.update(dtypes)
 
     def compile(self, config: dict, shape, timeout: float) -> CompileResult:
-        spec = self.specialization(config, shape)
+        return self._within_device(self._compile_job(self._job_for(config, shape), timeout))
+
+    def compiled(self, config: dict, shape) -> Optional[CompileResult]:
+        """The result of this compile where the bundle holds it already (a round that measures
+        configs compiled earlier in the tune, as a winners' re-measure), without waiting for a
+        place in the compile pool; None where it must be compiled (or another build is at it)."""
+        job = self._job_for(config, shape)
+        cached = CompileResult.load_cached(self._artifact_path(self._digest(None, None, job)))
+        return None if cached is None else self._within_device(cached)
+
+    def _job_for(self, config: dict, shape) -> dict:
         with self._lock:
             self._dtypes_seen.add(shape.dtype)
-        job = self._job(config, spec)
-        result = self._compile_job(job, timeout)
+        return self._job(config, self.specialization(config, shape))
+
+    def _within_device(self, result: CompileResult) -> CompileResult:
+        """``result``, pruned where its compiled shared memory exceeds the device's."""
         limit = self.target.shared_mem_max
         if result.status == "ok" and limit and result.launch.get("shared", 0) > limit:
             result = CompileResult("pruned", None, "shared_exceeds_device: compiled shared memory %d bytes over "

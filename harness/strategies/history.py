@@ -15,7 +15,19 @@ from typing import Iterable, Optional
 
 from remote_agent.contract import CONFIG_PREFIX, PRUNED, deciding_estimator, deciding_time, finite_float
 
+from ..library import is_library_id
 from .base import OK, Trial, key
+
+
+def in_space(row: dict, space: dict) -> bool:
+    """A row of a config of ``space`` (its cfg_ columns name exactly the space's parameters and
+    hold values of it); library rows and rows of another space are not."""
+    if is_library_id(row.get("variant_id")):
+        return False
+    names = {c[len(CONFIG_PREFIX):] for c, v in row.items() if c and c.startswith(CONFIG_PREFIX) and v not in ("", None)}
+    if names != set(space):
+        return False
+    return all(str(row[CONFIG_PREFIX + n]) in {str(v) for v in space[n]} for n in space)
 
 
 def parse_value(text: str):

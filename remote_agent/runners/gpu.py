@@ -122,8 +122,11 @@ class GpuRunner(object):
         from ..supervisor import SupervisorError
 
         try:
-            place = self.place
-            device_of = (lambda request: place.get(request["shape"]["id"])) if place else None
+            place = self.place or {}
+
+            def device_of(request):  # a job of a pinned round in a stream carries its device
+                return request.get("device") or place.get(request["shape"]["id"])
+
             for job, device, result in sup.run(requests, keep=self.keep_workers, only=self.only,
                                                device_of=device_of, more=more):
                 yield job, device, result
