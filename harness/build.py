@@ -146,8 +146,12 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
     out.mkdir(parents=True, exist_ok=True)
     check_shapes(kernel, target, shapes)  # dimensions and test data memory, before any compile
     compiler = compiler_for(kernel, target, out, options.frontend, options.from_ir, options.jobs)
+    support = None
     if options.support_dtypes and hasattr(compiler, "expect_dtypes"):
         compiler.expect_dtypes(options.support_dtypes)
+        # the support kernels (known now) compile beside the variants: a tune's first round waits for both
+        support = threading.Thread(target=_quietly, args=(compiler.describe,), daemon=True, name="support")
+        support.start()
     space = options.space or kernel.space_for(target)
     wanted = _wanted_pairs(options, shapes, getattr(compiler, "fixed_configs", None))
     if wanted is None:
@@ -159,6 +163,8 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
 
     mine = set()  # the variants this build compiled or reused (not those another build was at)
     results = compile_all(compiler, variants, options, mine)
+    if support is not None:
+        support.join()  # (a support kernel that failed fails again below, where its error is raised)
     summary = BuildSummary(out, None, pruned_pairs=len(pruned))
     manifest_variants = []
     for vid, (config, shape, spec) in variants.items():
@@ -235,6 +241,13 @@ def compile_pool(jobs: int) -> ThreadPoolExecutor:
                 _pool.shutdown(wait=False)
             _pool, _pool_size = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="compile"), jobs
         return _pool
+
+
+def _quietly(call) -> None:
+    try:
+        call()
+    except Exception:  # raised again where the caller calls it itself
+        pass
 
 
 def compile_all(compiler, variants: dict, options: BuildOptions, mine: Optional[set] = None) -> dict:

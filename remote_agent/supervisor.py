@@ -192,7 +192,10 @@ class Supervisor(object):
             while workers and (pending or any(w.job for w in workers.values()) or _more(more, pending)):
                 if only is not None and not any(d in workers for d in only):
                     break  # every device these jobs may use was dropped
-                if more is not None and len(pending) < len(workers):  # before a device runs dry
+                # before a device runs dry (jobs meant for one device count for none: they do not
+                # keep the others fed)
+                low = more is not None and _free(pending, device_of, workers) < len(workers)
+                if low:
                     _more(more, pending)
                 for w in workers.values():  # hand out work
                     if only is not None and w.device not in only:
@@ -214,7 +217,7 @@ class Supervisor(object):
                 deadlines = [w.deadline if w.job else w.started + self.start_timeout
                              for w in workers.values() if w.job or w.state == "starting"]
                 wait = max(0.0, min(deadlines) - now) if deadlines else 1.0
-                if more is not None and len(pending) < len(workers):
+                if low:
                     wait = min(wait, MORE_POLL)  # the queue is looked at this often while it runs low
                 readable, _, _ = select.select(list(workers.values()), [], [], min(wait, 5.0))
                 for w in readable:
@@ -327,16 +330,33 @@ def _more(more, pending):
     return bool(jobs)
 
 
+def _free(pending, device_of, workers):
+    """Pending jobs any device may run."""
+    if device_of is None:
+        return len(pending)
+    return sum(1 for _, request in pending if device_of(request) not in workers)  # (None: any)
+
+
 def _take(pending, device, device_of, workers):
-    """The first pending job ``device`` may run (every job without ``device_of``); None if none."""
+    """The job ``device`` runs next (every job in order without ``device_of``): the first pending
+    job any device may run, else the first one meant for this device; None if none. Jobs meant
+    for a device (a winners' re-measure beside the search) fill the time it would otherwise wait
+    for the search's next jobs, whose results the search waits for."""
     if device_of is None:
         return pending.popleft()
+    mine = None
     for i, (key, request) in enumerate(pending):
         want = device_of(request)
-        if want is None or want == device or want not in workers:
+        if want is None or want not in workers:
             del pending[i]
             return key, request
-    return None
+        if want == device and mine is None:
+            mine = i
+    if mine is None:
+        return None
+    job = pending[mine]
+    del pending[mine]
+    return job
 
 
 def _facts_text(message):

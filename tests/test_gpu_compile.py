@@ -398,3 +398,32 @@ def test_stream_k_variants_compile_for_sm90(tmp_path):
         assert v.launch["shared"] <= target.shared_mem_max
         assert v.launch["constexprs"]["STREAM_K"] == v.config["STREAM_K"]
         assert tuple(job.grid) == (132, 1, 1)
+
+
+@pytest.mark.slow
+def test_the_support_kernels_compile_at_once_beside_the_variants(tmp_path, monkeypatch):
+    """A tune's first round waits for its variants and the support kernels (fill, error and
+    reference per dtype): they compile together, not one after another."""
+    import threading
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", "off")
+    inside, most, lock = [0], [0], threading.Lock()
+    real = TritonGpuCompiler._compile_job
+
+    def counted(self, job, timeout):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            return real(self, job, timeout)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(TritonGpuCompiler, "_compile_job", counted)
+    target = load_targets(ROOT / "targets.yaml")["gpu-node"]
+    summary = build(get("matmul"), target, [make_shape(64, 64, 64, "fp16", "NN")], tmp_path,
+                    BuildOptions(jobs=1, only_configs=[C1], support_dtypes=("bf16", "fp16")))
+    support = summary.manifest.toolchain["support"]
+    assert {"fill_fp16", "fill_bf16", "reference_fp16", "reference_bf16", "error_fp32"} <= set(support)
+    assert most[0] >= len(support)  # every support kernel and the variant in flight at once

@@ -330,3 +330,25 @@ def test_driver_calls_reach_each_vendors_functions():
         assert sorted(set(api.lib.called)) == sorted(cls.CALLS.values()), cls
         assert set(cls.CALLS.values()) <= set(cls.SIGNATURES), cls
     assert set(CudaApi.CALLS) == set(HipApi.CALLS)
+
+
+def test_a_device_runs_the_jobs_any_device_may_run_before_those_meant_for_it():
+    """A winners' re-measure pinned to a device fills its waits for the search's jobs; jobs meant
+    for one device do not count as the others' work (the stream asks for the next rounds)."""
+    import collections
+
+    from remote_agent.supervisor import _free, _take
+
+    workers = {"cuda:0": None, "cuda:1": None}
+    pending = collections.deque([("r1", {"device": "cuda:0"}), ("r2", {"device": "cuda:0"}), ("s1", {}),
+                                 ("q1", {"device": "cuda:1"}), ("s2", {}), ("gone", {"device": "cuda:7"})])
+    device_of = lambda request: request.get("device")  # noqa: E731
+    assert _free(pending, device_of, workers) == 3  # s1, s2 and the job of a dropped device
+    order = {"cuda:0": [], "cuda:1": []}
+    while pending:
+        for device in ("cuda:0", "cuda:1"):
+            job = _take(pending, device, device_of, workers)
+            if job is not None:
+                order[device].append(job[0])
+    assert order == {"cuda:0": ["s1", "gone", "r1", "r2"], "cuda:1": ["s2", "q1"]}
+    assert _take(collections.deque([("r", {"device": "cuda:0"})]), "cuda:1", device_of, workers) is None

@@ -350,10 +350,15 @@ class TritonGpuCompiler:
         jobs = [("fill", d, self._fill_job(d), None) for d in fills]
         jobs += [("error", d, self._error_job(d), None) for d in errors]
         jobs += [("reference", d) + self._reference_job(d) for d in shape_dtypes]
-        out = {}
-        for role, dtype, job, config in jobs:
+        for _, _, job, _ in jobs:
             job.update(backend=self.backend, arch=self.arch, warp_size=self.warp_size)
-            res = self._compile_job(job, timeout)
+        # at once, not one after another: a tune's first round (its devices idle) waits for them
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="support") as pool:
+            results = list(pool.map(lambda j: self._compile_job(j[2], timeout), jobs))
+        out = {}
+        for (role, dtype, job, config), res in zip(jobs, results):
             if res.status != "ok":
                 raise HarnessError("support kernel %s for %s did not compile: %s" % (role, dtype, res.message))
             key = "%s_%s" % (role, dtype)
