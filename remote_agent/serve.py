@@ -63,6 +63,14 @@ def round_files(queue, name):
     return {ext: base + "." + ext for ext in ("json", "start", "done", "rows")}
 
 
+def _log_line(msg):
+    """A line of serve.log, with the wall-clock time to the millisecond (when workers became ready,
+    rounds began and ended: where a tune's first seconds went)."""
+    now = time.time()
+    print("agent %s.%03d: %s" % (time.strftime("%H:%M:%S", time.localtime(now)), int(now * 1000) % 1000, msg),
+          file=sys.stderr, flush=True)
+
+
 def write_json(path, data):
     tmp = "%s.tmp%d" % (path, os.getpid())
     with open(tmp, "w") as f:
@@ -188,7 +196,7 @@ class Server(object):
         self.idle_timeout = idle_timeout
         self.poll = poll
         self.out = out
-        self.log = log or (lambda msg: print("agent: " + msg, file=sys.stderr, flush=True))
+        self.log = log or _log_line
         self.runners = {}  # (bundle, results, devices, profiler) -> GPU runner
         self.locks = {}  # results path -> the results lock, held while serving
 
