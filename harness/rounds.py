@@ -112,6 +112,19 @@ class Session:
         (None, Shape) the place of the library's job among them (a winners' re-measure)."""
         return self.collect(self.submit(pairs, fidelity, library_shapes, pin))
 
+    def warm_up(self, config_names: list):
+        """Start the agents and their GPU workers now, with a round of no jobs (every shape and
+        the support kernels, built before any config): a worker's start (the driver, torch, the
+        reference kernel's self-check: seconds, more with several devices) then runs beside the
+        first configs' compiles instead of after them. ``config_names``: the space's parameters
+        (the results file's columns, as every round's). Its handle, for ``collect`` (a thread may
+        wait for it); None without long-lived agents."""
+        if not self.long_lived:
+            return None
+        if self._builds is None:
+            self._builds = Builds(self, ordered=not self.streams)
+        return self._builds.submit([], (), self._round_options(1), False, warm=list(config_names))
+
     def submit(self, pairs: list, fidelity: int = 1, library_shapes=(), pin: bool = False, timing=None):
         """Start the round: with ``long_lived``, built in a thread and handed to the long-lived
         agents (returns at once; ``collect`` brings its rows); otherwise built and run to the end
@@ -235,11 +248,13 @@ class Session:
             self._agents = AgentSession(self.root, self.target, self.kernel.name, transports)
         return self._agents
 
-    def _prepare(self, pairs: list, library_shapes=(), listed: bool = False):
+    def _prepare(self, pairs: list, library_shapes=(), listed: bool = False, warm: Optional[list] = None):
         """Build the round's configs; the bundle's manifest then holds only the asked pairs in
         the asked order (and the library reference where wanted). ``listed``: the manifest's
         ``order`` tells the agent to measure each shape's jobs in that order, a pair (None,
-        Shape) placing the library's job. (bundle, manifest) or None when nothing is left to run."""
+        Shape) placing the library's job. ``warm``: the space's parameter names of a round of no
+        configs, every shape and the support kernels (``warm_up``). (bundle, manifest) or None
+        when nothing is left to run."""
         from .build import compile_bundle, save_bundle
         from .bundle import bundle_dir
         from .library import add_library
@@ -253,9 +268,9 @@ class Session:
             if key(cfg) not in seen:
                 seen.add(key(cfg))
                 configs.append(dict(cfg))
-        wanted = {s.id for _, s in pairs} | {s.id for s in library_shapes}
+        wanted = {s.id for _, s in pairs} | {s.id for s in library_shapes} | ({s.id for s in self.shapes} if warm else set())
         shapes = [s for s in self.shapes if s.id in wanted]
-        if not configs:
+        if not configs and not warm:
             return None
         options = dataclasses.replace(self.build_options, only_pairs=[(cfg, s.id) for cfg, s in pairs],
                                       progress=self.build_options.progress and not self.long_lived,
@@ -276,6 +291,8 @@ class Session:
             (jobs if variants[pair.variant].status == OK else failed).append(pair)
         used = {p.variant for p in jobs + failed}
         manifest.jobs, manifest.failed, manifest.pruned = jobs, failed, []
+        if warm:
+            manifest.config_names = list(warm)
         manifest.variants = [v for v in manifest.variants if v.id in used]
         manifest.shapes = [s for s in manifest.shapes if s.id in wanted]
         library_ids = []
@@ -287,7 +304,7 @@ class Session:
         if listed:
             manifest.order = listed_order(jobs, library_ids, library_at)
         save_bundle(manifest, self.root, self.target)  # what a GPU worker started later reads
-        if not manifest.jobs and not any(v.status != OK for v in manifest.variants):
+        if not manifest.jobs and not any(v.status != OK for v in manifest.variants) and not warm:
             return None
         return bundle, manifest
 
@@ -330,23 +347,23 @@ class Builds:
         self.began = 0.0
         self.closed = False
 
-    def submit(self, pairs, library_shapes, run_options, pin):
+    def submit(self, pairs, library_shapes, run_options, pin, warm=None):
         """A Future of the round's Ticket (None: nothing to run); any thread may submit."""
         with self.lock:
             before, sent = self.last_sent, threading.Event()
             self.last_sent = sent
-            return self.pool.submit(self._build_and_send, pairs, library_shapes, run_options, pin, before, sent)
+            return self.pool.submit(self._build_and_send, pairs, library_shapes, run_options, pin, before, sent, warm)
 
     def sent(self, handle):
         """The round's Ticket once it reached the agents (a build's error is raised here)."""
         return handle.result()
 
-    def _build_and_send(self, pairs, library_shapes, run_options, pin, before, sent):
+    def _build_and_send(self, pairs, library_shapes, run_options, pin, before, sent, warm=None):
         s = self.session
         try:
             self._count(+1)
             try:
-                prepared = s._prepare(pairs, library_shapes, listed=pin)
+                prepared = s._prepare(pairs, library_shapes, listed=pin, warm=warm)
             finally:
                 self._count(-1)
             if before is not None and self.ordered:
@@ -503,6 +520,9 @@ def _search_streams(session: Session, searches: list, space: dict, budget, time_
     first = (lambda live: seeds_round(live, space, budget)) if warm_start else None  # noqa: E731
     stats = session.stream_stats = StreamStats()
     every = max(1, len(searches))
+    warm = session.warm_up(list(space))  # the agents and their GPU workers start while the seeds compile
+    warming = threading.Thread(target=_collect_quietly, args=(session, warm), daemon=True, name="warm-up")
+    warming.start()
 
     def told(number, fidelity, group):  # a batch per shape: the progress lines once per shapes' worth
         if number % every == 0:
@@ -517,7 +537,16 @@ def _search_streams(session: Session, searches: list, space: dict, budget, time_
                       stats=stats, on_spent=on_spent)
     except StrategyError as exc:
         raise HarnessError("strategy %s: %s" % (strategy_name, exc))
+    warming.join()  # (done long ago; its failure, if any, the rounds met too)
     return searches
+
+
+def _collect_quietly(session: Session, handle) -> None:
+    """Collect a round whose failure the next rounds meet too (and raise where it counts)."""
+    try:
+        session.collect(handle)
+    except Exception:
+        pass
 
 
 def seeds_round(searches: list, space: dict, budget: Optional[int] = None) -> list:

@@ -59,6 +59,14 @@ def test_a_two_device_tune_spreads_the_remeasure_reports_each_device_and_reuses_
             devices[row["shape_id"]].add(row["device"])
     assert len(devices) == 3
     assert all(len(d) == 1 for d in devices.values()), devices  # a shape's candidates on one device
+    # the agents and their workers were started by a round of no jobs with every shape (built
+    # before any config, so that the workers start while the seeds compile)
+    queue = results / "serve" / "queue"
+    warm = [json.loads(f.read_text()) for f in sorted(queue.glob("*.json"))
+            if not json.loads(f.read_text())["manifest"]["jobs"]]
+    assert len(warm) == 1 and len(warm[0]["manifest"]["shapes"]) == 3
+    names = warm[0]["manifest"]["config_names"]
+    assert names and all("cfg_" + n in rows[0] for n in names)  # the results file's columns, as every round's
     assert set().union(*devices.values()) == {"cuda:0", "cuda:1"}  # the shapes on both devices
     # the last lines: each device's busy share per phase, and where the time went
     busy = " ".join(out.split())

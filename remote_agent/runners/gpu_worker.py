@@ -273,6 +273,7 @@ def worker_main(argv, api=None):
 
     if getattr(gpu_profiler_class(options.get("profiler") or "events"), "wraps_process", False):
         return _wrapped_worker(args.bundle, manifest, options, infile, outfile)
+    _import_torch_meanwhile(manifest, options)
     try:
         worker = Worker(args.bundle, manifest, args.device_index, options, api=api)
     except GpuError as exc:
@@ -297,6 +298,27 @@ def worker_main(argv, api=None):
 
     serve(handle, infile, outfile)
     return 0
+
+
+def _import_torch_meanwhile(manifest, options):
+    """Import torch (the reference, where the node has it) in a thread while this worker starts
+    its driver and opens its device: each takes a second or more, and a tune's first jobs wait
+    for the worker to be ready. ``pick_reference`` imports it again (at once, or after this
+    import ends) and decides."""
+    import importlib.util
+    import threading
+
+    if options.get("reference", "auto") not in ("auto", "torch") or \
+            manifest["target"]["backend"] not in ("cuda", "hip") or importlib.util.find_spec("torch") is None:
+        return
+
+    def load():
+        try:
+            import torch  # noqa: F401
+        except Exception:  # pick_reference says why, or takes the kernel
+            pass
+
+    threading.Thread(target=load, daemon=True, name="torch-import").start()
 
 
 def _wrapped_worker(bundle, manifest, options, infile, outfile):
