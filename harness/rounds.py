@@ -343,6 +343,7 @@ class Builds:
         self.lock = threading.Lock()
         self.send_lock = threading.Lock()
         self.last_sent = None  # the Event set once the last submitted round reached the agents
+        self.warmed = None  # the Event set once a warm-up round is built: the other rounds' builds wait for it
         self.building = 0
         self.began = 0.0
         self.closed = False
@@ -352,6 +353,8 @@ class Builds:
         with self.lock:
             before, sent = self.last_sent, threading.Event()
             self.last_sent = sent
+            if warm is not None:
+                self.warmed = sent
             return self.pool.submit(self._build_and_send, pairs, library_shapes, run_options, pin, before, sent, warm)
 
     def sent(self, handle):
@@ -361,6 +364,10 @@ class Builds:
     def _build_and_send(self, pairs, library_shapes, run_options, pin, before, sent, warm=None):
         s = self.session
         try:
+            if warm is None and self.warmed is not None:
+                # the support kernels first: the GPU workers' start (the longest wait of a tune's
+                # first seconds) needs them, and the configs' compiles would share the cores
+                self.warmed.wait()
             self._count(+1)
             try:
                 prepared = s._prepare(pairs, library_shapes, listed=pin, warm=warm)
