@@ -146,7 +146,6 @@ class ShapeRemeasures:
         self.noisy: List[str] = []
         self.lock = threading.Lock()
         self.timing = remeasure_timing(session)
-        self.began: Optional[float] = None
 
     def start(self, sid: str, history: list, seeds=()) -> bool:
         """Start re-measuring shape ``sid`` (its search is spent); False where it has no finalist."""
@@ -155,7 +154,6 @@ class ShapeRemeasures:
             return False
         if not self.load:
             self.load = [0] * max(1, self.session.pinned_devices())
-            self.began = time.monotonic()
         slot = self.load.index(min(self.load))
         self.load[slot] += len(cands) * self.repeats
         state = _ShapeState(sid, cands, plan_rounds(cands, self.repeats), slot, empty_samples(cands),
@@ -210,10 +208,6 @@ class ShapeRemeasures:
                 entries[sid] = entry
         save_winners(self.session.results_path, entries, rows_added)
         return entries
-
-    def jobs(self) -> int:
-        """Jobs re-measured (or under way) so far."""
-        return sum(self.load)
 
 
 # ---- the parts both use --------------------------------------------------------------------------

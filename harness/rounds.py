@@ -343,7 +343,7 @@ class Builds:
         self.lock = threading.Lock()
         self.send_lock = threading.Lock()
         self.last_sent = None  # the Event set once the last submitted round reached the agents
-        self.warmed = None  # the Event set once a warm-up round is built: the other rounds' builds wait for it
+        self.warmed = None  # set once a warm-up round reached the agents: the other rounds' builds wait for it
         self.building = 0
         self.began = 0.0
         self.closed = False
@@ -379,7 +379,7 @@ class Builds:
                 return None
             bundle, manifest = prepared
             with self.send_lock:  # one round at a time reaches the agents (the first starts them)
-                s.rounds += 1
+                s.rounds += warm is None
                 return s.agents().submit(bundle, manifest, dataclasses.asdict(run_options), pin)
         finally:
             sent.set()
@@ -468,7 +468,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
                             session.build_options.frontend, from_ir=session.build_options.from_ir)
     rules = kern.rules_for(tgt)
     rows = session.rows()
-    skip = remeasure_rows(session.results_path)  # (harness.remeasure: its rows are no search's)
+    skip = remeasure_rows(session.results_path)
     tuned = read_tuned(Path(session.root) / "tuned" / tgt.name / ("%s.json" % kern.name)) if warm_start else []
     searches = []
     for shape in session.shapes:
