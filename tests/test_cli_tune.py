@@ -74,7 +74,7 @@ def expected_asks(shape_text, budget, seed, batch_size):
 def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     shape = "32x16x32"  # NR 32 is pruned for N = 16 by the kernel's own rule (nr_exceeds_n)
     out = tune(ws, "--shapes", shape, "--strategy", "random", "--budget", "4", "--batch-size", "2", "--seed", "7",
-               "--top", "0").stdout
+               "--top", "0", *ANSWERS_ONLY).stdout
     assert "search: random, 2 rounds" in out
     # the harness says how long the whole tune took, and where the time went
     assert re.search(r"tune wall time: [\d.]+ s end to end \(search [\d.]+ s, report [\d.]+ s\)", out)
@@ -85,7 +85,7 @@ def test_random_search_builds_only_what_it_asks_and_resumes(ws):
     assert len(manifest["jobs"]) == 2  # the bundle holds the last round only
     # an interrupted search (budget 4) goes on to budget 6 from the rows on disk
     out = tune(ws, "--shapes", shape, "--strategy", "random", "--budget", "6", "--batch-size", "2", "--seed", "7",
-               "--top", "0").stdout
+               "--top", "0", *ANSWERS_ONLY).stdout
     assert "32x16x32_fp32_NN" in out and "resumed" in out
     table_row = next(l for l in out.splitlines() if l.startswith("│ 32x16x32_fp32_NN") and "budget" in l)
     cells = [c.strip() for c in table_row.strip("│").split("│")]

@@ -173,7 +173,7 @@ def test_corrupted_artifact_is_caught_by_its_hash(workspace):
     data = bytearray(artifact.read_bytes())
     data[-100] ^= 0xFF
     artifact.write_bytes(bytes(data))
-    ws.harness("run", "--remote", "box")
+    ws.harness("run", "--remote", "box", "--iters", "2", *ANSWERS_ONLY)
     df = pd.read_csv(ws.path / "box/results/box/matmul/results.csv")
     bad = df[df.status == "load_error"]
     assert len(bad) == 1 and "does not match its hash" in bad.message.iloc[0]

@@ -45,6 +45,8 @@ PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:+-]{0,199}$")
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 INTEGER = re.compile(r"^[+-]?\d{1,30}$")
 WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # config values that are names (True, none, crash)
+# the lone surrogates that "surrogateescape" decoding leaves for bytes that are not UTF-8
+NOT_UTF8 = re.compile("[\udc80-\udcff]")
 # numeric columns; the error figures may be nan/inf on a wrong answer, the others are finite
 NUMBERS = ("time_ns", "time_ns_median", "time_ns_min", "time_ns_p20", "time_ns_p80", "iterations",
            "samples", "noise", "preempted", "pinned_cpu", "clock_mhz_before", "clock_mhz_after", "remeasured",
@@ -279,7 +281,7 @@ class RowChecker:
 
     def _text(self, row: dict) -> str:
         for name, value in row.items():
-            if any("\udc80" <= ch <= "\udcff" for ch in value):
+            if NOT_UTF8.search(value):
                 return "not UTF-8: column %s holds bytes that are not UTF-8" % name
         return ""
 
