@@ -239,3 +239,11 @@ def test_missing_triton_and_optuna_in_a_venv_without_them(local_workspace, tmp_p
     (ws.path / "one.yaml").write_text(ONE_CONFIG)
     proc = harness("build", "matmul", "--target", "local", "--shapes", "16x16x16", "--space", "one.yaml")
     assert proc.returncode == 0 and "1 compiled" in proc.stdout, proc.stderr
+
+
+def test_the_command_line_starts_without_numpy():
+    """Every `harness` command pays the CLI's import; numpy (0.06 s of it) is imported only where
+    a search or a report needs it (a test suite runs the CLI a few hundred times)."""
+    probe = "import sys, harness.cli; print(sorted(m for m in ('numpy', 'pandas', 'optuna') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
