@@ -152,10 +152,11 @@ class ShapeRemeasures:
         cands = finalists(history, self.top, seeds)
         if not cands or sid in self.shapes:
             return False
-        if not self.load:
-            self.load = [0] * max(1, self.session.pinned_devices())
-        slot = self.load.index(min(self.load))
-        self.load[slot] += len(cands) * self.repeats
+        with self.lock:  # (the shapes' threads add their extra rounds to the load)
+            if not self.load:
+                self.load = [0] * max(1, self.session.pinned_devices())
+            slot = self.load.index(min(self.load))
+            self.load[slot] += len(cands) * self.repeats
         state = _ShapeState(sid, cands, plan_rounds(cands, self.repeats), slot, empty_samples(cands),
                             first_row=len(self.session.rows()))
         self.shapes[sid] = state

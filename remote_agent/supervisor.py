@@ -176,8 +176,9 @@ class Supervisor(object):
         ``keep``: the workers stay up after the last job (with their contexts, modules and
         data) for the next call, until ``close()``. ``only``: devices that may take these jobs
         (the others stay idle). ``device_of(request)``: the device a job must run on (None: any);
-        each worker takes the first pending job meant for it, so a device's jobs keep their
-        order (a job meant for a device that was dropped goes to any). ``more()``: jobs to add,
+        a free worker takes the first pending job any device may run, else the first one meant
+        for it, so a device's own jobs keep their order (a job meant for a device that was
+        dropped goes to any). ``more()``: jobs to add,
         asked whenever fewer jobs are pending than there are workers (rounds queued meanwhile
         join while the devices still measure: no device waits for the slowest job of a round, nor
         for the next round's setup); the run ends when it gives none and no job is in flight."""
@@ -194,8 +195,7 @@ class Supervisor(object):
                     break  # every device these jobs may use was dropped
                 # before a device runs dry (jobs meant for one device count for none: they do not
                 # keep the others fed)
-                low = more is not None and _free(pending, device_of, workers) < len(workers)
-                if low:
+                if more is not None and _free(pending, device_of, workers) < len(workers):
                     _more(more, pending)
                 for w in workers.values():  # hand out work
                     if only is not None and w.device not in only:
@@ -217,7 +217,7 @@ class Supervisor(object):
                 deadlines = [w.deadline if w.job else w.started + self.start_timeout
                              for w in workers.values() if w.job or w.state == "starting"]
                 wait = max(0.0, min(deadlines) - now) if deadlines else 1.0
-                if low:
+                if more is not None and _free(pending, device_of, workers) < len(workers):
                     wait = min(wait, MORE_POLL)  # the queue is looked at this often while it runs low
                 readable, _, _ = select.select(list(workers.values()), [], [], min(wait, 5.0))
                 for w in readable:
