@@ -48,8 +48,6 @@ def remeasure_winners(session, space: dict, histories: Dict[str, list], top: int
     """Re-measure the finalists of every shape of ``histories`` (the module docstring says how),
     round r of every shape together, and save the winners to winners.json. Returns {shape_id:
     entry}."""
-    from .strategies.winner import NOISY_WINNER, TIE_WON_BEHIND
-
     shapes = {s.id: s for s in session.shapes}
     cands = {sid: finalists(h, top, (seeds or {}).get(sid, ())) for sid, h in histories.items() if sid in shapes}
     cands = {sid: c for sid, c in cands.items() if c}
@@ -66,9 +64,7 @@ def remeasure_winners(session, space: dict, histories: Dict[str, list], top: int
     measure(list(plans), 0)
     noisy = [sid for sid, groups in samples.items() if unsure_winner(groups)]
     if noisy:
-        ui.out.print("%d shape(s) with a winner's noise over %g %% or a tie won %g %% or more behind the "
-                     "fastest: %d more rounds (%s)" % (len(noisy), 100 * NOISY_WINNER, 100 * TIE_WON_BEHIND,
-                                                       repeats, ", ".join(noisy)))
+        say_unsure(noisy, repeats)
         measure(noisy, repeats)
     rows_added = list(range(first_row, len(session.rows())))
     entries = {}
@@ -188,17 +184,13 @@ class ShapeRemeasures:
 
     def finish(self) -> dict:
         """Wait for every shape started, pick and save the winners. Returns {shape_id: entry}."""
-        from .strategies.winner import NOISY_WINNER, TIE_WON_BEHIND
-
         for state in self.shapes.values():
             state.thread.join()
         for state in self.shapes.values():
             if state.error is not None:
                 raise state.error
         if self.noisy:
-            ui.out.print("%d shape(s) with a winner's noise over %g %% or a tie won %g %% or more behind the "
-                         "fastest: %d more rounds (%s)" % (len(self.noisy), 100 * NOISY_WINNER,
-                                                           100 * TIE_WON_BEHIND, self.repeats, ", ".join(self.noisy)))
+            say_unsure(self.noisy, self.repeats)
         rows = self.session.rows()
         rows_added = [i for i, r in enumerate(rows) if r.get("shape_id") in self.shapes
                       and i >= self.shapes[r["shape_id"]].first_row]
@@ -275,6 +267,14 @@ def remeasure_pairs(plans: Dict[str, list], shapes: dict, r: int, library: bool)
             mine.insert(r % (len(mine) + 1), (None, shapes[sid]))
         pairs += mine
     return pairs
+
+
+def say_unsure(sids: list, repeats: int) -> None:
+    from .strategies.winner import NOISY_WINNER, TIE_WON_BEHIND
+
+    ui.out.print("%d shape(s) with a winner's noise over %g %% or a tie won %g %% or more behind the fastest: "
+                 "%d more rounds (%s)" % (len(sids), 100 * NOISY_WINNER, 100 * TIE_WON_BEHIND, repeats,
+                                          ", ".join(sids)))
 
 
 def unsure_winner(groups: dict) -> bool:
