@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -347,9 +346,8 @@ def save_winners(results_path: Path, entries: dict, rows_added: list) -> Path:
     data = load_winners(results_path)
     data["shapes"].update(entries)
     data["remeasure_rows"] = sorted(set(data["remeasure_rows"]) | set(rows_added))
+    from .bundle import write_atomic
+
     path = winners_path(results_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp%d" % os.getpid())
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1).encode())
     return path

@@ -15,7 +15,6 @@ done before the search ends count in the search, and a short re-measure phase ma
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -102,11 +101,10 @@ def path_for(results_path: Path) -> Path:
 
 
 def save(results_path: Path, record: dict) -> Path:
+    from .bundle import write_atomic
+
     path = path_for(results_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp%d" % os.getpid())
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, indent=1).encode())
     return path
 
 

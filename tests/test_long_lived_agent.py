@@ -367,35 +367,13 @@ def test_the_seeds_round_goes_out_before_the_spaces_are_pruned_and_asks_what_the
 
 
 def test_gpu_rounds_queued_together_run_as_one_stream_and_each_gets_its_own_rows(tmp_path, monkeypatch):
-    from remote_agent import supervisor
-    from tests.test_gpu_supervisor import make_bundle, standin_runner
-
-    standin_runner(monkeypatch)
-    runs = []
-    run = supervisor.Supervisor.run
-    monkeypatch.setattr(supervisor.Supervisor, "run", lambda self, *a, **k: runs.append(1) or run(self, *a, **k))
-    bundle = make_bundle(tmp_path / "bundle")
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    results = tmp_path / "results" / "results.csv"
-    work = tmp_path / "serve"
-    (work / "queue").mkdir(parents=True)
+    bundle, manifest, results, work, runs = _stream_node(tmp_path, monkeypatch)
     options = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1.0}
     jobs = manifest["jobs"]
     parts = {"s-1": jobs[:5], "s-2": jobs[5:9], "s-3": jobs[9:12]}
     for name, part in parts.items():  # queued before the agent starts: it finds them all
-        variants = [v for v in manifest["variants"] if v["id"] in {j["variant"] for j in part}]
-        serve.write_json(str(work / "queue" / (name + ".json")), {
-            "bundle": str(bundle), "results": str(results), "options": options, "pin": False,
-            "manifest": dict(manifest, jobs=part, variants=variants)})
-    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lambda m: None)
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not serve.serving_pid(str(work)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    replies = {name: serve.wait_round(str(work), name, timeout=120) for name in parts}
-    (work / "stop").touch()
-    thread.join(60)
+        _queue_round(work, name, bundle, results, manifest, part, options)
+    replies = _serve_until_done(work, list(parts))
     assert len(runs) == 1  # one run of the workers measured the three rounds
     seen = Counter()
     for name, part in parts.items():
@@ -414,18 +392,7 @@ def test_gpu_rounds_queued_together_run_as_one_stream_and_each_gets_its_own_rows
 def test_a_pinned_round_joins_the_stream_on_its_device_with_its_own_timing_and_rows(tmp_path, monkeypatch):
     """A winners' re-measure during the search: two pinned rounds of the same pairs (other
     timing) queued with an unpinned round run in one stream; each gets exactly its own rows."""
-    from remote_agent import supervisor
-    from tests.test_gpu_supervisor import make_bundle, standin_runner
-
-    standin_runner(monkeypatch)
-    runs = []
-    run = supervisor.Supervisor.run
-    monkeypatch.setattr(supervisor.Supervisor, "run", lambda self, *a, **k: runs.append(1) or run(self, *a, **k))
-    bundle = make_bundle(tmp_path / "bundle")
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    results = tmp_path / "results" / "results.csv"
-    work = tmp_path / "serve"
-    (work / "queue").mkdir(parents=True)
+    bundle, manifest, results, work, runs = _stream_node(tmp_path, monkeypatch)
     search = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1e-4, "max_noise": 1.0}
     remeasure = dict(search, iters=150)
     jobs = manifest["jobs"]
@@ -434,19 +401,8 @@ def test_a_pinned_round_joins_the_stream_on_its_device_with_its_own_timing_and_r
     parts = {"s-1": (jobs[:8], search, False), "s-2": (mine, remeasure, {shape: 1}),
              "s-3": (mine, remeasure, {shape: 1}), "s-4": (jobs[8:12], search, False)}
     for name, (part, options, pin) in parts.items():
-        variants = [v for v in manifest["variants"] if v["id"] in {j["variant"] for j in part}]
-        serve.write_json(str(work / "queue" / (name + ".json")), {
-            "bundle": str(bundle), "results": str(results), "options": options, "pin": pin,
-            "manifest": dict(manifest, jobs=part, variants=variants)})
-    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lambda m: None)
-    thread = threading.Thread(target=server.serve, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not serve.serving_pid(str(work)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    replies = {name: serve.wait_round(str(work), name, timeout=120) for name in parts}
-    (work / "stop").touch()
-    thread.join(60)
+        _queue_round(work, name, bundle, results, manifest, part, options, pin)
+    replies = _serve_until_done(work, list(parts))
     assert len(runs) == 1  # the pinned rounds joined the stream
     for name, (part, options, pin) in parts.items():
         reply = replies[name]
@@ -500,6 +456,32 @@ def test_a_stream_round_resumed_after_a_kill_skips_only_the_jobs_its_own_rows_li
         assert sorted(r[header.index("variant_id")] for r in reply["rows"]) == sorted(j["variant"] for j in mine)
     with open(results, newline="") as f:
         assert len(list(csv.DictReader(f))) == 6  # each round's three, none twice
+
+
+def _stream_node(tmp_path: Path, monkeypatch):
+    """A GPU bundle on the two-device stand-in, a results path, an agent folder with its queue, and
+    the list that counts the runs of the workers: (bundle, manifest, results, work, runs)."""
+    from remote_agent import supervisor
+    from tests.test_gpu_supervisor import make_bundle, standin_runner
+
+    standin_runner(monkeypatch)
+    runs = []
+    run = supervisor.Supervisor.run
+    monkeypatch.setattr(supervisor.Supervisor, "run", lambda self, *a, **k: runs.append(1) or run(self, *a, **k))
+    bundle = make_bundle(tmp_path / "bundle")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    work = tmp_path / "serve"
+    (work / "queue").mkdir(parents=True)
+    return bundle, manifest, tmp_path / "results" / "results.csv", work, runs
+
+
+def _queue_round(work: Path, name: str, bundle: Path, results: Path, manifest: dict, part: list, options: dict,
+                 pin=False) -> None:
+    """Queue round ``name``: the jobs ``part`` of ``manifest`` with their variants."""
+    variants = [v for v in manifest["variants"] if v["id"] in {j["variant"] for j in part}]
+    serve.write_json(str(work / "queue" / (name + ".json")), {
+        "bundle": str(bundle), "results": str(results), "options": options, "pin": pin,
+        "manifest": dict(manifest, jobs=part, variants=variants)})
 
 
 def _serve_until_done(work: Path, names: list) -> dict:
