@@ -75,9 +75,9 @@ def full_samples(rows):
     return out
 
 
-def full_times(rows):
-    """{shape: {config key: best ok time_ns}} of full's rows (library rows left out)."""
-    return {s: {cfg: min(ts) for cfg, ts in by_cfg.items()} for s, by_cfg in full_samples(rows).items()}
+def fastest(samples):
+    """{shape: {config key: best ok time_ns}} of ``full_samples``."""
+    return {s: {cfg: min(ts) for cfg, ts in by_cfg.items()} for s, by_cfg in samples.items()}
 
 
 def winner_drift(samples: dict) -> float:
@@ -110,7 +110,7 @@ def main():
                 runs[level] = (winners, rows)
                 print("%s, effort %s: %d shapes in %.0f s" % (name, level, len(winners), seconds), flush=True)
             samples = full_samples(runs["full"][1])
-            times = {s: {cfg: min(ts) for cfg, ts in by_cfg.items()} for s, by_cfg in samples.items()}
+            times = fastest(samples)
             best = {s: min(t.values()) for s, t in times.items() if t}
             for shape in sorted(samples):
                 drift = winner_drift(samples[shape])

@@ -255,7 +255,7 @@ class Server(object):
         start = time.monotonic()
         agent = RoundAgent(bundle, results, manifest, options, self.out, self.log)
         agent.round = name
-        runner = self._runner(agent, options, spec.get("pin"))
+        runner = self._runner(agent, options)
         busy_before = dict(getattr(getattr(runner, "_supervisor", None), "busy", {}) or {})
         try:
             agent._run(runner, skip)
@@ -308,7 +308,7 @@ class Server(object):
         agent = RoundAgent(spec["bundle"], spec["results"], spec["manifest"], options, self.out, self.log)
         agent.round = name
         agent._verify_data()
-        runner = self._runner(agent, options, False)
+        runner = self._runner(agent, options)
         try:
             writer = ResultsWriter(spec["results"], agent.header(runner))
         except SchemaMismatch as exc:
@@ -338,7 +338,7 @@ class Server(object):
             raise AgentError("another run is already writing %s; wait for it or stop it first" % results)
         self.locks[key] = f
 
-    def _runner(self, agent, options, pin):
+    def _runner(self, agent, options):
         """GPU: one runner per bundle, devices and profiler whose workers stay up between rounds
         (each job carries its round's timing options); CPU: a fresh runner (one process per job
         anyway)."""
@@ -351,7 +351,6 @@ class Server(object):
             runner = self.runners[key] = make_runner(agent.bundle, manifest, options, self.log)
             runner.keep_workers = True
         runner.manifest, runner.options = manifest, options
-        runner.only, runner.place = pinned_devices(runner.devices(), pin)
         return runner
 
 
@@ -399,10 +398,9 @@ class Stream(object):
         todo, variants, shapes, broken = agent.prepare(self.runner, self.writer, skip)
         self._wrote(state, before)  # the rows of pairs that cannot run (pruned, failed compiles)
         requests, unrunnable = self.runner.requests_for(todo, variants, shapes, broken)
-        _, place = pinned_devices(self.runner.devices(), _slots(spec.get("pin"), shapes))
-        for _, request in requests:
-            if place:
-                request["device"] = place.get(request["shape"]["id"])
+        only, place = pinned_devices(self.runner.devices(), spec.get("pin"))
+        for _, request in requests:  # a pinned round's jobs carry their device
+            request["device"] = place.get(request["shape"]["id"]) if place else (only[0] if only else None)
         state.update(variants=variants, shapes=shapes, left=len(requests), total=len(requests) + len(unrunnable))
         self.rounds[name] = state
         self.joined.append(name)
@@ -504,18 +502,11 @@ def _untimed(options):
     return {k: v for k, v in options.items() if k not in TIMING_OPTIONS}
 
 
-def _slots(pin, shapes):
-    """A round's ``pin`` as {shape id: device slot}: true is every shape on the first device."""
-    if pin is True:
-        return {sid: 0 for sid in shapes}
-    return pin if isinstance(pin, dict) else None
-
-
 MORE_POLL = 0.02  # seconds between looks at the queue while a device waits for work
 
 
 def pinned_devices(devices, pin):
-    """(only, place) of a round for a GPU runner: ``pin`` false: any job on any device; true:
+    """(only, place) of a round on a GPU stream: ``pin`` false: any job on any device; true:
     every job on the first device; {shape id: slot}: each shape's jobs on device ``slot`` modulo
     the devices (a winners' re-measure spread over the devices, a shape's candidates on one)."""
     if isinstance(pin, dict) and pin and devices:

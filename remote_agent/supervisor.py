@@ -171,15 +171,14 @@ class Supervisor(object):
     def _start(self, device):
         return _Worker(device, self.command_for(device), self.env_for(device))
 
-    def run(self, jobs, keep=False, only=None, device_of=None, more=None):
+    def run(self, jobs, keep=False, device_of=None, more=None):
         """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish.
         ``keep``: the workers stay up after the last job (with their contexts, modules and
-        data) for the next call, until ``close()``. ``only``: devices that may take these jobs
-        (the others stay idle). ``device_of(request)``: the device a job must run on (None: any);
-        a free worker takes the first pending job any device may run, else the first one meant
-        for it, so a device's own jobs keep their order (a job meant for a device that was
-        dropped goes to any). ``more()``: jobs to add,
-        asked whenever fewer jobs are pending than there are workers (rounds queued meanwhile
+        data) for the next call, until ``close()``. ``device_of(request)``: the device a job must
+        run on (None: any); a free worker takes the first pending job any device may run, else
+        the first one meant for it, so a device's own jobs keep their order (a job meant for a
+        device that was dropped goes to any). ``more()``: jobs to add, asked whenever fewer jobs
+        any device may run are pending than there are workers (rounds queued meanwhile
         join while the devices still measure: no device waits for the slowest job of a round, nor
         for the next round's setup); the run ends when it gives none and no job is in flight."""
         pending = collections.deque(jobs)
@@ -191,15 +190,11 @@ class Supervisor(object):
         finished = False
         try:
             while workers and (pending or any(w.job for w in workers.values()) or _more(more, pending)):
-                if only is not None and not any(d in workers for d in only):
-                    break  # every device these jobs may use was dropped
                 # before a device runs dry (jobs meant for one device count for none: they do not
                 # keep the others fed)
                 if more is not None and _free(pending, device_of, workers) < len(workers):
                     _more(more, pending)
                 for w in workers.values():  # hand out work
-                    if only is not None and w.device not in only:
-                        continue
                     if w.state == "idle" and w.job is None and pending:
                         taken = _take(pending, w.device, device_of, workers)
                         if taken is None:

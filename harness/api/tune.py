@@ -276,7 +276,6 @@ class _Remeasure:
         self.last = load_winners(session.results_path)["shapes"] if key else {}
         self.kept = {}
         self.early = ShapeRemeasures(session, space, top, repeats) if early else None
-        self.began = None
 
     def on_spent(self, search) -> None:
         """A shape's search is spent: its re-measure starts now, beside the other shapes' search."""
@@ -285,17 +284,17 @@ class _Remeasure:
     def _start(self, sid, history, seeds) -> None:
         from ..remeasure import finalists
 
-        if sid in self.kept or sid in self.early.shapes or not self._keeps(sid, finalists(history, self.top, seeds)):
+        if sid in self.kept or sid in self.early.shapes or not self._needs_remeasure(sid, finalists(history, self.top, seeds)):
             return
-        if self.began is None:
-            self.began = time.monotonic()
+        if not self.early.shapes:
             ui.out.print("re-measuring each shape's top %d configs as its search ends (%d rounds interleaved on one "
                          "device; and, where not among them, its config of the fewest SM cycles and fastest seed)"
                          % (self.top, self.repeats))
         self.early.start(sid, history, seeds)
 
-    def _keeps(self, sid, configs) -> bool:
-        """False (and its winner kept) where shape ``sid`` had these finalists last time."""
+    def _needs_remeasure(self, sid, configs) -> bool:
+        """Whether shape ``sid`` with these finalists is re-measured: not where it had the same ones
+        last time (its winner is kept), nor where it has none."""
         from ..reuse import reusable_winners
 
         if not configs:
@@ -315,7 +314,7 @@ class _Remeasure:
                 self._start(sid, history, seeds.get(sid, ()))
             todo = list(self.early.shapes)
         else:
-            todo = [sid for sid, h in histories.items() if self._keeps(sid, finalists(h, self.top, seeds.get(sid, ())))]
+            todo = [sid for sid, h in histories.items() if self._needs_remeasure(sid, finalists(h, self.top, seeds.get(sid, ())))]
         if self.kept:
             ui.out.print("reusing the re-measured winners of %d shape(s) (the same finalists, machine and timing "
                          "options as last time; --fresh measures anew): %s" % (len(self.kept), ", ".join(sorted(self.kept))))
@@ -327,14 +326,14 @@ class _Remeasure:
         else:
             ui.out.print(efforts.plan_line("re-measure", 0, 0, jobs, efforts.estimate(ROOT, self.session.target,
                                                                                      remeasures=jobs)))
-            self.began = time.monotonic()
+            began = time.monotonic()
             ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among "
                          "them, each shape's config of the fewest SM cycles%s)" % (
                              self.top, len(todo), self.repeats, " and fastest seed" if any(seeds.values()) else ""))
             winners = remeasure_winners(self.session, self.space, {sid: histories[sid] for sid in todo}, self.top,
                                         self.repeats, seeds)
-        if jobs and self.early is None:  # (re-measured beside the search, its seconds are not the re-measure's own)
-            efforts.record_rates(ROOT, self.session.target, remeasure_s=(time.monotonic() - self.began) / jobs)
+            if jobs:  # (only here: beside the search, its seconds would not be the re-measure's own)
+                efforts.record_rates(ROOT, self.session.target, remeasure_s=(time.monotonic() - began) / jobs)
         if self.key and winners:  # the key they were measured under, so that a second run may keep them
             for w in winners.values():
                 w["measure_key"] = self.key

@@ -13,7 +13,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Optional, Sequence
 
-
 from ..space import config_id as _config_id
 from ..space import expand
 
@@ -80,7 +79,8 @@ class Problem:
     """
 
     def __init__(self, space: dict, is_pruned: Callable[[dict], bool], feasible: Optional[Sequence[int]] = None):
-        import numpy as np
+        import numpy as np  # (here, not at the top: every command of the CLI imports this module)
+
         self.space = {name: list(values) for name, values in space.items()}
         self.names = list(self.space)
         self.is_pruned = is_pruned
@@ -111,6 +111,7 @@ class Problem:
         """The feasible candidate not in ``taken`` (a set of keys) nearest to ``code`` (L1 over
         value indices, each parameter scaled to its range); ties are broken by ``rng``."""
         import numpy as np
+
         if not len(self.candidates):
             return None
         free = np.ones(len(self.candidates), dtype=bool)
@@ -307,11 +308,12 @@ def prepare_problems(strategies: Sequence["Strategy"], space: dict, predicates: 
     each chunk makes each of its configs once and asks every search's predicate about it, so that
     ten shapes do not make the same million configs ten times. Where fork is not available, or the
     work is small, the Problems are built when first asked for."""
-    import numpy as np
     global _forked_work
     import multiprocessing
     import os
     from concurrent.futures import ProcessPoolExecutor
+
+    import numpy as np
 
     todo = [(s, p) for s, p in zip(strategies, predicates) if not s.has_problem(space, p)]
     strategies, predicates = [s for s, _ in todo], [p for _, p in todo]
@@ -359,8 +361,9 @@ def _lower_priority() -> None:
 
 def _feasible(task) -> list:
     """For each search, the indices of the configs in [first, end) that its predicate keeps."""
-    import numpy as np
     import itertools
+
+    import numpy as np
 
     first, end = task
     space, predicates = _forked_work

@@ -49,8 +49,6 @@ class GpuRunner(object):
         self.worker_env = worker_env or self._worker_env
         self.worker_facts = {}
         self.keep_workers = False  # remote_agent.serve: the workers outlive run_all, for the next round
-        self.only = None  # devices the next run_all may use (a pinned round without places uses one)
-        self.place = None  # {shape id: device} the next run_all's jobs must run on (a winners' re-measure)
         self._supervisor = None
 
     def devices(self):
@@ -122,13 +120,8 @@ class GpuRunner(object):
         from ..supervisor import SupervisorError
 
         try:
-            place = self.place or {}
-
-            def device_of(request):  # a job of a pinned round in a stream carries its device
-                return request.get("device") or place.get(request["shape"]["id"])
-
-            for job, device, result in sup.run(requests, keep=self.keep_workers, only=self.only,
-                                               device_of=device_of, more=more):
+            device_of = lambda request: request.get("device")  # noqa: E731 (a pinned round's jobs carry it)
+            for job, device, result in sup.run(requests, keep=self.keep_workers, device_of=device_of, more=more):
                 yield job, device, result
         except SupervisorError as exc:
             raise AgentError(str(exc))
