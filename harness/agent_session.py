@@ -168,15 +168,16 @@ class Lane:
     def start(self, clear: bool = False) -> None:
         """Start the serving agent (``clear``: this session's first start drops earlier rounds)."""
         if self.remote:
-            self.bridge.call({"op": "start", "clear": clear})
+            self.bridge.call({"op": "start", "clear": clear, "standby": self.session.standby})
         else:
             import subprocess
 
             from .transport.local import LocalTransport
 
+            standby = ["--standby", self.session.standby] if self.session.standby else []
             proc = subprocess.run([self.transport.python, "-m", "remote_agent", "serve", "--workdir", self.workdir,
                                    "--detach", "--idle-timeout", str(self.session.idle_timeout)]
-                                  + (["--clear"] if clear else []),
+                                  + (["--clear"] if clear else []) + standby,
                                   capture_output=True, text=True, cwd=str(LocalTransport.agent_root()))
             if proc.returncode != 0:
                 raise HarnessError("cannot start the agent here: %s" % (proc.stderr or proc.stdout).strip()[-300:])
@@ -245,11 +246,13 @@ class Lane:
 class AgentSession:
     """Long-lived agents for one (target, kernel) during a tune: ``submit`` then ``collect``."""
 
-    def __init__(self, root: Path, target, kernel: str, transports: list, idle_timeout: float = 600.0):
+    def __init__(self, root: Path, target, kernel: str, transports: list, idle_timeout: float = 600.0,
+                 standby: Optional[str] = None):
         self.root = Path(root)
         self.target = target
         self.kernel = kernel
         self.idle_timeout = idle_timeout
+        self.standby = standby  # "cuda:0,1": the agents start their GPU workers at once (serve --standby)
         self.stats = Stats()
         self.lanes = [Lane(self, t, target, kernel) for t in transports]
         self.number = 0
@@ -272,6 +275,13 @@ class AgentSession:
             parts.append((lane, name))
         self.stats.push_seconds += time.monotonic() - began
         return Ticket(parts)
+
+    def start_here(self) -> None:
+        """Start the agent of this machine now, before any round is built (a remote's waits for
+        the first push), so that its GPU workers start while the host prunes and compiles."""
+        lanes = [lane for lane in self.lanes if not lane.remote and not lane.started]
+        if lanes:
+            self._setup(lanes, None, None)
 
     def _setup(self, lanes: list, bundle: Path, manifest) -> None:
         """The first push and the agent's start on every machine at once."""

@@ -245,8 +245,23 @@ class Session:
                 from .transport.local import LocalTransport
 
                 transports = [LocalTransport(self.target)]
-            self._agents = AgentSession(self.root, self.target, self.kernel.name, transports)
+            self._agents = AgentSession(self.root, self.target, self.kernel.name, transports,
+                                        standby=self.standby_spec())
         return self._agents
+
+    def standby_spec(self) -> Optional[str]:
+        """``serve --standby`` for a GPU target: its backend and the devices the rounds use."""
+        backend = getattr(self.target, "backend", "cpu")
+        if backend not in ("cuda", "hip"):
+            return None
+        devices = self.run_options.devices or getattr(self.target, "devices", None)
+        return "%s:%s" % (backend, devices) if devices else backend
+
+    def start_agents(self) -> None:
+        """With long-lived agents on a GPU target, start this machine's agent and its GPU workers
+        now (a tune's first step): a worker's start, seconds, runs while the host builds."""
+        if self.long_lived and self.standby_spec():
+            self.agents().start_here()
 
     def _prepare(self, pairs: list, library_shapes=(), listed: bool = False, warm: Optional[list] = None):
         """Build the round's configs; the bundle's manifest then holds only the asked pairs in

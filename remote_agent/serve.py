@@ -190,8 +190,10 @@ class RoundAgent(Agent):
 
 
 class Server(object):
-    def __init__(self, workdir, idle_timeout=600.0, poll=0.02, out=sys.stdout, log=None):
+    def __init__(self, workdir, idle_timeout=600.0, poll=0.02, out=sys.stdout, log=None, standby=None):
         self.workdir = workdir
+        self.standby = standby  # "cuda[:0,1]": start the GPU workers before the first round
+        self.standbys = None
         self.p = paths(workdir)
         self.idle_timeout = idle_timeout
         self.poll = poll
@@ -210,6 +212,10 @@ class Server(object):
             raise AgentError("an agent already serves %s" % self.workdir)
         write_json(self.p["serve.pid"], os.getpid())
         self.log("serving %s (pid %d)" % (self.workdir, os.getpid()))
+        if self.standby:
+            from .runners.gpu_standby import Standbys, parse_spec
+
+            self.standbys = Standbys(*parse_spec(self.standby), log=self.log)
         last = time.monotonic()
         try:
             while not os.path.exists(self.p["stop"]):
@@ -227,6 +233,8 @@ class Server(object):
         finally:
             for runner in self.runners.values():
                 runner.close()
+            if self.standbys is not None:
+                self.standbys.close()
             for f in self.locks.values():
                 f.close()
             lock.close()
@@ -350,6 +358,7 @@ class Server(object):
         if runner is None:
             runner = self.runners[key] = make_runner(agent.bundle, manifest, options, self.log)
             runner.keep_workers = True
+            runner.standbys = self.standbys
         runner.manifest, runner.options = manifest, options
         return runner
 
@@ -574,7 +583,7 @@ def wait_round(workdir, name, timeout=None, poll=0.02):
 def bridge(workdir, idle_timeout, infile=sys.stdin, outfile=sys.stdout):
     """The host's one SSH channel to a serving agent for a whole tune (so that a round costs no
     SSH command): JSON requests in, one JSON reply per request out, each with the request's id.
-      {"op": "start", "clear"}     start the serving agent unless one serves -> {"pid"}
+      {"op": "start", "clear", "standby"}   start the serving agent unless one serves -> {"pid"}
       {"op": "files", "files": {path: [base64, mode]}}   write files (relative, no '..')
       {"op": "round", "name", "spec"}            queue a round
       {"op": "wait", "name"}       -> wait_round's reply, when the round is done (requests
@@ -601,7 +610,8 @@ def bridge(workdir, idle_timeout, infile=sys.stdin, outfile=sys.stdout):
         rid, op = request.get("id"), request.get("op")
         try:
             if op == "start":
-                argv = ["--workdir", workdir, "--idle-timeout", str(idle_timeout)]
+                argv = ["--workdir", workdir, "--idle-timeout", str(idle_timeout)] + \
+                    (["--standby", str(request["standby"])] if request.get("standby") else [])
                 start_detached(argv, workdir, clear=request.get("clear"), out=io.StringIO())
                 reply({"id": rid, "pid": serving_pid(workdir)})
             elif op == "files":
@@ -649,10 +659,18 @@ def _tail(path, lines=3):
 def main(args):
     if args.command == "bridge":
         return bridge(args.workdir, args.idle_timeout)
-    argv = ["--workdir", args.workdir, "--idle-timeout", str(args.idle_timeout)]
+    argv = ["--workdir", args.workdir, "--idle-timeout", str(args.idle_timeout)] + \
+        (["--standby", args.standby] if args.standby else [])
+    if args.standby:
+        from .runners.gpu_standby import parse_spec
+
+        try:
+            parse_spec(args.standby)
+        except ValueError as exc:
+            raise AgentError(str(exc))
     if args.detach:
         return start_detached(argv, args.workdir, clear=args.clear)
-    return Server(args.workdir, args.idle_timeout).serve()
+    return Server(args.workdir, args.idle_timeout, standby=args.standby).serve()
 
 
 def add_arguments(sub):
@@ -661,6 +679,8 @@ def add_arguments(sub):
     serve.add_argument("--idle-timeout", type=float, default=600.0, help="exit after this many idle seconds")
     serve.add_argument("--detach", action="store_true", help="start in its own session and return")
     serve.add_argument("--clear", action="store_true", help="with --detach: drop earlier rounds when none serves")
+    serve.add_argument("--standby", help="cuda or hip[:INDICES]: start a GPU worker per device now, before the "
+                                         "first round (its driver and torch loaded while the host builds)")
     bridge = sub.add_parser("bridge", help="JSON requests on stdin for a serving agent (the host's channel)")
     bridge.add_argument("--workdir", required=True)
     bridge.add_argument("--idle-timeout", type=float, default=600.0, help="for the agent it starts")

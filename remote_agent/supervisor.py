@@ -55,11 +55,13 @@ def die_with_parent():
     threading.Thread(target=watch, daemon=True).start()
 
 
-def protocol_streams(infile=None, outfile=None):
+def protocol_streams(infile=None, outfile=None, watched=False):
     """The worker's protocol channel: a private copy of stdout, with fd 1 pointed at stderr so a
-    library that prints cannot corrupt the protocol."""
+    library that prints cannot corrupt the protocol. ``watched``: it dies with its parent already
+    (a standby that became a worker)."""
     if infile is None:
-        die_with_parent()
+        if not watched:
+            die_with_parent()
         infile = sys.stdin
     if outfile is None:
         fd = os.dup(1)
@@ -74,12 +76,19 @@ def send(outfile, message):
     outfile.flush()
 
 
+def start_process(argv, env):
+    """(process, its stderr file): a worker's process, its pipes the protocol's, in a session of
+    its own (a hung one is killed with its children)."""
+    stderr = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            env=env, start_new_session=True, close_fds=True)
+    return proc, stderr
+
+
 class _Worker(object):
-    def __init__(self, device, argv, env):
+    def __init__(self, device, argv, env, spawn=None):
         self.device = device
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                     env=env, start_new_session=True, close_fds=True)
+        self.proc, self.stderr = (spawn and spawn(argv, env)) or start_process(argv, env)
         self.buf = b""
         self.state = "starting"
         self.job = None  # (key, request) in flight
@@ -153,9 +162,10 @@ class _Worker(object):
 
 class Supervisor(object):
     def __init__(self, devices, command_for, env_for=None, job_timeout=60.0, start_timeout=300.0,
-                 max_start_failures=3, log=None):
+                 max_start_failures=3, log=None, spawn=None):
         self.devices = list(devices)
         self.command_for = command_for
+        self.spawn = spawn  # (argv, env) -> (process, stderr) started already, or None
         self.env_for = env_for or (lambda device: dict(os.environ))
         self.job_timeout = float(job_timeout)
         self.start_timeout = float(start_timeout)
@@ -169,7 +179,7 @@ class Supervisor(object):
         self._kept = None  # workers kept alive between run() calls (run(keep=True))
 
     def _start(self, device):
-        return _Worker(device, self.command_for(device), self.env_for(device))
+        return _Worker(device, self.command_for(device), self.env_for(device), self.spawn)
 
     def run(self, jobs, keep=False, device_of=None, more=None):
         """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish.
@@ -364,4 +374,6 @@ def _facts_text(message):
             "%s %.1e" % kv for kv in sorted(message["self_check"].items())))
     if message.get("flush"):
         parts.append("L2 flush: %s" % (message.get("flush_fallback") or message["flush"]))
+    if message.get("started_ahead"):
+        parts.append("started before the round (standby)")
     return "; ".join(p for p in parts if p)

@@ -511,3 +511,37 @@ def _recording(errors: list, call) -> None:
         call()
     except BaseException as exc:
         errors.append(repr(exc))
+
+
+def test_standby_workers_become_the_first_rounds_workers_and_a_dead_one_is_replaced(tmp_path, monkeypatch):
+    """``serve --standby cuda``: a worker per device starts with the agent, before any round, and
+    the first round's runner takes them; a standby that died meanwhile is replaced by a worker
+    started as before, and every job of the round has its row."""
+    bundle, manifest, results, work, runs = _stream_node(tmp_path, monkeypatch)
+    monkeypatch.setenv("HARNESS_STANDIN_DEVICES", "2")
+    lines = []
+    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lines.append, standby="cuda")
+    errors = []
+    thread = threading.Thread(target=lambda: _recording(errors, server.serve), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not any("standby workers started" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "standby workers started for cuda device(s) 0,1" in lines
+    dead = server.standbys.ready["1"][0]
+    dead.kill()
+    dead.wait()
+    jobs = manifest["jobs"][:6]
+    _queue_round(work, "s-1", bundle, results, manifest, jobs, {"warmup": 1, "iters": 3, "timeout": 20.0,
+                                                                "min_time_ms": 1.0})
+    reply = serve.wait_round(str(work), "s-1", timeout=120)
+    (work / "stop").touch()
+    thread.join(60)
+    assert not errors and "done" in reply, (errors, reply)
+    ready = {line.split(" ready")[0]: line for line in lines if line.startswith("worker for")}
+    assert "started before the round (standby)" in ready["worker for cuda:0"]
+    assert "standby" not in ready["worker for cuda:1"]  # started afresh in place of the dead one
+    header = reply["header"]
+    assert sorted((r[header.index("variant_id")], r[header.index("shape_id")]) for r in reply["rows"]) == \
+        sorted((j["variant"], j["shape"]) for j in jobs)
+    assert {r[header.index("status")] for r in reply["rows"]} == {"ok"}

@@ -187,6 +187,7 @@ def tune(args: TuneArgs):
         session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=args.library,
                           long_lived=long_lived, in_flight=args.in_flight, remeasure_max_time=remeasure_time)
         try:
+            session.start_agents()  # a GPU node's workers start while the spaces are pruned and compiled
             fetched = 0 if aside else session.sync()
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))

@@ -49,6 +49,7 @@ class GpuRunner(object):
         self.worker_env = worker_env or self._worker_env
         self.worker_facts = {}
         self.keep_workers = False  # remote_agent.serve: the workers outlive run_all, for the next round
+        self.standbys = None  # remote_agent.serve: workers started before the first round (gpu_standby)
         self._supervisor = None
 
     def devices(self):
@@ -71,14 +72,7 @@ class GpuRunner(object):
                 "--device-index", "0", "--options", json.dumps(self.worker_options())]
 
     def _worker_env(self, device_name):
-        index = dict(self._devices)[device_name]
-        env = dict(os.environ)
-        backend = self.manifest["target"]["backend"]
-        env["CUDA_VISIBLE_DEVICES" if backend == "cuda" else "HIP_VISIBLE_DEVICES"] = str(index)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        return env
+        return worker_env(self.manifest["target"]["backend"], dict(self._devices)[device_name])
 
     def requests_for(self, todo, variants, shapes, broken):
         """(requests [(job, request)] for the workers in measuring order, [(job, device, result)]
@@ -114,7 +108,8 @@ class GpuRunner(object):
         for item in unrunnable:
             yield item
         sup = self._supervisor or Supervisor(self.devices(), self.worker_command, self.worker_env,
-                                             job_timeout=_opt(options, "timeout", 60.0), log=self.log)
+                                             job_timeout=_opt(options, "timeout", 60.0), log=self.log,
+                                             spawn=self.standbys.take if self.standbys else None)
         if self.keep_workers:
             self._supervisor = sup  # its busy seconds are read while it runs (remote_agent.serve)
         from ..supervisor import SupervisorError
@@ -157,6 +152,28 @@ def _slim_variant(v):
             "config": v["config"]}
 
 
+def visible_variable(backend):
+    return "CUDA_VISIBLE_DEVICES" if backend == "cuda" else "HIP_VISIBLE_DEVICES"
+
+
+def physical_indices(backend, count):
+    """The driver's indices of the agent's first ``count`` devices (its visible-devices variable
+    renumbers them): what a worker's own visible-devices variable names."""
+    visible = os.environ.get(visible_variable(backend))
+    return ([v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(count)])[:count]
+
+
+def worker_env(backend, physical):
+    """The environment of the worker of the device the driver numbers ``physical``: it sees that
+    device alone, and imports this agent."""
+    env = dict(os.environ)
+    env[visible_variable(backend)] = str(physical)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
 def _opt(options, name, default):
     if isinstance(options, dict):
         return options.get(name, default)
@@ -176,10 +193,7 @@ def make_gpu_runner(bundle, manifest, options, log):
         raise AgentError("%s target, but %s" % (backend, exc))
     if count == 0:
         raise AgentError("no %s device here" % backend)
-    visible_env = "CUDA_VISIBLE_DEVICES" if backend == "cuda" else "HIP_VISIBLE_DEVICES"
-    visible = os.environ.get(visible_env)
-    physical = [v.strip() for v in visible.split(",")] if visible else [str(i) for i in range(count)]
-    physical = physical[:count]
+    physical = physical_indices(backend, count)
     chosen = list(range(count))
     wanted = _opt(options, "devices", None)
     if wanted:

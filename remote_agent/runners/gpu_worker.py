@@ -255,7 +255,9 @@ def serve(handler, infile=None, outfile=None):
             os._exit(3)
 
 
-def worker_main(argv, api=None):
+def worker_main(argv, api=None, standby=False):
+    """A worker: ``standby``, a process started before its round that became this worker (it
+    dies with its agent already, and its ready message says it started ahead)."""
     import argparse
 
     from ..supervisor import protocol_streams, send
@@ -265,7 +267,7 @@ def worker_main(argv, api=None):
     parser.add_argument("--device-index", type=int, default=0)
     parser.add_argument("--options", default="{}")
     args = parser.parse_args(argv)
-    infile, outfile = protocol_streams()
+    infile, outfile = protocol_streams(watched=standby)
     with open(os.path.join(args.bundle, "manifest.json")) as f:
         manifest = json.load(f)
     options = json.loads(args.options)
@@ -284,7 +286,8 @@ def worker_main(argv, api=None):
         return 2
     send(outfile, {"ready": True, "device": worker.device, "reference": worker.reference_mode,
                    "self_check": worker.self_check, "profiler": worker.profiler.name,
-                   "flush": worker.l2_flush.mode, "flush_fallback": worker.l2_flush.fallback})
+                   "flush": worker.l2_flush.mode, "flush_fallback": worker.l2_flush.fallback,
+                   "started_ahead": standby})
 
     def handle(request):
         start = time.monotonic()
@@ -298,6 +301,43 @@ def worker_main(argv, api=None):
 
     serve(handle, infile, outfile)
     return 0
+
+
+def standby_main(argv):
+    """A worker started before its round (``gpu_standby.Standbys``): it loads what every worker
+    of its backend needs (the driver library and its init, torch where the node has it and the
+    reference may be torch) while the host still builds, then reads its worker's arguments, one
+    JSON line ``{"argv": [...]}`` on stdin, and becomes that worker. End of file: it exits."""
+    import argparse
+    import importlib.util
+    import threading
+
+    from ..supervisor import die_with_parent
+
+    parser = argparse.ArgumentParser(prog="remote_agent.runners.gpu_worker standby")
+    parser.add_argument("--backend", required=True)
+    args = parser.parse_args(argv)
+    die_with_parent()
+
+    def driver():
+        try:
+            api_for(args.backend).init()  # the worker's own init is then at once
+        except Exception:  # the worker meets it again and says why
+            pass
+
+    loading = threading.Thread(target=driver, daemon=True)
+    loading.start()
+    if os.environ.get("HARNESS_GPU_REFERENCE", "auto") in ("auto", "torch") and \
+            importlib.util.find_spec("torch") is not None:
+        try:
+            import torch  # noqa: F401
+        except Exception:
+            pass
+    loading.join()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    return worker_main(json.loads(line)["argv"], standby=True)
 
 
 def _import_torch_meanwhile(manifest, options):
@@ -414,11 +454,13 @@ RESULT_PREFIX = "HARNESS_RESULT "
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("worker", "one"):
-        print("usage: python -m remote_agent.runners.gpu_worker {worker|one} ...", file=sys.stderr)
+    if not argv or argv[0] not in ("worker", "one", "standby"):
+        print("usage: python -m remote_agent.runners.gpu_worker {worker|one|standby} ...", file=sys.stderr)
         return 2
     if argv[0] == "worker":
         return worker_main(argv[1:])
+    if argv[0] == "standby":
+        return standby_main(argv[1:])
     return one_main(argv[1:])
 
 

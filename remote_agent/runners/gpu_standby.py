@@ -1,0 +1,111 @@
+"""GPU workers started before their first round (``serve --standby BACKEND[:INDICES]``).
+
+A GPU worker's start is seconds: a Python process, the driver's init, torch's import (the
+reference). The host knows the target's backend and devices when a tune starts, long before its
+first round is built, so the serving agent starts one standby process per device at once
+(``gpu_worker standby``): it loads all that, then waits. When the round's runner starts a worker
+for a device, it takes that device's standby if it was started with the very environment the
+worker would get; the standby reads the worker's arguments and becomes it. Any other case (no
+standby there, a different environment or command, a standby that died) starts a fresh worker as
+before. The agent's own driver init runs in the same thread, so its first round lists its devices
+at once too.
+
+Standard library only.
+"""
+
+import json
+import sys
+import threading
+
+from ..supervisor import start_process
+from .gpu import physical_indices, visible_variable, worker_env
+from .gpu_backends import api_for
+
+WORKER = ["-m", "remote_agent.runners.gpu_worker", "worker"]
+START_WAIT = 60.0  # seconds a taker waits for the standbys to be started
+
+
+def parse_spec(text):
+    """``cuda`` or ``cuda:0,1`` -> (backend, [indices] or None for every device)."""
+    backend, _, indices = str(text).partition(":")
+    if backend not in ("cuda", "hip"):
+        raise ValueError("--standby takes cuda or hip, optionally :INDICES (got %r)" % text)
+    try:
+        chosen = [int(x) for x in indices.split(",") if x.strip()] if indices else None
+    except ValueError:
+        raise ValueError("--standby %s: device indices are integers such as 0,1" % text)
+    return backend, chosen
+
+
+class Standbys(object):
+    """One standby worker process per chosen device, started in a thread (the driver's init
+    first, to count the devices)."""
+
+    def __init__(self, backend, chosen, log):
+        self.backend = backend
+        self.log = log
+        self.ready = {}  # physical index -> (process, stderr, env)
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._start_all, args=(chosen,), daemon=True, name="standby")
+        self._thread.start()
+
+    def _start_all(self, chosen):
+        try:
+            api = api_for(self.backend)
+            api.init()
+            count = api.device_count()
+        except Exception as exc:  # the first round's runner says why
+            self.log("no standby workers: %s" % exc)
+            return
+        physical = physical_indices(self.backend, count)
+        for i in (chosen if chosen is not None else range(count)):
+            if 0 <= i < count:
+                env = worker_env(self.backend, physical[i])
+                proc, stderr = start_process([sys.executable, "-m", "remote_agent.runners.gpu_worker", "standby",
+                                              "--backend", self.backend], env)
+                with self._lock:
+                    self.ready[physical[i]] = (proc, stderr, env)
+        self.log("standby workers started for %s device(s) %s" % (
+            self.backend, ",".join(sorted(self.ready, key=str))))
+
+    def take(self, argv, env):
+        """The standby for the worker ``argv`` with environment ``env``, made that worker:
+        (process, stderr), or None (the caller starts one)."""
+        self._thread.join(START_WAIT)
+        with self._lock:
+            entry = self.ready.pop(env.get(visible_variable(self.backend)), None)
+        if entry is None:
+            return None
+        proc, stderr, started_env = entry
+        if argv[1:4] != WORKER or argv[0] != sys.executable or started_env != env or proc.poll() is not None:
+            _discard(proc, stderr)
+            return None
+        try:
+            proc.stdin.write((json.dumps({"argv": argv[4:]}) + "\n").encode())
+            proc.stdin.flush()
+        except OSError:
+            _discard(proc, stderr)
+            return None
+        return proc, stderr
+
+    def close(self):
+        """Stop the standbys no runner took."""
+        self._thread.join(START_WAIT)
+        with self._lock:
+            left, self.ready = list(self.ready.values()), {}
+        for proc, stderr, _ in left:
+            _discard(proc, stderr)
+
+
+def _discard(proc, stderr):
+    """Stop a standby (a process that ran nothing yet) and close its files."""
+    try:
+        proc.kill()
+    except OSError:
+        pass
+    proc.wait()
+    for f in (proc.stdin, proc.stdout, stderr):
+        try:
+            f.close()
+        except OSError:
+            pass
