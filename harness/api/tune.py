@@ -110,6 +110,9 @@ def tune(args: TuneArgs):
     args.estimator, args.max_time = timing_choice(tgt, args.estimator, args.max_time)
     if tgt.is_gpu:
         require_triton(tgt)
+        from ..compile.triton_gpu import prestart_compile_workers
+
+        prestart_compile_workers(args.jobs)  # Triton imported in them while the tune starts
     kern = kernels.get(args.kernel)
     space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else kern.space_for(tgt)
     if args.strategy is None:

@@ -482,16 +482,38 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+PRESTARTED_WORKERS = 8  # compile workers a GPU tune starts first: the support kernels' (seven for fp16 and bf16)
+
+
+def _compile_env() -> dict:
+    env = dict(os.environ)
+    if env.get("HARNESS_TRITON_LINEINFO", "0") != "1":
+        env["TRITON_DISABLE_LINE_INFO"] = "1"  # halves a cubin; set HARNESS_TRITON_LINEINFO=1 for ncu source views
+    return env
+
+
+def _kept_workers() -> bool:
+    return os.environ.get("HARNESS_COMPILE_WORKERS", "1") != "0"  # kept workers: Triton imported once each
+
+
+def prestart_compile_workers(jobs: int = 0) -> None:
+    """Start the first kept compile workers now (a GPU tune's first step), at most ``jobs`` (the
+    build's parallel compiles; 0: the cores): their Triton import then runs beside the tune's
+    start, and the support kernels, the first compiles, do not wait for it."""
+    if _kept_workers():
+        from .workers import prestart
+
+        prestart("harness.compile.triton_gpu", _compile_env(), min(PRESTARTED_WORKERS, jobs or os.cpu_count() or 1))
+
+
 def run_compile_process(job: dict, artifact: Path, timeout: float) -> CompileResult:
     """Compile one job in a child process (its own process group), killed whole on timeout."""
-    env = dict(os.environ)
+    env = _compile_env()
     # a private Triton cache per compile, removed after it: the bundle's artifacts are the cache
     private = tempfile.mkdtemp(prefix="harness-triton-")
     env["TRITON_CACHE_DIR"] = private
-    if env.get("HARNESS_TRITON_LINEINFO", "0") != "1":
-        env["TRITON_DISABLE_LINE_INFO"] = "1"  # halves a cubin; set HARNESS_TRITON_LINEINFO=1 for ncu source views
     start = time.monotonic()
-    if os.environ.get("HARNESS_COMPILE_WORKERS", "1") != "0":  # kept workers: Triton imported once each
+    if _kept_workers():
         from .workers import run_job
 
         done = run_job("harness.compile.triton_gpu", dict(job, out=str(artifact)), timeout, env)

@@ -98,10 +98,24 @@ class Worker:
         shutil.rmtree(self.cache, ignore_errors=True)
 
 
+def _key(module: str, env: dict) -> tuple:
+    """The idle workers' key: their module and environment (a job's own Triton cache aside)."""
+    return module, tuple(sorted((k, v) for k, v in env.items() if k != "TRITON_CACHE_DIR"))
+
+
+def prestart(module: str, env: dict, count: int) -> None:
+    """Start ``count`` idle workers of ``module`` now: each imports it (Triton: a second or
+    more) while the caller goes on, and the first compiles find them ready."""
+    key = _key(module, env)
+    started = [Worker(module, dict(key[1])) for _ in range(max(0, count))]
+    with _lock:
+        _idle.setdefault(key, []).extend(started)
+
+
 def run_job(module: str, payload: dict, timeout: float, env: dict):
     """``payload`` compiled by a kept worker of ``module`` (one is started when none is idle)."""
-    env = {k: v for k, v in env.items() if k != "TRITON_CACHE_DIR"}
-    key = (module, tuple(sorted(env.items())))
+    key = _key(module, env)
+    env = dict(key[1])
     with _lock:
         idle = _idle.setdefault(key, [])
         worker = idle.pop() if idle else None

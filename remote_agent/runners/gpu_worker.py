@@ -304,10 +304,12 @@ def worker_main(argv, api=None, standby=False):
 
 
 def standby_main(argv):
-    """A worker started before its round (``gpu_standby.Standbys``): it loads what every worker
-    of its backend needs (the driver library and its init, torch where the node has it and the
-    reference may be torch) while the host still builds, then reads its worker's arguments, one
-    JSON line ``{"argv": [...]}`` on stdin, and becomes that worker. End of file: it exits."""
+    """A worker started before its round (``gpu_standby.Standbys``): it does what every worker
+    of its backend does first (the driver's init and its device's primary context; torch's
+    import, its CUDA init and a first cuBLAS product, where the node has torch and the reference
+    may be torch) while the host still builds, then reads its worker's arguments, one JSON line
+    ``{"argv": [...]}`` on stdin, and becomes that worker (which finds all that done). End of
+    file: it exits."""
     import argparse
     import importlib.util
     import threading
@@ -321,7 +323,9 @@ def standby_main(argv):
 
     def driver():
         try:
-            api_for(args.backend).init()  # the worker's own init is then at once
+            api = api_for(args.backend)
+            api.init()
+            api.open(0)  # the primary context, which the worker (and torch) retain again at once
         except Exception:  # the worker meets it again and says why
             pass
 
@@ -330,8 +334,14 @@ def standby_main(argv):
     if os.environ.get("HARNESS_GPU_REFERENCE", "auto") in ("auto", "torch") and \
             importlib.util.find_spec("torch") is not None:
         try:
-            import torch  # noqa: F401
-        except Exception:
+            import torch
+
+            loading.join()
+            if torch.cuda.is_available():
+                torch.cuda.init()
+                x = torch.ones((64, 64), device="cuda")
+                (x @ x).sum().item()  # cuBLAS's handle and first kernels
+        except Exception:  # pick_reference decides, and says why
             pass
     loading.join()
     line = sys.stdin.readline()
