@@ -245,7 +245,8 @@ class Supervisor(object):
                             self.ready_facts[w.device] = message
                             if w.device not in self._announced:
                                 self._announced.add(w.device)
-                                self.log("worker for %s ready: %s" % (w.device, _facts_text(message)))
+                                self.log("worker for %s ready after %.2f s: %s" % (
+                                    w.device, time.monotonic() - w.started, _facts_text(message)))
                         elif "result" in message and w.job is not None:
                             key = w.job[0]
                             w.job = None
@@ -376,4 +377,6 @@ def _facts_text(message):
         parts.append("L2 flush: %s" % (message.get("flush_fallback") or message["flush"]))
     if message.get("started_ahead"):
         parts.append("started before the round (standby)")
+    if message.get("start_seconds"):
+        parts.append("start: %s" % ", ".join("%s %.2f s" % kv for kv in message["start_seconds"].items()))
     return "; ".join(p for p in parts if p)

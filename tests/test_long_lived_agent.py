@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -540,6 +541,8 @@ def test_standby_workers_become_the_first_rounds_workers_and_a_dead_one_is_repla
     assert not errors and "done" in reply, (errors, reply)
     ready = {line.split(" ready")[0]: line for line in lines if line.startswith("worker for")}
     assert "started before the round (standby)" in ready["worker for cuda:0"]
+    assert re.search(r"ready after [\d.]+ s: .*start: device [\d.]+ s, plug-in [\d.]+ s, reference [\d.]+ s, "
+                     r"self-check [\d.]+ s", ready["worker for cuda:0"])
     assert "standby" not in ready["worker for cuda:1"]  # started afresh in place of the dead one
     header = reply["header"]
     assert sorted((r[header.index("variant_id")], r[header.index("shape_id")]) for r in reply["rows"]) == \

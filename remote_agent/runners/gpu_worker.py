@@ -34,16 +34,31 @@ from .gpu_flush import L2Flush
 from .gpu_timing import check_and_time
 
 
+class _PhaseClock(object):
+    """Seconds per named phase, each from the end of the one before."""
+
+    def __init__(self):
+        self.last = time.monotonic()
+        self.laps = {}
+
+    def lap(self, name):
+        now = time.monotonic()
+        self.laps[name] = round(now - self.last, 3)
+        self.last = now
+
+
 class Worker(object):
     def __init__(self, bundle, manifest, device_index, options, api=None):
         self.bundle = bundle
         self.manifest = manifest
         self.options = options
         self.tolerances = manifest["tolerances"]
+        clock = _PhaseClock()  # where the start's seconds go (the ready line says it)
         self.api = api or api_for(manifest["target"]["backend"])
         self.api.init()
         self.api.open(device_index)
         self.device = self.api.facts()
+        clock.lap("device")
         self.kernels = {}
         self.shapes = {}
         self.support = {}
@@ -51,12 +66,16 @@ class Worker(object):
         self.torch = None
         self.torch_error = None
         self.device_plugin = load_device_plugin(bundle, manifest)
+        clock.lap("plug-in")
         self.reference_mode = pick_reference(self, options.get("reference", "auto"))
+        clock.lap("reference")
         from ..profilers.events import gpu_profiler
 
         self.profiler = gpu_profiler(options.get("profiler") or "events", self.api, options)
         self.self_check = check_reference_kernel(self)
+        clock.lap("self-check")
         self._checked_kinds = {_kind(s): None for s in manifest["shapes"]}
+        self.start_seconds = clock.laps
 
     # ---- what the profilers call ----
     @property
@@ -287,7 +306,7 @@ def worker_main(argv, api=None, standby=False):
     send(outfile, {"ready": True, "device": worker.device, "reference": worker.reference_mode,
                    "self_check": worker.self_check, "profiler": worker.profiler.name,
                    "flush": worker.l2_flush.mode, "flush_fallback": worker.l2_flush.fallback,
-                   "started_ahead": standby})
+                   "started_ahead": standby, "start_seconds": worker.start_seconds})
 
     def handle(request):
         start = time.monotonic()
