@@ -246,22 +246,13 @@ class Session:
 
                 transports = [LocalTransport(self.target)]
             self._agents = AgentSession(self.root, self.target, self.kernel.name, transports,
-                                        standby=self.standby_spec())
+                                        standby=standby_spec(self.target, self.run_options.devices))
         return self._agents
 
-    def standby_spec(self) -> Optional[str]:
-        """``serve --standby`` for a GPU target: its backend and the devices the rounds use."""
-        backend = getattr(self.target, "backend", "cpu")
-        if backend not in ("cuda", "hip"):
-            return None
-        devices = self.run_options.devices or getattr(self.target, "devices", None)
-        return "%s:%s" % (backend, devices) if devices else backend
-
-    def start_agents(self) -> None:
-        """With long-lived agents on a GPU target, start this machine's agent and its GPU workers
-        now (a tune's first step): a worker's start, seconds, runs while the host builds."""
-        if self.long_lived and self.standby_spec():
-            self.agents().start_here()
+    def adopt(self, agents) -> None:
+        """Take the agents ``start_gpu_agent`` started (None: none were)."""
+        if agents is not None and self.long_lived and self._agents is None:
+            self._agents = agents
 
     def _prepare(self, pairs: list, library_shapes=(), listed: bool = False, warm: Optional[list] = None):
         """Build the round's configs; the bundle's manifest then holds only the asked pairs in
@@ -569,6 +560,31 @@ def _collect_quietly(session: Session, handle) -> None:
         session.collect(handle)
     except Exception:
         pass
+
+
+def standby_spec(target, devices=None) -> Optional[str]:
+    """``serve --standby`` for a GPU target: its backend and the devices the rounds use."""
+    backend = getattr(target, "backend", "cpu")
+    if backend not in ("cuda", "hip"):
+        return None
+    devices = devices or getattr(target, "devices", None)
+    return "%s:%s" % (backend, devices) if devices else backend
+
+
+def start_gpu_agent(root: Path, target, kernel_name: str):
+    """A GPU tune's first step on the node itself: its long-lived agent, started before Triton's
+    import, the spaces and the first compiles, with a standby worker per device (driver, context
+    and torch loaded meanwhile: seconds). The AgentSession, for ``Session.adopt``; it is stopped
+    at exit if no session took it."""
+    import atexit
+
+    from .agent_session import AgentSession
+    from .transport.local import LocalTransport
+
+    agents = AgentSession(root, target, kernel_name, [LocalTransport(target)], standby=standby_spec(target))
+    agents.start_here()
+    atexit.register(agents.close)
+    return agents
 
 
 def seeds_round(searches: list, space: dict, budget: Optional[int] = None) -> list:

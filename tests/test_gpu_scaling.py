@@ -11,6 +11,8 @@ GPU), the long-lived agent, and the real GPU workers on tests/gpu_standin.py's C
 import csv
 import json
 import re
+import subprocess
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -140,3 +142,35 @@ def test_a_tune_of_two_dtypes_measures_both_through_workers_kept_across_rounds(t
     for row in rows:
         by_shape[row["shape_id"]].add(row["status"])
     assert by_shape == {"64x64x64_fp16_NN": {"ok"}, "32x64x128_bf16_NT": {"ok"}, "48x64x64_bf16_TN": {"ok"}}, by_shape
+
+
+def test_a_gpu_tune_that_fails_after_starting_its_agent_stops_it_and_its_standby_workers(tmp_path):
+    """The agent and its standby workers start before the shapes are read: a typo in a shape is
+    still one line and exit 2, and nothing the tune started is left running."""
+    from remote_agent.serve import serving_pid
+
+    ws = node_project(tmp_path / "p", tmp_path / "cache")
+    proc = ws.harness("tune", "matmul", "--target", "node", "--space", "space.yaml", "--shapes", "64x64x6q4",
+                      "--strategy", "random", "--budget", "4", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "error: K='6q4' in shape '64x64x6q4' is not a whole number" in proc.stderr
+    serve_dir = ws.path / "results" / "node" / "matmul" / "serve"
+    assert "standby workers started for cuda device(s) 0,1" in (serve_dir / "serve.log").read_text()
+    deadline = time.monotonic() + 20
+    while serving_pid(str(serve_dir)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert serving_pid(str(serve_dir)) is None
+    assert not _standbys_of(tmp_path)
+
+
+def _standbys_of(tmp_path: Path) -> list:
+    """Standby worker processes whose environment names ``tmp_path`` (this test's compile cache)."""
+    found = []
+    for pid in subprocess.run(["pgrep", "-f", "gpu_worker standby"], capture_output=True, text=True).stdout.split():
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if str(tmp_path).encode() in f.read():
+                    found.append(pid)
+        except OSError:
+            pass  # gone meanwhile
+    return found

@@ -108,12 +108,23 @@ def tune(args: TuneArgs):
     # CPU: the level's sampling per re-measured job, unless --max-time says how long every job samples
     remeasure_time = level.remeasure_time_cpu if (args.max_time is None and not tgt.is_gpu) else None
     args.estimator, args.max_time = timing_choice(tgt, args.estimator, args.max_time)
+    kern = kernels.get(args.kernel)
+    if args.agent not in ("long-lived", "per-round"):
+        raise HarnessError("--agent %s: choose long-lived or per-round" % args.agent)
+    from ..transport import transport_class
+    from ..transport.base import SCHEDULER, can
+
+    long_lived = args.agent == "long-lived" and not can(transport_class(tgt), SCHEDULER)  # Slurm: rounds are its jobs
+    early_agents = None
+    if tgt.is_gpu and long_lived and not tgt.is_remote and "exhaustive" not in (args.strategy, level.strategy):
+        from ..rounds import start_gpu_agent
+
+        early_agents = start_gpu_agent(ROOT, tgt, kern.name)  # its GPU workers start while the tune sets up
     if tgt.is_gpu:
         require_triton(tgt)
         from ..compile.triton_gpu import prestart_compile_workers
 
         prestart_compile_workers(args.jobs)  # Triton imported in them while the tune starts
-    kern = kernels.get(args.kernel)
     space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else kern.space_for(tgt)
     if args.strategy is None:
         args.strategy, default_budget = _effort_search(level, tgt, space_dict, default_for)
@@ -144,12 +155,6 @@ def tune(args: TuneArgs):
     aside = reuse.prepare(local_results_path(ROOT, tgt.name, kern.name), key, args.fresh)
     if aside:
         ui.out.print(aside)
-    if args.agent not in ("long-lived", "per-round"):
-        raise HarnessError("--agent %s: choose long-lived or per-round" % args.agent)
-    from ..transport import transport_class
-    from ..transport.base import SCHEDULER, can
-
-    long_lived = args.agent == "long-lived" and not can(transport_class(tgt), SCHEDULER)  # Slurm: rounds are its jobs
 
     if args.strategy == "exhaustive" and args.budget is None and seconds is None:
         # every config in one round: the plain build, push, run
@@ -176,6 +181,7 @@ def tune(args: TuneArgs):
             shape_list = [s.to_shape(kern.problem) for s in Manifest.load(bundle / "manifest.json").shapes]
             session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, long_lived=long_lived,
                               remeasure_max_time=remeasure_time)
+            session.adopt(early_agents)
             try:
                 session.sync()
                 rows, skip = session.rows(), remeasure_rows(session.results_path)
@@ -189,8 +195,8 @@ def tune(args: TuneArgs):
         shape_list = read_shapes(tgt, args.shapes, args.shapes_file, args.shapes_format, None, args.thr, None, kern)
         session = Session(ROOT, tgt, kern, shape_list, build_options, run_options, library=args.library,
                           long_lived=long_lived, in_flight=args.in_flight, remeasure_max_time=remeasure_time)
+        session.adopt(early_agents)
         try:
-            session.start_agents()  # a GPU node's workers start while the spaces are pruned and compiled
             fetched = 0 if aside else session.sync()
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))

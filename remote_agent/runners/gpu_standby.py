@@ -7,8 +7,8 @@ first round is built, so the serving agent starts one standby process per device
 for a device, it takes that device's standby if it was started with the very environment the
 worker would get; the standby reads the worker's arguments and becomes it. Any other case (no
 standby there, a different environment or command, a standby that died) starts a fresh worker as
-before. The agent's own driver init runs in the same thread, so its first round lists its devices
-at once too.
+before. The agent's own driver init runs in a thread meanwhile, so its first round lists its
+devices at once too.
 
 Standard library only.
 """
@@ -22,7 +22,6 @@ from .gpu import physical_indices, visible_variable, worker_env
 from .gpu_backends import api_for
 
 WORKER = ["-m", "remote_agent.runners.gpu_worker", "worker"]
-START_WAIT = 60.0  # seconds a taker waits for the standbys to be started
 
 
 def parse_spec(text):
@@ -38,40 +37,42 @@ def parse_spec(text):
 
 
 class Standbys(object):
-    """One standby worker process per chosen device, started in a thread (the driver's init
-    first, to count the devices)."""
+    """One standby worker process per chosen device. They are started from the agent's main
+    thread: a child started from a thread gets its parent-death signal when that thread ends."""
 
     def __init__(self, backend, chosen, log):
         self.backend = backend
         self.log = log
         self.ready = {}  # physical index -> (process, stderr, env)
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._start_all, args=(chosen,), daemon=True, name="standby")
+        if chosen is None:  # every device the driver counts
+            try:
+                api = api_for(backend)
+                api.init()
+                chosen = list(range(api.device_count()))
+            except Exception as exc:  # the first round's runner says why
+                chosen = []
+                log("no standby workers: %s" % exc)
+        self._spawn(chosen)
+        # the agent's own driver init (a second or more with several GPUs) meanwhile
+        self._thread = threading.Thread(target=_init_driver, args=(backend,), daemon=True, name="standby")
         self._thread.start()
 
-    def _start_all(self, chosen):
-        try:
-            api = api_for(self.backend)
-            api.init()
-            count = api.device_count()
-        except Exception as exc:  # the first round's runner says why
-            self.log("no standby workers: %s" % exc)
-            return
-        physical = physical_indices(self.backend, count)
-        for i in (chosen if chosen is not None else range(count)):
-            if 0 <= i < count:
+    def _spawn(self, indices):
+        physical = physical_indices(self.backend, max(indices) + 1 if indices else 0)
+        for i in indices:
+            if 0 <= i < len(physical):
                 env = worker_env(self.backend, physical[i])
                 proc, stderr = start_process([sys.executable, "-m", "remote_agent.runners.gpu_worker", "standby",
                                               "--backend", self.backend], env)
-                with self._lock:
-                    self.ready[physical[i]] = (proc, stderr, env)
-        self.log("standby workers started for %s device(s) %s" % (
-            self.backend, ",".join(sorted(self.ready, key=str))))
+                self.ready[physical[i]] = (proc, stderr, env)
+        if self.ready:
+            self.log("standby workers started for %s device(s) %s" % (
+                self.backend, ",".join(sorted(self.ready, key=str))))
 
     def take(self, argv, env):
         """The standby for the worker ``argv`` with environment ``env``, made that worker:
         (process, stderr), or None (the caller starts one)."""
-        self._thread.join(START_WAIT)
         with self._lock:
             entry = self.ready.pop(env.get(visible_variable(self.backend)), None)
         if entry is None:
@@ -90,11 +91,17 @@ class Standbys(object):
 
     def close(self):
         """Stop the standbys no runner took."""
-        self._thread.join(START_WAIT)
         with self._lock:
             left, self.ready = list(self.ready.values()), {}
         for proc, stderr, _ in left:
             _discard(proc, stderr)
+
+
+def _init_driver(backend):
+    try:
+        api_for(backend).init()
+    except Exception:  # the first round's runner says why
+        pass
 
 
 def _discard(proc, stderr):
