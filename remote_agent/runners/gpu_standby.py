@@ -43,8 +43,7 @@ class Standbys(object):
     def __init__(self, backend, chosen, log):
         self.backend = backend
         self.log = log
-        self.ready = {}  # physical index -> (process, stderr, env)
-        self._lock = threading.Lock()
+        self.ready = {}  # physical index -> (process, stderr, env); taken and closed from the same thread
         if chosen is None:  # every device the driver counts
             try:
                 api = api_for(backend)
@@ -55,8 +54,7 @@ class Standbys(object):
                 log("no standby workers: %s" % exc)
         self._spawn(chosen)
         # the agent's own driver init (a second or more with several GPUs) meanwhile
-        self._thread = threading.Thread(target=_init_driver, args=(backend,), daemon=True, name="standby")
-        self._thread.start()
+        threading.Thread(target=_init_driver, args=(backend,), daemon=True, name="driver-init").start()
 
     def _spawn(self, indices):
         physical = physical_indices(self.backend, max(indices) + 1 if indices else 0)
@@ -73,8 +71,7 @@ class Standbys(object):
     def take(self, argv, env):
         """The standby for the worker ``argv`` with environment ``env``, made that worker:
         (process, stderr), or None (the caller starts one)."""
-        with self._lock:
-            entry = self.ready.pop(env.get(visible_variable(self.backend)), None)
+        entry = self.ready.pop(env.get(visible_variable(self.backend)), None)
         if entry is None:
             return None
         proc, stderr, started_env = entry
@@ -91,8 +88,7 @@ class Standbys(object):
 
     def close(self):
         """Stop the standbys no runner took."""
-        with self._lock:
-            left, self.ready = list(self.ready.values()), {}
+        left, self.ready = list(self.ready.values()), {}
         for proc, stderr, _ in left:
             _discard(proc, stderr)
 
