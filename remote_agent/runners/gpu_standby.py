@@ -7,8 +7,8 @@ first round is built, so the serving agent starts one standby process per device
 for a device, it takes that device's standby if it was started with the very environment the
 worker would get; the standby reads the worker's arguments and becomes it. Any other case (no
 standby there, a different environment or command, a standby that died) starts a fresh worker as
-before. The agent's own driver init runs in a thread meanwhile, so its first round lists its
-devices at once too.
+before. The agent's own driver init is done here too (in a thread where the devices are named),
+so its first round lists its devices at once.
 
 Standard library only.
 """
@@ -21,7 +21,7 @@ from ..supervisor import start_process
 from .gpu import physical_indices, visible_variable, worker_env
 from .gpu_backends import api_for
 
-WORKER = ["-m", "remote_agent.runners.gpu_worker", "worker"]
+COMMAND = [sys.executable, "-m", "remote_agent.runners.gpu_worker"]  # + "worker" or "standby"
 
 
 def parse_spec(text):
@@ -44,7 +44,7 @@ class Standbys(object):
         self.backend = backend
         self.log = log
         self.ready = {}  # physical index -> (process, stderr, env); taken and closed from the same thread
-        if chosen is None:  # every device the driver counts
+        if chosen is None:  # every device the driver counts (the agent's driver init done here)
             try:
                 api = api_for(backend)
                 api.init()
@@ -52,17 +52,16 @@ class Standbys(object):
             except Exception as exc:  # the first round's runner says why
                 chosen = []
                 log("no standby workers: %s" % exc)
+        else:  # the agent's own driver init (a second or more with several GPUs) meanwhile
+            threading.Thread(target=_init_driver, args=(backend,), daemon=True, name="driver-init").start()
         self._spawn(chosen)
-        # the agent's own driver init (a second or more with several GPUs) meanwhile
-        threading.Thread(target=_init_driver, args=(backend,), daemon=True, name="driver-init").start()
 
     def _spawn(self, indices):
         physical = physical_indices(self.backend, max(indices) + 1 if indices else 0)
         for i in indices:
             if 0 <= i < len(physical):
                 env = worker_env(self.backend, physical[i])
-                proc, stderr = start_process([sys.executable, "-m", "remote_agent.runners.gpu_worker", "standby",
-                                              "--backend", self.backend], env)
+                proc, stderr = start_process(COMMAND + ["standby", "--backend", self.backend], env)
                 self.ready[physical[i]] = (proc, stderr, env)
         if self.ready:
             self.log("standby workers started for %s device(s) %s" % (
@@ -75,7 +74,7 @@ class Standbys(object):
         if entry is None:
             return None
         proc, stderr, started_env = entry
-        if argv[1:4] != WORKER or argv[0] != sys.executable or started_env != env or proc.poll() is not None:
+        if argv[:4] != COMMAND + ["worker"] or started_env != env or proc.poll() is not None:
             _discard(proc, stderr)
             return None
         try:

@@ -294,7 +294,8 @@ def worker_main(argv, api=None, standby=False):
 
     if getattr(gpu_profiler_class(options.get("profiler") or "events"), "wraps_process", False):
         return _wrapped_worker(args.bundle, manifest, options, infile, outfile)
-    _import_torch_meanwhile(manifest, options)
+    if not standby:  # (a standby imported it already)
+        _import_torch_meanwhile(manifest, options)
     try:
         worker = Worker(args.bundle, manifest, args.device_index, options, api=api)
     except GpuError as exc:
