@@ -37,6 +37,8 @@ from .errors import HarnessError
 
 WINNERS_FILE = "winners.json"
 REMEASURE_MIN_TIME_MS = 100.0  # GPU: the winners' re-measure times each job at least this long
+SIFT_RANGE = 1.5  # CPU: configs within this factor of their shape's best get a second process (sift)
+SIFT_MAX = 12  # ... among its this many fastest
 
 
 # ---- after the search: every shape's round r together -------------------------------------------
@@ -103,6 +105,66 @@ def _remeasure_rounds(session, space: dict, plans: Dict[str, list], samples: dic
                for r in range(count)]
     for handle in handles:
         add_samples(session.collect(handle), space, samples, variant_of)
+
+
+# ---- before the finalists are picked, on a CPU: a second process for the doubtful ----------------
+
+
+def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
+    """A CPU search (configs decided by their minimum) times each config in one process, and one
+    process's minimum can read far above the config's floor: on a 2-core VM, eight processes of
+    one config at 0.3 s each put their minima up to 45 % apart (bench/cpu_noise.py,
+    docs/notes/2026-11-27-sift.md), in a stretch of the machine or a process that never left a
+    slow state; racing drops such a config after a few samples. So before the finalists are
+    picked, every config whose time is within SIFT_RANGE of its shape's best and that one process
+    only has timed is timed once more: one round, each shape's configs interleaved on one device,
+    no racing, with the re-measure's timing. A config's time is then the lower of its minima
+    (``strategies.base.Summary.value``), and its rows stay in the results as search rows, so a
+    second run picks the same finalists without measuring them again. Returns the histories with
+    the new Trials added (those of a GPU, median-decided, unchanged)."""
+    from .strategies import config_id
+    from .strategies.history import in_space, row_trial
+
+    todo = {sid: doubtful(history) for sid, history in histories.items()}
+    todo = {sid: configs for sid, configs in todo.items() if configs}
+    shapes = {s.id: s for s in session.shapes}
+    todo = {sid: configs for sid, configs in todo.items() if sid in shapes}
+    if not todo:
+        return histories
+    ui.out.print("sifting: %d configs of %d shapes timed in a second process before the finalists are picked "
+                 "(within %gx of their shape's best, timed by one process only)"
+                 % (sum(map(len, todo.values())), len(todo), SIFT_RANGE))
+    devices = session.pinned_devices() if hasattr(session, "pinned_devices") else 1
+    slots = spread_shapes({sid: len(c) for sid, c in todo.items()}, devices)
+    pin = {sid: slots[sid] for sid in todo} if len(set(slots.values())) > 1 else True
+    pairs = [(cfg, shapes[sid]) for sid, configs in todo.items() for cfg in configs]
+    rows = session.collect(session.submit(pairs, 1, (), pin=pin, timing=remeasure_timing(session)))
+    out = {sid: list(history) for sid, history in histories.items()}
+    wanted = {(sid, config_id(cfg)) for sid, configs in todo.items() for cfg in configs}
+    for row in rows:
+        sid = row.get("shape_id")
+        if sid in out and in_space(row, space):
+            trial = row_trial(row, space)
+            if (sid, config_id(trial.config)) in wanted:
+                out[sid].append(trial)
+    return out
+
+
+def doubtful(history: list) -> List[dict]:
+    """The configs of a minimum-decided search that ``sift`` times again: of its SIFT_MAX fastest
+    configs, those within SIFT_RANGE of the best time that one process only has timed ok (a
+    raced one too). After a sift none is left: their times only fall, so the same configs stay
+    the fastest."""
+    from .strategies.base import Summary, key
+
+    summary = Summary(history)
+    ranked = summary.ranked()[:SIFT_MAX]
+    out = []
+    for time_ns, _, cfg in ranked:
+        trials = [t for t in summary.by_key[key(cfg)] if t.ok]
+        if time_ns <= SIFT_RANGE * ranked[0][0] and len(trials) == 1 and trials[0].estimator == "min":
+            out.append(dict(cfg))
+    return out
 
 
 # ---- while the search goes on: each shape as its search ends ------------------------------------

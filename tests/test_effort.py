@@ -236,3 +236,58 @@ def test_an_every_config_plan_counts_what_the_rules_keep():
     # x 2 KC; KC 128 is past K = 64, so those 5 serve 128x128x128 only
     assert (configs, jobs) == (10, 15)
     assert feasible_plan(kern, tgt, [small] * (COUNT_LIMIT // 18 + 1), space) is None
+
+
+class _FloorSession(_TimedSession):
+    """Answers every job with its config's floor (``floors``: {BLOCK_M: ns}) and keeps each round's
+    (configs, pin, max_time)."""
+
+    def __init__(self, tmp_path, floors):
+        super().__init__(tmp_path, is_gpu=False, remeasure_max_time=0.3)
+        self.floors, self.rounds = floors, []
+
+    def submit(self, pairs, fidelity, library, pin=False, timing=None):
+        self.rounds.append(([cfg["BLOCK_M"] for cfg, _ in pairs], pin, timing.max_time))
+        return pairs
+
+    def collect(self, pairs):
+        rows = [{"shape_id": shape.id, "variant_id": "v%d" % cfg["BLOCK_M"], "status": "ok", "estimator": "min",
+                 "time_ns": self.floors[cfg["BLOCK_M"]], "noise": 0.001, "cfg_BLOCK_M": cfg["BLOCK_M"]}
+                for cfg, shape in pairs]
+        self._rows += rows
+        return rows
+
+
+def test_a_config_one_process_read_slow_gets_a_second_before_the_finalists_are_picked(tmp_path):
+    from harness.remeasure import doubtful, finalists, sift
+    from harness.strategies import Trial
+
+    floors = {16: 100.0, 32: 102.0, 48: 104.0, 64: 101.0, 128: 300.0}
+    space = {"BLOCK_M": sorted(floors)}
+    # the search's one process each: 64 read 1.4x its floor (a slow stretch, or raced early)
+    searched = {**floors, 64: 140.0}
+    history = [Trial({"BLOCK_M": m}, "ok", t, estimator="min") for m, t in searched.items()]
+    assert [c["BLOCK_M"] for c in finalists(history, 3)] == [16, 32, 48]
+    session = _FloorSession(tmp_path, floors)
+    sifted = sift(session, space, {"s": history})
+    # every config within 1.5x of the best, once more, together, no racing, the re-measure's time;
+    # 128 (3x the best) is not worth a second process
+    assert session.rounds == [([16, 32, 48, 64], True, 0.3)]
+    assert [c["BLOCK_M"] for c in finalists(sifted["s"], 3)] == [16, 64, 32]  # the lower of its two minima
+    # a second run of the same command (the sift's rows are search rows): nothing left to sift
+    assert doubtful(sifted["s"]) == [] and sift(session, space, sifted) == sifted and len(session.rounds) == 1
+    # a GPU search (median-decided times) is never sifted
+    assert doubtful([Trial({"BLOCK_M": m}, "ok", t) for m, t in searched.items()]) == []
+
+
+def test_a_configs_time_is_the_lowest_minimum_of_its_processes_or_the_latest_median():
+    from harness.strategies import Trial
+    from harness.strategies.base import Summary, key
+
+    by_min = Summary([Trial({"A": 1}, "ok", 140.0, estimator="min"), Trial({"A": 1}, "ok", 101.0, estimator="min"),
+                      Trial({"A": 1}, "ok", 103.0, estimator="min")])
+    assert by_min.value(key({"A": 1})) == 101.0
+    by_median = Summary([Trial({"A": 1}, "ok", 101.0), Trial({"A": 1}, "ok", 140.0)])
+    assert by_median.value(key({"A": 1})) == 140.0
+    failed_last = Summary([Trial({"A": 1}, "ok", 101.0, estimator="min"), Trial({"A": 1}, "crash")])
+    assert failed_last.value(key({"A": 1})) is None

@@ -316,7 +316,7 @@ class _Remeasure:
     def finish(self, histories, seeds=None) -> None:
         """The re-measure of every shape not re-measured yet, then the winners saved and said."""
         from .. import effort as efforts
-        from ..remeasure import finalists, remeasure_winners, save_winners
+        from ..remeasure import finalists, remeasure_winners, save_winners, sift
 
         seeds = seeds or {}
         if self.early is not None:
@@ -324,6 +324,8 @@ class _Remeasure:
                 self._start(sid, history, seeds.get(sid, ()))
             todo = list(self.early.shapes)
         else:
+            began = time.monotonic()
+            histories = sift(self.session, self.space, histories)
             todo = [sid for sid, h in histories.items() if self._needs_remeasure(sid, finalists(h, self.top, seeds.get(sid, ())))]
         if self.kept:
             ui.out.print("reusing the re-measured winners of %d shape(s) (the same finalists, machine and timing "
@@ -336,13 +338,12 @@ class _Remeasure:
         else:
             ui.out.print(efforts.plan_line("re-measure", 0, 0, jobs, efforts.estimate(ROOT, self.session.target,
                                                                                      remeasures=jobs)))
-            began = time.monotonic()
             ui.out.print("re-measuring the top %d configs of %d shapes interleaved, %d rounds (and, where not among "
                          "them, each shape's config of the fewest SM cycles%s)" % (
                              self.top, len(todo), self.repeats, " and fastest seed" if any(seeds.values()) else ""))
             winners = remeasure_winners(self.session, self.space, {sid: histories[sid] for sid in todo}, self.top,
                                         self.repeats, seeds)
-            if jobs:  # (only here: beside the search, its seconds would not be the re-measure's own)
+            if jobs:  # (only here: beside the search, its seconds would not be the re-measure's own; the sift's in them)
                 efforts.record_rates(ROOT, self.session.target, remeasure_s=(time.monotonic() - began) / jobs)
         if self.key and winners:  # the key they were measured under, so that a second run may keep them
             for w in winners.values():

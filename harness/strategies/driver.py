@@ -7,6 +7,7 @@ recording, ``tune_rounds`` wraps one search with a plain ``evaluate_batch(config
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from dataclasses import dataclass, field
@@ -61,8 +62,7 @@ def normalize_results(results, batch: Batch, space: dict) -> List[Trial]:
                      r.get("fidelity", batch.fidelity))
                for r in results if isinstance(r, dict) and "config" in r]
     if rows:
-        trials += [Trial(t.config, t.status, t.time_ns, t.spread_ns, batch.fidelity, clock_mhz=t.clock_mhz)
-                   for t in trials_from_rows(rows, space or None)]
+        trials += [dataclasses.replace(t, fidelity=batch.fidelity) for t in trials_from_rows(rows, space or None)]
     # a config asked for and pruned by the build (a resource only the compile could count) is a
     # failed trial: the strategy learns it, and the search goes on
     trials += [Trial(row_config(r, space or None), PRUNED, None, None, batch.fidelity)
@@ -74,7 +74,7 @@ def normalize_results(results, batch: Batch, space: dict) -> List[Trial]:
         if k in wanted and k not in got:
             got.add(k)
             if t.fidelity != batch.fidelity and t.fidelity == 1:
-                t = Trial(t.config, t.status, t.time_ns, t.spread_ns, batch.fidelity)
+                t = dataclasses.replace(t, fidelity=batch.fidelity)
             out.append(t)
     return out
 
