@@ -39,6 +39,7 @@ WINNERS_FILE = "winners.json"
 REMEASURE_MIN_TIME_MS = 100.0  # GPU: the winners' re-measure times each job at least this long
 SIFT_RANGE = 1.5  # CPU: configs within this factor of their shape's best get a second process (sift)
 SIFT_MAX = 12  # ... among its this many fastest
+SIFT_TIME_SHARE = 0.5  # ... each timed for this share of a re-measure job's time: a floor, not the last per cent
 
 
 # ---- after the search: every shape's round r together -------------------------------------------
@@ -118,7 +119,7 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     slow state; racing drops such a config after a few samples. So before the finalists are
     picked, every config whose time is within SIFT_RANGE of its shape's best and that one process
     only has timed is timed once more: one round, each shape's configs interleaved on one device,
-    no racing, with the re-measure's timing. A config's time is then the lower of its minima
+    no racing, for half a re-measure job's time. A config's time is then the lower of its minima
     (``strategies.base.Summary.value``), and its rows stay in the results as search rows, so a
     second run picks the same finalists without measuring them again. Returns the histories with
     the new Trials added (those of a GPU, median-decided, unchanged)."""
@@ -138,7 +139,9 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     slots = spread_shapes({sid: len(c) for sid, c in todo.items()}, devices)
     pin = {sid: slots[sid] for sid in todo} if len(set(slots.values())) > 1 else True
     pairs = [(cfg, shapes[sid]) for sid, configs in todo.items() for cfg in configs]
-    rows = session.collect(session.submit(pairs, 1, (), pin=pin, timing=remeasure_timing(session)))
+    timing = remeasure_timing(session)
+    timing.max_time *= SIFT_TIME_SHARE
+    rows = session.collect(session.submit(pairs, 1, (), pin=pin, timing=timing))
     out = {sid: list(history) for sid, history in histories.items()}
     wanted = {(sid, config_id(cfg)) for sid, configs in todo.items() for cfg in configs}
     for row in rows:

@@ -270,10 +270,11 @@ def test_a_config_one_process_read_slow_gets_a_second_before_the_finalists_are_p
     assert [c["BLOCK_M"] for c in finalists(history, 3)] == [16, 32, 48]
     session = _FloorSession(tmp_path, floors)
     sifted = sift(session, space, {"s": history})
-    # every config within 1.5x of the best, once more, together, no racing, the re-measure's time;
+    # every config within 1.5x of the best, once more, together, no racing, half a re-measure job's time;
     # 128 (3x the best) is not worth a second process
-    assert session.rounds == [([16, 32, 48, 64], True, 0.3)]
-    assert [c["BLOCK_M"] for c in finalists(sifted["s"], 3)] == [16, 64, 32]  # the lower of its two minima
+    assert session.rounds == [([16, 32, 48, 64], True, 0.15)]
+    # the lower of its two minima; 48 (4 % behind) joins as one the search cannot tell from the fastest
+    assert [c["BLOCK_M"] for c in finalists(sifted["s"], 3)] == [16, 64, 32, 48]
     # a second run of the same command (the sift's rows are search rows): nothing left to sift
     assert doubtful(sifted["s"]) == [] and sift(session, space, sifted) == sifted and len(session.rounds) == 1
     # a GPU search (median-decided times) is never sifted

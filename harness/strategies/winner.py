@@ -75,6 +75,7 @@ MIN_RESOLUTION = 0.04  # min: the smallest spread, relative to the time (see the
 NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
 NOISY_WINNER = 0.02  # a re-measured winner noisier than this gets as many rounds again (harness.rounds)
 TIE_WON_BEHIND = 0.01  # ... and so does a tie won by a candidate this far behind the fastest
+CLOSE_EXTRA = 2  # min: finalists past the top ones that lie within MIN_RESOLUTION of the fastest, at most
 ROUNDS_ALPHA = 0.05  # behind_in_rounds: the sign test's one-sided level
 
 
@@ -295,9 +296,11 @@ def entry_words(entry: Mapping, short=None) -> str:
 
 
 def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Sequence[dict] = ()) -> List[dict]:
-    """The ``n`` fastest configs of a search's history, to re-measure interleaved; then, where it is
-    not among them, the config that took the fewest SM cycles (time x clock, of the measurements
-    that carry the SM clock); then the fastest of ``seeds`` (the warm start's configs) that ran ok.
+    """The ``n`` fastest configs of a search's history, to re-measure interleaved, and where the
+    times are minima (CPU targets) up to CLOSE_EXTRA more within MIN_RESOLUTION of the fastest;
+    then, where it is not among them, the config that took the fewest SM cycles (time x clock, of
+    the measurements that carry the SM clock); then the fastest of ``seeds`` (the warm start's
+    configs) that ran ok.
 
     A GPU at its power cap changes its clock between the search's rounds, and a config measured at
     a low clock reads slow: a config that took the fewest SM cycles can miss the fastest by time.
@@ -311,6 +314,7 @@ def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Se
     chosen = [dict(cfg) for _, _, cfg in ranked[:n]]
     if not n:
         return chosen
+    chosen += [dict(cfg) for _, _, cfg in _close_by_minimum(summary, ranked, n)]
     keys = {key(c) for c in chosen}
     fewest_cycles = min(((t.time_ns * t.clock_mhz, cid, cfg) for _, cid, cfg in ranked
                          for t in [summary.latest(key(cfg))] if t.clock_mhz), default=None)
@@ -322,6 +326,17 @@ def top_candidates(history: Sequence[Trial], n: int = 3, problem=None, seeds: Se
     if fastest_seed is not None and key(fastest_seed) not in keys:
         chosen.append(dict(fastest_seed))
     return chosen
+
+
+def _close_by_minimum(summary, ranked: list, n: int) -> list:
+    """Past the ``n`` fastest, the configs whose time is a minimum (CPU targets) within
+    MIN_RESOLUTION of the fastest, at most CLOSE_EXTRA of them: the search's minima cannot tell
+    them from the fastest (the re-measure's own repeats can barely), so which of them made the
+    top ``n`` was the search's noise."""
+    if not ranked or not all(t.estimator == "min" for t in summary.trials if t.ok):
+        return []
+    best = ranked[0][0]
+    return [r for r in ranked[n:] if r[0] <= best * (1.0 + MIN_RESOLUTION)][:CLOSE_EXTRA]
 
 
 def winner_from_trials(trials: Sequence[Trial], configs: Optional[Sequence[dict]] = None) -> Winner:
