@@ -93,10 +93,11 @@ RATES_FILE = "rates.json"
 # compile and measurement, pipelined), per measured job and per re-measured job, before the project
 # has seen any: on a 2-core VM, a packed CPU matmul config takes 1.3 to 1.7 s of one core to compile
 # (so 0.75 s of wall time on both), a search of the README's first command about 1.2 s a config
-# idle and 4 s under a load of 10 (compile-bound), a re-measured job 0.45 s (0.3 s of sampling, its
-# warm-up and start; 0.75 s where noisy shapes get more rounds); on a GPU node, a
+# idle and 4 s under a load of 10 (compile-bound), a re-measured job 0.75 s (0.3 s of sampling, its
+# warm-up and start, and per job counted the sift before it, the finalists past the top 3 and the
+# noisy shapes' extra rounds: 0.58 to 0.96 s over twelve README tunes of 2026-11-27); on a GPU node, a
 # Triton config on one core (1 s), 2.6 configs/s for a search (H200), a GPU job 0.1 s
-DEFAULT_RATES = {"cpu": {"compile_s": 0.75, "eval_s": 2.0, "measure_s": 0.7, "remeasure_s": 0.45},
+DEFAULT_RATES = {"cpu": {"compile_s": 0.75, "eval_s": 2.0, "measure_s": 0.7, "remeasure_s": 0.75},
                  "gpu": {"compile_s": 1.0, "eval_s": 0.4, "measure_s": 0.1, "remeasure_s": 0.3}}
 
 
