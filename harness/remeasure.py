@@ -120,12 +120,14 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     picked, every config whose time is within SIFT_RANGE of its shape's best and that one process
     only has timed is timed once more: one round, each shape's configs interleaved on one device,
     no racing, for half a re-measure job's time. A config's time is then the lower of its minima
-    (``strategies.base.Summary.value``), and its rows stay in the results as search rows, so a
-    second run picks the same finalists without measuring them again. Returns the histories with
-    the new Trials added (those of a GPU, median-decided, unchanged)."""
+    (``strategies.base.Summary.value``). Its rows are recorded in winners.json (``sift_rows``):
+    a resumed search leaves them out (they are not its evaluations), a second run's sift takes
+    them in, and so picks the same finalists without measuring them again. Returns the histories
+    with the sifts' Trials added (those of a GPU, median-decided, unchanged)."""
     from .strategies import config_id
     from .strategies.history import in_space, row_trial
 
+    histories = with_sift_rows(session, space, histories)
     todo = {sid: doubtful(history) for sid, history in histories.items()}
     todo = {sid: configs for sid, configs in todo.items() if configs}
     shapes = {s.id: s for s in session.shapes}
@@ -141,7 +143,9 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     pairs = [(cfg, shapes[sid]) for sid, configs in todo.items() for cfg in configs]
     timing = remeasure_timing(session)
     timing.max_time *= SIFT_TIME_SHARE
+    first_row = len(session.rows())
     rows = session.collect(session.submit(pairs, 1, (), pin=pin, timing=timing))
+    save_sift_rows(session.results_path, list(range(first_row, len(session.rows()))))
     out = {sid: list(history) for sid, history in histories.items()}
     wanted = {(sid, config_id(cfg)) for sid, configs in todo.items() for cfg in configs}
     for row in rows:
@@ -150,6 +154,20 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
             trial = row_trial(row, space)
             if (sid, config_id(trial.config)) in wanted:
                 out[sid].append(trial)
+    return out
+
+
+def with_sift_rows(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
+    """The histories with the Trials of the sifts already in the results (a second run of the
+    same command then finds nothing left to sift and the same finalists)."""
+    from .strategies.history import in_space, row_trial
+
+    recorded = frozenset(load_winners(session.results_path)["sift_rows"])
+    out = {sid: list(history) for sid, history in histories.items()}
+    for i, row in enumerate(session.rows()):
+        sid = row.get("shape_id")
+        if i in recorded and sid in out and in_space(row, space):
+            out[sid].append(row_trial(row, space))
     return out
 
 
@@ -393,18 +411,31 @@ def winners_path(results_path: Path) -> Path:
 def load_winners(results_path: Path) -> dict:
     path = winners_path(results_path)
     if not path.exists():
-        return {"shapes": {}, "remeasure_rows": []}
+        return {"shapes": {}, "remeasure_rows": [], "sift_rows": []}
     try:
         data = json.loads(path.read_text())
     except ValueError as exc:
         raise HarnessError("malformed winners file: %s" % exc, where=str(path))
     data.setdefault("shapes", {})
     data.setdefault("remeasure_rows", [])
+    data.setdefault("sift_rows", [])
     return data
 
 
-def remeasure_rows(results_path: Path) -> frozenset:
-    return frozenset(load_winners(results_path)["remeasure_rows"])
+def not_search_rows(results_path: Path) -> frozenset:
+    """The indices of the results rows that no search asked for: the winners' re-measures and the
+    sifts. A resumed search leaves them out of its history (its budget and a halving's rungs
+    count the search's own measurements)."""
+    data = load_winners(results_path)
+    return frozenset(data["remeasure_rows"]) | frozenset(data["sift_rows"])
+
+
+def save_sift_rows(results_path: Path, rows_added: list) -> None:
+    data = load_winners(results_path)
+    data["sift_rows"] = sorted(set(data["sift_rows"]) | set(rows_added))
+    from .bundle import write_atomic
+
+    write_atomic(winners_path(results_path), json.dumps(data, indent=1).encode())
 
 
 def save_winners(results_path: Path, entries: dict, rows_added: list) -> Path:

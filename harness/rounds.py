@@ -464,7 +464,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     as each shape's search is spent. Returns the ``ShapeSearch`` of every shape."""
     from .build import compiler_for
     from .bundle import bundle_dir
-    from .remeasure import remeasure_rows
+    from .remeasure import not_search_rows
     from .strategies import StrategyError, get_strategy, pruning_predicate
     from .strategies.driver import AskAhead, ShapeSearch, drive
     from .strategies.seeded import Seeded, read_tuned, warm_start as seeds_for
@@ -474,7 +474,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
                             session.build_options.frontend, from_ir=session.build_options.from_ir)
     rules = kern.rules_for(tgt)
     rows = session.rows()
-    skip = remeasure_rows(session.results_path)
+    skip = not_search_rows(session.results_path)
     tuned = read_tuned(Path(session.root) / "tuned" / tgt.name / ("%s.json" % kern.name)) if warm_start else []
     searches = []
     for shape in session.shapes:

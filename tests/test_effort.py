@@ -259,7 +259,7 @@ class _FloorSession(_TimedSession):
 
 
 def test_a_config_one_process_read_slow_gets_a_second_before_the_finalists_are_picked(tmp_path):
-    from harness.remeasure import doubtful, finalists, sift
+    from harness.remeasure import doubtful, finalists, not_search_rows, sift
     from harness.strategies import Trial
 
     floors = {16: 100.0, 32: 102.0, 48: 104.0, 64: 101.0, 128: 300.0}
@@ -275,8 +275,12 @@ def test_a_config_one_process_read_slow_gets_a_second_before_the_finalists_are_p
     assert session.rounds == [([16, 32, 48, 64], True, 0.15)]
     # the lower of its two minima; 48 (4 % behind) joins as one the search cannot tell from the fastest
     assert [c["BLOCK_M"] for c in finalists(sifted["s"], 3)] == [16, 64, 32, 48]
-    # a second run of the same command (the sift's rows are search rows): nothing left to sift
-    assert doubtful(sifted["s"]) == [] and sift(session, space, sifted) == sifted and len(session.rounds) == 1
+    # its rows are no search's (a resumed search's budget does not count them) ...
+    assert not_search_rows(session.results_path) == frozenset(range(4))
+    # ... but a second run of the same command takes them in: nothing left to sift, the same finalists
+    again = sift(session, space, {"s": history})
+    assert doubtful(again["s"]) == [] and len(session.rounds) == 1
+    assert finalists(again["s"], 3) == finalists(sifted["s"], 3)
     # a GPU search (median-decided times) is never sifted
     assert doubtful([Trial({"BLOCK_M": m}, "ok", t) for m, t in searched.items()]) == []
 

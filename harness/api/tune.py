@@ -67,7 +67,7 @@ def tune(args: TuneArgs):
     compiles_before = compile_cache.counts()
     timings, configs, timing_record = {}, 0, None  # where the time went (harness.tune_timing)
     from ..build import BuildOptions
-    from ..remeasure import remeasure_rows
+    from ..remeasure import not_search_rows
     from ..rounds import Session, search, shape_history, uses_streams
     from ..run import RunOptions, timing_choice
     from ..space import load_space_file
@@ -184,7 +184,7 @@ def tune(args: TuneArgs):
             session.adopt(early_agents)
             try:
                 session.sync()
-                rows, skip = session.rows(), remeasure_rows(session.results_path)
+                rows, skip = session.rows(), not_search_rows(session.results_path)
                 histories = {s.id: shape_history(rows, s.id, space_dict, skip) for s in shape_list}
                 with clock("re-measure"):
                     _Remeasure(session, space_dict, args.top, args.repeats, winners_key).finish(histories)
@@ -200,7 +200,7 @@ def tune(args: TuneArgs):
             fetched = 0 if aside else session.sync()
             if fetched:
                 ui.out.print("resuming with %d rows fetched from %s" % (fetched, tgt.name))
-            skip_rows = remeasure_rows(session.results_path)
+            skip_rows = not_search_rows(session.results_path)
             reused = reuse.reused_rows([r for i, r in enumerate(session.rows()) if i not in skip_rows],
                                        [sh.id for sh in shape_list])
             if reused:
