@@ -114,8 +114,8 @@ def _remeasure_rounds(session, space: dict, plans: Dict[str, list], samples: dic
 def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     """A CPU search (configs decided by their minimum) times each config in one process, and one
     process's minimum can read far above the config's floor: on a 2-core VM, eight processes of
-    one config at 0.3 s each put their minima up to 45 % apart (bench/cpu_noise.py,
-    docs/notes/2026-11-27-sift.md), in a stretch of the machine or a process that never left a
+    one config at 0.3 s each put their minima up to 45 % apart
+    (docs/notes/2026-11-27-sift.md), in a stretch of the machine or a process that never left a
     slow state; racing drops such a config after a few samples. So before the finalists are
     picked, every config whose time is within SIFT_RANGE of its shape's best and that one process
     only has timed is timed once more: one round, each shape's configs interleaved on one device,
