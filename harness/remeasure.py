@@ -130,24 +130,23 @@ def _remeasure_rounds(session, space: dict, plans: Dict[str, list], samples: dic
 def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     """A CPU search (configs decided by their minimum) times each config in one process, and one
     process's minimum can read far above the config's floor: on a 2-core VM, eight processes of
-    one config at 0.3 s each put their minima up to 45 % apart
-    (docs/notes/2026-11-27-sift.md), in a stretch of the machine or a process that never left a
-    slow state; racing drops such a config after a few samples. So before the finalists are
-    picked, every config whose time is within SIFT_RANGE of its shape's best and that one process
-    only has timed is timed once more: one round, each shape's configs interleaved on one device,
-    no racing, for half a re-measure job's time. A config's time is then the lower of its minima
-    (``strategies.base.Summary.value``). Its rows are recorded in winners.json (``sift_rows``):
-    a resumed search leaves them out (they are not its evaluations), a second run's sift takes
-    them in, and so picks the same finalists without measuring them again. Returns the histories
-    with the sifts' Trials added (those of a GPU, median-decided, unchanged)."""
+    one config at 0.3 s each put their minima up to 45 % apart (docs/notes/2026-11-27-sift.md),
+    in a stretch of the machine or a process that never left a slow state; racing drops such a
+    config after a few samples. So before the finalists are picked, every config whose time is
+    within SIFT_RANGE of its shape's best and that one process only has timed is timed once more:
+    one round, each shape's configs interleaved on one device, no racing, for half a re-measure
+    job's time. A config's time is then the lower of its minima (``strategies.base.Summary.value``).
+    Its rows are recorded in winners.json (``sift_rows``): a resumed search leaves them out (they
+    are not its evaluations), a second run's sift takes them in, and so picks the same finalists
+    without measuring them again. Returns the histories with the sifts' Trials added (those of a
+    GPU, median-decided, unchanged)."""
     from .strategies import config_id
     from .strategies.history import in_space, row_trial
 
     histories = with_sift_rows(session, space, histories)
-    todo = {sid: doubtful(history) for sid, history in histories.items()}
-    todo = {sid: configs for sid, configs in todo.items() if configs}
     shapes = {s.id: s for s in session.shapes}
-    todo = {sid: configs for sid, configs in todo.items() if sid in shapes}
+    todo = {sid: doubtful(history) for sid, history in histories.items() if sid in shapes}
+    todo = {sid: configs for sid, configs in todo.items() if configs}
     if not todo:
         return histories
     ui.out.print("sifting: %d configs of %d shapes timed in a second process before the finalists are picked "
