@@ -74,6 +74,17 @@ def test_rates_seen_are_kept_for_the_next_estimate(tmp_path):
     assert effort.estimate(tmp_path, tgt, evals=100) == pytest.approx(20.0)
 
 
+def test_a_compile_before_any_was_seen_counts_one_cores_seconds_over_this_machines_cores(tmp_path, monkeypatch):
+    node = Target(name="node", backend="cuda", gpu_arch="90")
+    monkeypatch.setattr(effort.os, "cpu_count", lambda: 16)
+    # an H200 node's 16 cores built 179 Triton configs in 12.3 s
+    assert effort.estimate(tmp_path, node, compiles=179) == pytest.approx(179 * 1.0 / 16)
+    monkeypatch.setattr(effort.os, "cpu_count", lambda: 2)
+    assert effort.estimate(tmp_path, Target(name="box"), compiles=48) == pytest.approx(48 * 0.75)
+    effort.record_rates(tmp_path, node, compile_s=0.2)  # then the rate this project saw
+    assert effort.estimate(tmp_path, node, compiles=10) == pytest.approx(2.0)
+
+
 def _results(tmp_path):
     path = tmp_path / "results" / "box" / "matmul" / "results.csv"
     path.parent.mkdir(parents=True)
