@@ -3,14 +3,21 @@
 README's three shapes and then on bench/shapes/cpu_gemms.txt; prints each run's wall time and, per
 shape, how much slower each level's winner is than full's.
 
-    python3 bench/effort.py [--keep DIR] [--levels quick,default,full] [--sets readme,cpu_gemms]
+    python3 bench/effort.py [--keep DIR | --from DIR] [--levels quick,default,full] [--sets readme,cpu_gemms]
     python3 bench/effort.py --sets shapes:64x64x64     # a set of your own (full's cost grows with it)
     python3 bench/effort.py --sets file:my_shapes.txt  # a shapes file of your own
 
-The ratio is read in full's own results, where every config was timed to the noise rule in one
-run: (full's time of the level's winner) / (full's time of full's winner), so the machine's
-drift between the runs does not enter it. Goal (issue 45): median over shapes within 1.03 for
-default and 1.08 for quick.
+Two ratios per shape and level:
+- in full's rows: (full's time of the level's winner) / (full's best time of any config), each
+  config's time the lowest of its rows. Over a run of an hour one lucky row (a config's search
+  row 14 % under all its later rows) moves it, and the configs full re-measured have more rows;
+- head to head (the goal's): full's winner and each level's winner timed together afterwards,
+  from full's bundle, in HEAD_TO_HEAD_ROUNDS interleaved agent runs of 0.3 s a job (as the tune's
+  re-measure), each config's time the smallest of its rounds' minima.
+
+Goal (issue 45): median over shapes within 1.03 for default and 1.08 for quick. ``--from DIR``
+takes the projects a ``--keep DIR`` run left instead of tuning again (full takes most of an hour
+on a 2-core VM for the README's shapes).
 """
 
 import argparse
@@ -27,6 +34,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETS = {"readme": [], "cpu_gemms": ["--shapes-file", os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")]}
 GOAL = {"default": 1.03, "quick": 1.08}
+HEAD_TO_HEAD_ROUNDS = 5
+HEAD_TO_HEAD_MAX_TIME = "0.3"  # seconds a job, the default effort's re-measure
 DRIFT_WARNING = 1.05  # a shape whose full winner's rows drift more than this is flagged
 
 
@@ -42,22 +51,56 @@ def set_args(name):
     return SETS[name]
 
 
-def tune(work, level, extra):
-    """One tune in the fresh project ``work``; (winners.json's shapes, rows, seconds)."""
-    os.makedirs(work, exist_ok=True)
-    shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
-    cmd = [sys.executable, "-m", "harness", "tune", "matmul", "--target", "local", "--library", "--fresh",
-           "--effort", level] + extra
-    start = time.monotonic()
-    with open(os.path.join(work, "tune.log"), "w") as log:
-        subprocess.run(cmd, cwd=work, check=True, env=dict(os.environ, PYTHONPATH=ROOT), stdout=log)
-    seconds = time.monotonic() - start
+def tune(work, level, extra, again=True):
+    """One tune in the fresh project ``work`` (``again`` False: the one a --keep run left there);
+    (winners.json's shapes, rows, seconds or None)."""
+    seconds = None
+    if again:
+        os.makedirs(work, exist_ok=True)
+        shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
+        cmd = [sys.executable, "-m", "harness", "tune", "matmul", "--target", "local", "--library", "--fresh",
+               "--effort", level] + extra
+        start = time.monotonic()
+        with open(os.path.join(work, "tune.log"), "w") as log:
+            subprocess.run(cmd, cwd=work, check=True, env=dict(os.environ, PYTHONPATH=ROOT), stdout=log)
+        seconds = time.monotonic() - start
     results = os.path.join(work, "results", "local", "matmul")
     with open(os.path.join(results, "winners.json")) as f:
         winners = json.load(f)["shapes"]
     with open(os.path.join(results, "results.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
     return winners, rows, seconds
+
+
+def head_to_head(full_work, winners_by_level):
+    """{shape: {level: ratio}}: each level's winner against full's, timed together in full's
+    bundle (HEAD_TO_HEAD_ROUNDS agent runs, a shape's jobs interleaved in each), each config's
+    time the smallest of its rounds' minima, over full's winner's."""
+    bundle = os.path.join(full_work, "build", "local", "matmul")
+    with open(os.path.join(bundle, "manifest.json")) as f:
+        manifest = json.load(f)
+    by_config = {config_key(v["config"]): v["id"] for v in manifest["variants"] if v.get("status") == "ok"}
+    out = {}
+    for shape in sorted(winners_by_level["full"]):
+        wanted = {level: by_config.get(config_key(w[shape]["config"])) for level, w in winners_by_level.items()
+                  if shape in w}
+        jobs = [i for i, j in enumerate(manifest["jobs"]) if j["shape"] == shape and j["variant"] in wanted.values()]
+        minima = {}
+        with tempfile.TemporaryDirectory(prefix="head-to-head-") as tmp:
+            for r in range(HEAD_TO_HEAD_ROUNDS):
+                path = os.path.join(tmp, "r%d.csv" % r)
+                subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", bundle, "--results", path,
+                                "--all", "--max-time", HEAD_TO_HEAD_MAX_TIME, "--select", ",".join(map(str, jobs))],
+                               env=dict(os.environ, PYTHONPATH=ROOT), check=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                with open(path, newline="") as f:
+                    for row in csv.DictReader(f):
+                        if row.get("status") == "ok":
+                            t = float(row["time_ns"])
+                            minima[row["variant_id"]] = min(t, minima.get(row["variant_id"], t))
+        full = minima.get(wanted["full"])
+        out[shape] = {level: minima[vid] / full for level, vid in wanted.items() if vid in minima and full}
+    return out
 
 
 def config_key(config):
@@ -91,6 +134,8 @@ def winner_drift(samples: dict) -> float:
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--keep", default=None, help="keep the projects under this folder")
+    p.add_argument("--from", dest="previous", default=None,
+                   help="compare the projects a --keep run left in this folder instead of tuning again")
     p.add_argument("--levels", default="quick,default,full")
     p.add_argument("--sets", default="readme,cpu_gemms",
                    help="shape sets, comma-separated: readme (its three shapes), cpu_gemms, shapes:MxNxK (one shape), "
@@ -99,16 +144,17 @@ def main():
     levels = [x for x in args.levels.split(",") if x]
     if "full" not in levels:
         levels.append("full")
-    base = args.keep or tempfile.mkdtemp(prefix="effort-")
+    base = args.previous or args.keep or tempfile.mkdtemp(prefix="effort-")
     failed = False
     try:
         for name in [s for s in args.sets.split(",") if s]:
             runs = {}
             for level in levels:
-                winners, rows, seconds = tune(os.path.join(base, name.replace(":", "_").replace("/", "_"), level), level,
-                                              set_args(name))
+                work = os.path.join(base, name.replace(":", "_").replace("/", "_"), level)
+                winners, rows, seconds = tune(work, level, set_args(name), again=not args.previous)
                 runs[level] = (winners, rows)
-                print("%s, effort %s: %d shapes in %.0f s" % (name, level, len(winners), seconds), flush=True)
+                print("%s, effort %s: %d shapes%s" % (name, level, len(winners),
+                                                      "" if seconds is None else " in %.0f s" % seconds), flush=True)
             samples = full_samples(runs["full"][1])
             times = fastest(samples)
             best = {s: min(t.values()) for s, t in times.items() if t}
@@ -117,25 +163,28 @@ def main():
                 if drift > DRIFT_WARNING:
                     print("  %s: the median of full's fastest config's own rows is %.2fx their fastest: this "
                           "shape's ratios are within the machine's drift" % (shape, drift))
+            together = head_to_head(os.path.join(base, name.replace(":", "_").replace("/", "_"), "full"),
+                                    {level: runs[level][0] for level in levels})
             for level in levels:
                 if level == "full":
                     continue
                 ratios = []
                 for shape, w in sorted(runs[level][0].items()):
                     t = times.get(shape, {}).get(config_key(w["config"]))
-                    if t is None or shape not in best:
-                        print("  %s %s: its winner has no ok row in full's run" % (level, shape))
-                        continue
-                    ratios.append(t / best[shape])
-                    print("  %s %-24s %.3f" % (level, shape, t / best[shape]))
+                    in_rows = "no ok row in full's run" if t is None or shape not in best else "%.3f" % (t / best[shape])
+                    mine = together.get(shape, {}).get(level)
+                    if mine is not None:
+                        ratios.append(mine)
+                    print("  %s %-24s head to head %s (in full's rows %s)" % (
+                        level, shape, "-" if mine is None else "%.3f" % mine, in_rows))
                 if ratios:
                     med = statistics.median(ratios)
                     ok = med <= GOAL.get(level, float("inf"))
                     failed |= not ok
-                    print("%s, effort %s: median %.3f of full's winner over %d shapes (goal %.2f): %s" % (
+                    print("%s, effort %s: median %.3f of full's winner head to head over %d shapes (goal %.2f): %s" % (
                         name, level, med, len(ratios), GOAL.get(level, float("nan")), "ok" if ok else "MISSED"))
     finally:
-        if not args.keep:
+        if not args.keep and not args.previous:
             shutil.rmtree(base, ignore_errors=True)
     return 1 if failed else 0
 
