@@ -9,9 +9,8 @@ rotating each round (A B C, B C A, C A B, ...), all on one device so that their 
 and the winner must beat the next by more than the spread, else the tie rule decides
 (``strategies.winner.pick_winner``). A shape whose winner's noise is over
 ``winner.NOISY_WINNER``, or whose tie went to a candidate ``winner.TIE_WON_BEHIND`` or more behind
-the fastest, gets ``repeats`` more rounds, once (on a CPU, of its tied candidates only). Every
-job is timed for at least ``REMEASURE_MIN_TIME_MS`` however briefly the search measured. Before
-the finalists of a CPU search are picked, its doubtful configs get a second process (``sift``).
+the fastest, gets ``repeats`` more rounds, once. Every job is timed for at least
+``REMEASURE_MIN_TIME_MS`` however briefly the search measured.
 
 Two ways to run it:
 - ``remeasure_winners``: after the search, every shape's round r together (the shapes spread over
@@ -68,8 +67,6 @@ def remeasure_winners(session, space: dict, histories: Dict[str, list], top: int
     noisy = [sid for sid, groups in samples.items() if unsure_winner(groups)]
     if noisy:
         say_unsure(noisy, repeats)
-        for sid in noisy:
-            plans[sid] = plans[sid][:repeats] + contenders_rounds(samples[sid], cands[sid], repeats)
         measure(noisy, repeats)
     rows_added = list(range(first_row, len(session.rows())))
     entries = {}
@@ -79,19 +76,6 @@ def remeasure_winners(session, space: dict, histories: Dict[str, list], top: int
             entries[sid] = entry
     save_winners(session.results_path, entries, rows_added)
     return entries
-
-
-def contenders_rounds(groups: dict, cands: list, repeats: int) -> list:
-    """An unsure shape's extra rounds: where its candidates are judged by their minimum (CPU),
-    only those tied with the leader, the ones the decision is between (the others are already
-    behind by more than the larger spread, and the minimum pairs no rounds); else every
-    candidate, as the median's sign test pairs them round by round."""
-    from .strategies import config_id
-    from .strategies.winner import interleaved_rounds, pick_winner
-
-    win = pick_winner(groups)
-    mine = [c for c in cands if config_id(c) in set(win.tied)] if win.estimator == "min" else cands
-    return interleaved_rounds(mine, repeats)
 
 
 def spread_shapes(jobs: Dict[str, int], devices: int) -> dict:

@@ -307,21 +307,3 @@ def test_a_configs_time_is_the_lowest_minimum_of_its_processes_or_the_latest_med
     assert by_median.value(key({"A": 1})) == 140.0
     failed_last = Summary([Trial({"A": 1}, "ok", 101.0, estimator="min"), Trial({"A": 1}, "crash")])
     assert failed_last.value(key({"A": 1})) is None
-
-
-def test_an_unsure_cpu_shape_gets_its_extra_rounds_for_its_tied_candidates_only():
-    from harness.remeasure import contenders_rounds
-    from harness.strategies import Trial, config_id
-
-    a, b, c = {"A": 1}, {"A": 2}, {"A": 3}
-
-    def trials(*times, estimator="min"):
-        return [Trial({}, "ok", t, None, 1, 0.001, estimator) for t in times]
-
-    # b 1 % behind a (tied within the 4 % floor), c 10 % behind: the extra rounds time a and b
-    by_min = {config_id(a): trials(1000, 1030, 1001), config_id(b): trials(1010, 1012, 1011),
-              config_id(c): trials(1100, 1101, 1102)}
-    assert contenders_rounds(by_min, [a, b, c], 3) == [[a, b], [b, a], [a, b]]
-    # medians pair up round by round (the sign test): every candidate again
-    by_median = {cid: trials(*[t.time_ns for t in ts], estimator="median") for cid, ts in by_min.items()}
-    assert contenders_rounds(by_median, [a, b, c], 2) == [[a, b, c], [b, c, a]]
