@@ -59,7 +59,7 @@ LEVELS = {
     "default": Effort("default", None, 16, 96, 0.25, 3, 5, 0.3,
                       "genetic search warm-started, 16 configs a shape on CPUs (96 on GPUs), losers raced out 25 % "
                       "behind, top 3 re-measured 5 rounds",
-                      "the README's first command: 48 configs, 106 to 119 s from empty caches on an idle 2-core VM "
+                      "the README's first command: 48 configs, 91 to 119 s from empty caches on an idle 2-core VM "
                       "(compile-bound), 60 to 80 s with its compiles cached"),
     "full": Effort("full", "exhaustive", None, None, 0.0, 3, 5, None,
                    "every config of the pruned space, each timed to the noise rule, top 3 re-measured 5 rounds",
