@@ -124,10 +124,8 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     are not its evaluations), a second run's sift takes them in, and so picks the same finalists
     without measuring them again. Returns the histories with the sifts' Trials added (those of a
     GPU, median-decided, unchanged)."""
-    from .strategies import config_id
-    from .strategies.history import in_space, row_trial
-
-    histories = with_sift_rows(session, space, histories)
+    searched = histories
+    histories = with_sift_rows(session, space, searched)
     shapes = {s.id: s for s in session.shapes}
     todo = {sid: doubtful(history) for sid, history in histories.items() if sid in shapes}
     todo = {sid: configs for sid, configs in todo.items() if configs}
@@ -143,17 +141,9 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     timing = remeasure_timing(session)
     timing.max_time *= SIFT_TIME_SHARE
     first_row = len(session.rows())
-    rows = session.collect(session.submit(pairs, 1, (), pin=pin, timing=timing))
+    session.collect(session.submit(pairs, 1, (), pin=pin, timing=timing))
     save_sift_rows(session.results_path, list(range(first_row, len(session.rows()))))
-    out = {sid: list(history) for sid, history in histories.items()}
-    wanted = {(sid, config_id(cfg)) for sid, configs in todo.items() for cfg in configs}
-    for row in rows:
-        sid = row.get("shape_id")
-        if sid in out and in_space(row, space):
-            trial = row_trial(row, space)
-            if (sid, config_id(trial.config)) in wanted:
-                out[sid].append(trial)
-    return out
+    return with_sift_rows(session, space, searched)
 
 
 def with_sift_rows(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
@@ -432,15 +422,17 @@ def not_search_rows(results_path: Path) -> frozenset:
 def save_sift_rows(results_path: Path, rows_added: list) -> None:
     data = load_winners(results_path)
     data["sift_rows"] = sorted(set(data["sift_rows"]) | set(rows_added))
-    from .bundle import write_atomic
-
-    write_atomic(winners_path(results_path), json.dumps(data, indent=1).encode())
+    _write_winners(results_path, data)
 
 
 def save_winners(results_path: Path, entries: dict, rows_added: list) -> Path:
     data = load_winners(results_path)
     data["shapes"].update(entries)
     data["remeasure_rows"] = sorted(set(data["remeasure_rows"]) | set(rows_added))
+    return _write_winners(results_path, data)
+
+
+def _write_winners(results_path: Path, data: dict) -> Path:
     from .bundle import write_atomic
 
     path = winners_path(results_path)
