@@ -34,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETS = {"readme": [], "cpu_gemms": ["--shapes-file", os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")]}
 GOAL = {"default": 1.03, "quick": 1.08}
-HEAD_TO_HEAD_ROUNDS = 5
+HEAD_TO_HEAD_ROUNDS = 10
 HEAD_TO_HEAD_MAX_TIME = "0.3"  # seconds a job, the default effort's re-measure
 DRIFT_WARNING = 1.05  # a shape whose full winner's rows drift more than this is flagged
 
@@ -72,35 +72,82 @@ def tune(work, level, extra, again=True):
     return winners, rows, seconds
 
 
-def head_to_head(full_work, winners_by_level):
-    """{shape: {level: ratio}}: each level's winner against full's, timed together in full's
-    bundle (HEAD_TO_HEAD_ROUNDS agent runs, a shape's jobs interleaved in each), each config's
-    time the smallest of its rounds' minima, over full's winner's."""
-    bundle = os.path.join(full_work, "build", "local", "matmul")
-    with open(os.path.join(bundle, "manifest.json")) as f:
-        manifest = json.load(f)
-    by_config = {config_key(v["config"]): v["id"] for v in manifest["variants"] if v.get("status") == "ok"}
+def head_to_head(base, winners_by_level):
+    """{shape: {level: ratio}}: each level's winner against full's, timed together afterwards.
+    Each winning config is built again for the shapes it won, in a project of its own under
+    ``base`` (from the compile cache), with a space of that one config; then HEAD_TO_HEAD_ROUNDS
+    rounds, in each one agent run of every such bundle (their order turned round by round), 0.3 s
+    a job as the tune's re-measure. Each config's time is the smallest of its rounds' minima, over
+    full's winner's."""
+    bundles = []  # (level, bundle)
+    for level, winners in winners_by_level.items():
+        by_config = {}
+        for shape, w in winners.items():
+            if w.get("config"):  # the library's row has none
+                by_config.setdefault(config_key(w["config"]), []).append(shape)
+        for n, (cfg, shapes) in enumerate(sorted(by_config.items())):
+            work = os.path.join(base, "%s-%d" % (level, n))
+            os.makedirs(work, exist_ok=True)
+            shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
+            with open(os.path.join(work, "one.yaml"), "w") as f:
+                f.writelines("%s: [%s]\n" % (k, v) for k, v in cfg)
+            spec = ",".join(s.replace("_", ":") for s in shapes)
+            subprocess.run([sys.executable, "-m", "harness", "build", "matmul", "--target", "local", "--effort",
+                            "exhaustive", "--space", "one.yaml", "--shapes", spec], cwd=work, check=True,
+                           env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL)
+            bundles.append((level, os.path.join(work, "build", "local", "matmul")))
+    together = merge_bundles([b for _, b in bundles], os.path.join(base, "together"))
+    levels_of = {}  # (shape, variant id): the levels whose winner it is
+    for level, winners in winners_by_level.items():
+        for shape, w in winners.items():
+            vid = together["ids"].get(config_key(w.get("config") or {}))
+            if vid:
+                levels_of.setdefault((shape, vid), []).append(level)
+    minima = {}  # (shape, level): ns
+    for r in range(HEAD_TO_HEAD_ROUNDS):
+        path = os.path.join(base, "r%d.csv" % r)
+        subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", together["bundle"], "--results", path,
+                        "--all", "--max-time", HEAD_TO_HEAD_MAX_TIME], env=dict(os.environ, PYTHONPATH=ROOT),
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("status") == "ok":
+                    t = float(row["time_ns"])
+                    for level in levels_of.get((row["shape_id"], row["variant_id"]), []):
+                        minima[(row["shape_id"], level)] = min(t, minima.get((row["shape_id"], level), t))
+        os.remove(path)
     out = {}
     for shape in sorted(winners_by_level["full"]):
-        wanted = {level: by_config.get(config_key(w[shape]["config"])) for level, w in winners_by_level.items()
-                  if shape in w}
-        jobs = [i for i, j in enumerate(manifest["jobs"]) if j["shape"] == shape and j["variant"] in wanted.values()]
-        minima = {}
-        with tempfile.TemporaryDirectory(prefix="head-to-head-") as tmp:
-            for r in range(HEAD_TO_HEAD_ROUNDS):
-                path = os.path.join(tmp, "r%d.csv" % r)
-                subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", bundle, "--results", path,
-                                "--all", "--max-time", HEAD_TO_HEAD_MAX_TIME, "--select", ",".join(map(str, jobs))],
-                               env=dict(os.environ, PYTHONPATH=ROOT), check=True, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-                with open(path, newline="") as f:
-                    for row in csv.DictReader(f):
-                        if row.get("status") == "ok":
-                            t = float(row["time_ns"])
-                            minima[row["variant_id"]] = min(t, minima.get(row["variant_id"], t))
-        full = minima.get(wanted["full"])
-        out[shape] = {level: minima[vid] / full for level, vid in wanted.items() if vid in minima and full}
+        full = minima.get((shape, "full"))
+        out[shape] = {level: minima[(shape, level)] / full for level in winners_by_level
+                      if (shape, level) in minima and full}
     return out
+
+
+def merge_bundles(bundles, out):
+    """One bundle in ``out`` with the variants, shapes and jobs of ``bundles`` (built on this
+    machine with one toolchain; artifacts and data are named by their content), so that one agent
+    run times them all, interleaved as the tune's re-measure does: {"bundle": out, "ids": {config
+    key: variant id}}."""
+    merged, ids = None, {}
+    for bundle in bundles:
+        with open(os.path.join(bundle, "manifest.json")) as f:
+            m = json.load(f)
+        for sub in ("artifacts", "data", "src"):
+            if os.path.isdir(os.path.join(bundle, sub)):
+                shutil.copytree(os.path.join(bundle, sub), os.path.join(out, sub), dirs_exist_ok=True)
+        if merged is None:
+            merged = dict(m, variants=[], shapes=[], jobs=[])
+        seen_v = {v["id"] for v in merged["variants"]}
+        seen_s = {s["id"] for s in merged["shapes"]}
+        seen_j = {(j["variant"], j["shape"]) for j in merged["jobs"]}
+        merged["variants"] += [v for v in m["variants"] if v["id"] not in seen_v]
+        merged["shapes"] += [s for s in m["shapes"] if s["id"] not in seen_s]
+        merged["jobs"] += [j for j in m["jobs"] if (j["variant"], j["shape"]) not in seen_j]
+        ids.update({config_key(v["config"]): v["id"] for v in m["variants"] if v.get("status") == "ok"})
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(merged, f)
+    return {"bundle": out, "ids": ids}
 
 
 def config_key(config):
@@ -163,7 +210,7 @@ def main():
                 if drift > DRIFT_WARNING:
                     print("  %s: the median of full's fastest config's own rows is %.2fx their fastest: this "
                           "shape's ratios are within the machine's drift" % (shape, drift))
-            together = head_to_head(os.path.join(base, name.replace(":", "_").replace("/", "_"), "full"),
+            together = head_to_head(os.path.join(base, name.replace(":", "_").replace("/", "_"), "head-to-head"),
                                     {level: runs[level][0] for level in levels})
             for level in levels:
                 if level == "full":

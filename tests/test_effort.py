@@ -14,16 +14,17 @@ from remote_agent import measure
 
 
 def test_levels_are_declared_once_and_ordered_by_cost():
-    q, d, f = effort.get("quick"), effort.get(None), effort.get("full")
-    assert d.name == "default" and f.strategy == "exhaustive" and f.race == 0
-    assert q.budget_cpu < d.budget_cpu and q.budget_gpu < d.budget_gpu
+    q, d, f, e = effort.get("quick"), effort.get(None), effort.get("full"), effort.get("exhaustive")
+    assert d.name == "default" and e.strategy == "exhaustive" and f.race == 0 and e.race == 0
+    assert q.budget_cpu < d.budget_cpu < f.budget_cpu and q.budget_gpu < d.budget_gpu < f.budget_gpu
+    assert f.strategy is None and e.budget_cpu is None  # full: the search, more of it; exhaustive: every config
     assert q.repeats <= d.repeats and q.top <= d.top
     for level in effort.LEVELS.values():
         assert level.name in effort.help_text()
 
 
 def test_an_unknown_level_is_one_line():
-    with pytest.raises(HarnessError, match="--effort fast: choose quick, default, full"):
+    with pytest.raises(HarnessError, match="--effort fast: choose quick, default, full, exhaustive"):
         effort.get("fast")
 
 
@@ -214,9 +215,9 @@ def test_a_cpu_remeasure_samples_each_job_for_the_levels_time_and_the_search_kee
     assert effort.get("full").remeasure_time_cpu is None  # full: each job to the run's noise rule
 
 
-def test_a_cpu_build_compiles_the_levels_budget_and_full_the_whole_space(local_workspace):
+def test_a_cpu_build_compiles_the_levels_budget_and_exhaustive_the_whole_space(local_workspace):
     """harness build on a CPU board follows --effort as tune does: the seeds and sampled configs up
-    to the level's budget a shape (quick: 8), the whole space only with full."""
+    to the level's budget a shape (quick: 8), the whole space only with exhaustive."""
     ws = local_workspace
     (ws.path / "wide.yaml").write_text("MR: [1, 2, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n")
     out = ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x32x24", "--space", "wide.yaml",
@@ -225,14 +226,14 @@ def test_a_cpu_build_compiles_the_levels_budget_and_full_the_whole_space(local_w
     manifest = json.loads((ws.path / "build" / "native-qemu-free" / "matmul" / "manifest.json").read_text())
     assert 0 < len(manifest["variants"]) <= 8
     out = ws.harness("build", "matmul", "--target", "native-qemu-free", "--shapes", "24x32x24", "--space", "wide.yaml",
-                     "--effort", "full").stdout
+                     "--effort", "exhaustive").stdout
     assert "build (every config the rules keep for these shapes): " in out, out
     manifest = json.loads((ws.path / "build" / "native-qemu-free" / "matmul" / "manifest.json").read_text())
     assert len(manifest["variants"]) > 8
 
 
 def test_an_every_config_plan_counts_what_the_rules_keep():
-    """The line before a full build or tune counts the configs the kernel's rules keep for the
+    """The line before an exhaustive build or tune counts the configs the kernel's rules keep for the
     shapes (the packed matmul's space is 33,600 configs, 144 of them kept for 64x64x64), not the
     space before pruning; over COUNT_LIMIT pairs it does not count."""
     from harness import kernels

@@ -91,7 +91,7 @@ def build(args: BuildArgs):
 
 
 def budgeted_pairs(kern, tgt, shape_list, space, budget, seed, frontend) -> Optional[list]:
-    """(config, shape id) pairs of a build below --effort full: for each shape the warm
+    """(config, shape id) pairs of a build below --effort exhaustive: for each shape the warm
     start's configs (the kernel's for its shape class, the nearest tuned shapes' winners) and
     then configs drawn at random from its pruned space, ``budget`` in all: what the tune's first
     rounds would measure. None where the space is no bigger than the budget (every config)."""
@@ -166,7 +166,7 @@ def say_build_plan(kern, tgt, shape_list, space, only_pairs, level) -> None:
 
     if only_pairs is not None:
         n = len({tuple(sorted(c.items())) for c, _ in only_pairs})
-        what = "build (effort %s: %d seeded and sampled configs a shape at most; --effort full: the whole space)" % (
+        what = "build (effort %s: %d seeded and sampled configs a shape at most; --effort exhaustive: the whole space)" % (
             level.name, efforts.budget_for(level, tgt.is_gpu))
     else:
         counted = feasible_plan(kern, tgt, shape_list, space)

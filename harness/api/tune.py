@@ -130,8 +130,8 @@ def tune(args: TuneArgs):
         args.strategy, default_budget = _effort_search(level, tgt, space_dict, default_for)
         if default_budget is not None and args.budget is None and seconds is None:
             args.budget = default_budget
-        ui.out.print("effort %s: strategy %s%s, top %d re-measured %d rounds%s%s (--effort full measures every "
-                     "config)" % (level.name, args.strategy, ", --budget %d per shape" % args.budget if args.budget else "",
+        ui.out.print("effort %s: strategy %s%s, top %d re-measured %d rounds%s%s (--effort exhaustive measures "
+                     "every config)" % (level.name, args.strategy, ", --budget %d per shape" % args.budget if args.budget else "",
                                   args.top, args.repeats,
                                   " of %g s a job" % remeasure_time if remeasure_time else "",
                                   ", losers raced out %g %% behind" % (100 * level.race)
@@ -162,7 +162,7 @@ def tune(args: TuneArgs):
         with clock("build"):
             build(BuildArgs(kernel=args.kernel, target=args.target, shapes=args.shapes, shapes_file=args.shapes_file,
                             shapes_format=args.shapes_format, thr=args.thr, space=args.space, jobs=args.jobs,
-                            compile_timeout=args.compile_timeout, library=args.library, effort="full",
+                            compile_timeout=args.compile_timeout, library=args.library, effort="exhaustive",
                             targets_file=args.targets_file))
         if tgt.is_remote:
             with clock("push"):
@@ -410,8 +410,8 @@ def _record_full_rates(tgt, kern, clock) -> None:
 
 
 def _effort_search(level, tgt, space, default_for) -> tuple:
-    """(strategy, budget per shape) of a tune without --strategy at ``level``: full is every
-    config; the others the target's search (genetic) with the level's budget, on CPUs as on GPUs."""
+    """(strategy, budget per shape) of a tune without --strategy at ``level``: exhaustive is
+    every config; the others the target's search (genetic) with the level's budget, on CPUs as on GPUs."""
     from .. import effort as efforts
 
     if level.strategy == "exhaustive":

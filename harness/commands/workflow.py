@@ -29,7 +29,8 @@ def _strategy_help(what) -> str:
 
 STRATEGY_HELP = _strategy_help(lambda s: s.strategies_help()) + \
     ". Default: the --effort level's: genetic, warm-started, with --budget 16 per shape on CPU boards and 96 on " \
-    "GPU targets at default (on GPUs the most robust at that budget on recorded H200 runs); full: exhaustive"
+    "GPU targets at default (on GPUs the most robust at that budget on recorded H200 runs); full: 128 and 384; "\
+    "exhaustive: every config"
 def _effort_help() -> str:
     from ..effort import help_text
 
@@ -57,7 +58,7 @@ def build(
     thr: float = typer.Option(0.1, "--thr", help="hipBLASLt logs: keep GEMMs with at least this percent of the workload's measured time x calls (hipBLASLt's rule, where the log has us: per line), else of its FLOPs x calls"),
     summary_csv: Optional[str] = typer.Option(None, "--summary", help="hipBLASLt logs: write the workload summary CSV (shape, group, calls, share) here"),
     library: bool = typer.Option(False, "--library", help="also measure the library to beat on every shape (CPU: the reference build lib:reference; GPU: torch.matmul on the node, lib:torch.matmul)"),
-    effort: str = typer.Option("default", "--effort", help="quick and default build, for each shape, the warm start's configs and configs drawn from its pruned space up to the level's budget (GPU targets 32, 96; CPU boards 8, 16); full builds the whole space"),
+    effort: str = typer.Option("default", "--effort", help="quick and default build, for each shape, the warm start's configs and configs drawn from its pruned space up to the level's budget (GPU targets 32, 96, 384; CPU boards 8, 16, 128 at quick, default, full); exhaustive builds the whole space"),
     targets_file: Optional[str] = TargetsOpt,
 ):
     """Generate the search space, prune it per shape, compile every variant in parallel and
