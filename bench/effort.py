@@ -12,12 +12,16 @@ Two ratios per shape and level:
   config's time the lowest of its rows. Over a run of an hour one lucky row (a config's search
   row 14 % under all its later rows) moves it, and the configs full re-measured have more rows;
 - head to head (the goal's): full's winner and each level's winner timed together afterwards,
-  from full's bundle, in HEAD_TO_HEAD_ROUNDS interleaved agent runs of 0.3 s a job (as the tune's
-  re-measure), each config's time the smallest of its rounds' minima.
+  in one bundle built of the levels' winners, in HEAD_TO_HEAD_ROUNDS interleaved agent runs of
+  0.3 s a job (as the tune's re-measure), each config's time the smallest of its rounds' minima.
+  Ten rounds, not the re-measure's five: one agent run's minimum of a config can sit 3 to 60 %
+  above another's (the same winners timed in five rounds, then in ten, put default's median on
+  the README's shapes at 1.034 and 1.005 of full's).
 
 Goal (issue 45): median over shapes within 1.03 for default and 1.08 for quick. ``--from DIR``
-takes the projects a ``--keep DIR`` run left instead of tuning again (full takes most of an hour
-on a 2-core VM for the README's shapes).
+takes the projects a ``--keep DIR`` run left instead of tuning again. ``full`` is the warm-started
+search with 8x default's budget (harness/effort.py); ``--levels exhaustive`` adds every config
+(52 minutes on a 2-core VM for the README's three shapes, days for cpu_gemms.txt).
 """
 
 import argparse
