@@ -14,7 +14,7 @@ README's table.
 - ``full``: the same warm-started search with eight times the CPU budget (128 a shape) and four
   times the GPU one (384), each config timed to the noise rule (no racing); the top three
   re-measured, five rounds. The most a user would wait for: the reference the cheaper levels are
-  judged against (bench/effort.py).
+  judged against.
 - ``exhaustive``: every config of the pruned space, each timed to the noise rule; the top three
   re-measured, five rounds. What ``harness build`` compiled before there were levels. On a CPU
   board's packed kernel that is up to 2,240 configs a shape: fifteen shapes of real models are
