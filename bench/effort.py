@@ -79,9 +79,9 @@ def tune(work, level, extra, again=True):
 def head_to_head(base, winners_by_level):
     """{shape: {level: ratio}}: each level's winner against full's, timed together afterwards.
     Each winning config is built again for the shapes it won, in a project of its own under
-    ``base`` (from the compile cache), with a space of that one config; then HEAD_TO_HEAD_ROUNDS
-    rounds, in each one agent run of every such bundle (their order turned round by round), 0.3 s
-    a job as the tune's re-measure. Each config's time is the smallest of its rounds' minima, over
+    ``base`` (from the compile cache), with a space of that one config; the bundles are merged
+    into one, timed in HEAD_TO_HEAD_ROUNDS agent runs, 0.3 s a job as the tune's re-measure (a
+    shape's jobs interleaved). Each config's time is the smallest of its rounds' minima, over
     full's winner's."""
     bundles = []  # (level, bundle)
     for level, winners in winners_by_level.items():

@@ -172,7 +172,7 @@ def tune(args: TuneArgs):
                         iters=args.iters, timeout=args.timeout, min_time_ms=args.min_time_ms,
                         max_noise=args.max_noise, max_time=args.max_time, estimator=args.estimator,
                         interleave=args.interleave, targets_file=args.targets_file))
-        _record_full_rates(tgt, kern, clock)
+        _record_exhaustive_rates(tgt, kern, clock)
         if args.top:
             from ..bundle import Manifest, bundle_dir
 
@@ -392,7 +392,7 @@ def _round_printer(session, todo=None, args=None, n_shapes=0):
     return on_round
 
 
-def _record_full_rates(tgt, kern, clock) -> None:
+def _record_exhaustive_rates(tgt, kern, clock) -> None:
     """Seconds per compile and per measured job of an every-config tune, for the next estimate
     (the build's time over its variants, the run's over its jobs)."""
     from .. import effort as efforts
