@@ -36,6 +36,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script: the harness of this checkout (head_to_head builds with it)
 SETS = {"readme": [], "cpu_gemms": ["--shapes-file", os.path.join(ROOT, "bench", "shapes", "cpu_gemms.txt")]}
 GOAL = {"default": 1.03, "quick": 1.08}
 HEAD_TO_HEAD_ROUNDS = 10
@@ -76,41 +77,22 @@ def tune(work, level, extra, again=True):
     return winners, rows, seconds
 
 
-def head_to_head(base, winners_by_level):
-    """{shape: {level: ratio}}: each level's winner against full's, timed together afterwards.
-    Each winning config is built again for the shapes it won, in a project of its own under
-    ``base`` (from the compile cache), with a space of that one config; the bundles are merged
-    into one, timed in HEAD_TO_HEAD_ROUNDS agent runs, 0.3 s a job as the tune's re-measure (a
-    shape's jobs interleaved). Each config's time is the smallest of its rounds' minima, over
-    full's winner's."""
-    bundles = []  # (level, bundle)
-    for level, winners in winners_by_level.items():
-        by_config = {}
-        for shape, w in winners.items():
-            if w.get("config"):  # the library's row has none
-                by_config.setdefault(config_key(w["config"]), []).append(shape)
-        for n, (cfg, shapes) in enumerate(sorted(by_config.items())):
-            work = os.path.join(base, "%s-%d" % (level, n))
-            os.makedirs(work, exist_ok=True)
-            shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
-            with open(os.path.join(work, "one.yaml"), "w") as f:
-                f.writelines("%s: [%s]\n" % (k, v) for k, v in cfg)
-            spec = ",".join(s.replace("_", ":") for s in shapes)
-            subprocess.run([sys.executable, "-m", "harness", "build", "matmul", "--target", "local", "--effort",
-                            "exhaustive", "--space", "one.yaml", "--shapes", spec], cwd=work, check=True,
-                           env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.DEVNULL)
-            bundles.append((level, os.path.join(work, "build", "local", "matmul")))
-    together = merge_bundles([b for _, b in bundles], os.path.join(base, "together"))
+def head_to_head(work, winners_by_level):
+    """{shape: {level: ratio}}: each level's winner against full's, timed together afterwards:
+    one bundle of every level's winning (config, shape) pairs (``winners_bundle``), timed in
+    HEAD_TO_HEAD_ROUNDS agent runs, 0.3 s a job as the tune's re-measure (a shape's jobs
+    interleaved). Each config's time is the smallest of its rounds' minima, over full's winner's."""
+    bundle, ids = winners_bundle(work, winners_by_level)
     levels_of = {}  # (shape, variant id): the levels whose winner it is
     for level, winners in winners_by_level.items():
         for shape, w in winners.items():
-            vid = together["ids"].get(config_key(w.get("config") or {}))
+            vid = ids.get(config_key(w.get("config") or {}))
             if vid:
                 levels_of.setdefault((shape, vid), []).append(level)
     minima = {}  # (shape, level): ns
     for r in range(HEAD_TO_HEAD_ROUNDS):
-        path = os.path.join(base, "r%d.csv" % r)
-        subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", together["bundle"], "--results", path,
+        path = os.path.join(work, "r%d.csv" % r)
+        subprocess.run([sys.executable, "-m", "remote_agent", "run", "--bundle", bundle, "--results", path,
                         "--all", "--max-time", HEAD_TO_HEAD_MAX_TIME], env=dict(os.environ, PYTHONPATH=ROOT),
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(path, newline="") as f:
@@ -128,30 +110,31 @@ def head_to_head(base, winners_by_level):
     return out
 
 
-def merge_bundles(bundles, out):
-    """One bundle in ``out`` with the variants, shapes and jobs of ``bundles`` (built on this
-    machine with one toolchain; artifacts and data are named by their content), so that one agent
-    run times them all, interleaved as the tune's re-measure does: {"bundle": out, "ids": {config
-    key: variant id}}."""
-    merged, ids = None, {}
-    for bundle in bundles:
-        with open(os.path.join(bundle, "manifest.json")) as f:
-            m = json.load(f)
-        for sub in ("artifacts", "data", "src"):
-            if os.path.isdir(os.path.join(bundle, sub)):
-                shutil.copytree(os.path.join(bundle, sub), os.path.join(out, sub), dirs_exist_ok=True)
-        if merged is None:
-            merged = dict(m, variants=[], shapes=[], jobs=[])
-        seen_v = {v["id"] for v in merged["variants"]}
-        seen_s = {s["id"] for s in merged["shapes"]}
-        seen_j = {(j["variant"], j["shape"]) for j in merged["jobs"]}
-        merged["variants"] += [v for v in m["variants"] if v["id"] not in seen_v]
-        merged["shapes"] += [s for s in m["shapes"] if s["id"] not in seen_s]
-        merged["jobs"] += [j for j in m["jobs"] if (j["variant"], j["shape"]) not in seen_j]
-        ids.update({config_key(v["config"]): v["id"] for v in m["variants"] if v.get("status") == "ok"})
-    with open(os.path.join(out, "manifest.json"), "w") as f:
-        json.dump(merged, f)
-    return {"bundle": out, "ids": ids}
+def winners_bundle(work, winners_by_level):
+    """Build, in the fresh project ``work``, one bundle of every level's winning (config, shape)
+    pairs (the library's entries have no config), as bench/candidates_bundle.py builds a tune's
+    candidates: ``only_pairs``, from the compile cache. (bundle folder, {config key: variant id})."""
+    from pathlib import Path
+
+    from harness import kernels
+    from harness.api.build import read_shapes
+    from harness.api.common import pick_build_target
+    from harness.build import BuildOptions, build
+
+    os.makedirs(work, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "targets.yaml"), work)
+    pairs = {(config_key(w["config"]), shape): (w["config"], shape)
+             for winners in winners_by_level.values() for shape, w in winners.items() if w.get("config")}
+    here = os.getcwd()
+    os.chdir(work)  # the harness reads targets.yaml and keeps its state in the working directory
+    try:
+        tgt, kern = pick_build_target("local", None), kernels.get("matmul")
+        spec = ",".join(sorted({shape.replace("_", ":") for _, shape in pairs.values()}))
+        shapes = read_shapes(tgt, spec, None, "auto", None, 0.1, None, kern)
+        summary = build(kern, tgt, shapes, Path("."), BuildOptions(only_pairs=list(pairs.values()), progress=False))
+    finally:
+        os.chdir(here)
+    return os.path.join(work, str(summary.bundle)), {config_key(v.config): v.id for v in summary.manifest.variants}
 
 
 def config_key(config):

@@ -10,7 +10,8 @@ and the winner must beat the next by more than the spread, else the tie rule dec
 (``strategies.winner.pick_winner``). A shape whose winner's noise is over
 ``winner.NOISY_WINNER``, or whose tie went to a candidate ``winner.TIE_WON_BEHIND`` or more behind
 the fastest, gets ``repeats`` more rounds, once. Every job is timed for at least
-``REMEASURE_MIN_TIME_MS`` however briefly the search measured.
+``REMEASURE_MIN_TIME_MS`` however briefly the search measured. Before the finalists of a CPU
+search are picked, its doubtful configs get a second process (``sift``).
 
 Two ways to run it:
 - ``remeasure_winners``: after the search, every shape's round r together (the shapes spread over
