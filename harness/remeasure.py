@@ -11,7 +11,7 @@ and the winner must beat the next by more than the spread, else the tie rule dec
 ``winner.NOISY_WINNER``, or whose tie went to a candidate ``winner.TIE_WON_BEHIND`` or more behind
 the fastest, gets ``repeats`` more rounds, once. Every job is timed for at least
 ``REMEASURE_MIN_TIME_MS`` however briefly the search measured. Before the finalists of a CPU
-search are picked, its doubtful configs get a second process (``sift``).
+search are picked, its doubtful configs get two more processes (``sift``).
 
 Two ways to run it:
 - ``remeasure_winners``: after the search, every shape's round r together (the shapes spread over
@@ -38,9 +38,10 @@ from .errors import HarnessError
 
 WINNERS_FILE = "winners.json"
 REMEASURE_MIN_TIME_MS = 100.0  # GPU: the winners' re-measure times each job at least this long
-SIFT_RANGE = 1.5  # CPU: configs within this factor of their shape's best get a second process (sift)
-SIFT_MAX = 12  # ... among its this many fastest
-SIFT_TIME_SHARE = 0.5  # ... each timed for this share of a re-measure job's time: a floor, not the last per cent
+SIFT_RANGE = 2.0  # CPU: configs within this factor of their shape's best are timed again (sift) ...
+SIFT_MAX = 16  # ... among its this many fastest (the default's whole search of a shape)
+SIFT_READS = 3  # ... until this many processes have timed each (the search's and two more)
+SIFT_TIME_SHARE = 1 / 3  # ... each process for this share of a re-measure job's time: a floor, not the last per cent
 
 
 # ---- after the search: every shape's round r together -------------------------------------------
@@ -109,40 +110,47 @@ def _remeasure_rounds(session, space: dict, plans: Dict[str, list], samples: dic
         add_samples(session.collect(handle), space, samples, variant_of)
 
 
-# ---- before the finalists are picked, on a CPU: a second process for the doubtful ----------------
+# ---- before the finalists are picked, on a CPU: more processes for the doubtful -----------------
 
 
 def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     """A CPU search (configs decided by their minimum) times each config in one process, and one
     process's minimum can read far above the config's floor: on a 2-core VM, eight processes of
     one config at 0.3 s each put their minima up to 45 % apart (docs/notes/2026-11-27-sift.md),
-    in a stretch of the machine or a process that never left a slow state; racing drops such a
-    config after a few samples. So before the finalists are picked, every config whose time is
-    within SIFT_RANGE of its shape's best and that one process only has timed is timed once more:
-    one round, each shape's configs interleaved on one device, no racing, for half a re-measure
-    job's time. A config's time is then the lower of its minima (``strategies.base.Summary.value``).
-    Its rows are recorded in winners.json (``sift_rows``): a resumed search leaves them out (they
-    are not its evaluations), a second run's sift takes them in, and so picks the same finalists
-    without measuring them again. Returns the histories with the sifts' Trials added (those of a
-    GPU, median-decided, unchanged)."""
+    and one config of the README's shapes read 1.3x to 1.7x its floor in about one process of
+    four, all through the process, while the jobs interleaved with it read their floors
+    (docs/notes/2026-11-27-sift-reads.md); racing drops such a config after a few samples. So
+    before the finalists are picked, every config whose time is within SIFT_RANGE of its
+    shape's best and that fewer than SIFT_READS processes have timed is timed in more processes
+    until that many have: each round one process of each, each shape's configs interleaved on
+    one device, the order reversed in the next round, no racing, for a third of a re-measure
+    job's time. A config's time is then the lowest of its minima
+    (``strategies.base.Summary.value``). The rows are recorded in winners.json (``sift_rows``):
+    a resumed search leaves them out (they are not its evaluations), a second run's sift takes
+    them in, and so picks the same finalists without measuring them again. Returns the
+    histories with the sifts' Trials added (those of a GPU, median-decided, unchanged)."""
     searched = histories
     histories = with_sift_rows(session, space, searched)
     shapes = {s.id: s for s in session.shapes}
-    todo = {sid: doubtful(history) for sid, history in histories.items() if sid in shapes}
-    todo = {sid: configs for sid, configs in todo.items() if configs}
+    todo = {sid: reads_wanted(history) for sid, history in histories.items() if sid in shapes}
+    todo = {sid: wanted for sid, wanted in todo.items() if wanted}
     if not todo:
         return histories
-    ui.out.print("sifting: %d configs of %d shapes timed in a second process before the finalists are picked "
-                 "(within %gx of their shape's best, timed by one process only)"
-                 % (sum(map(len, todo.values())), len(todo), SIFT_RANGE))
+    ui.out.print("sifting: %d configs of %d shapes timed in %d more processes before the finalists are picked "
+                 "(within %gx of their shape's best, timed by fewer processes)"
+                 % (sum(map(len, todo.values())), len(todo), SIFT_READS - 1, SIFT_RANGE))
     devices = session.pinned_devices() if hasattr(session, "pinned_devices") else 1
     slots = spread_shapes({sid: len(c) for sid, c in todo.items()}, devices)
     pin = {sid: slots[sid] for sid in todo} if len(set(slots.values())) > 1 else True
-    pairs = [(cfg, shapes[sid]) for sid, configs in todo.items() for cfg in configs]
     timing = remeasure_timing(session)
     timing.max_time *= SIFT_TIME_SHARE
     first_row = len(session.rows())
-    session.collect(session.submit(pairs, 1, (), pin=pin, timing=timing))
+    handles = []
+    for r in range(max(n for wanted in todo.values() for _, n in wanted)):
+        pairs = [(cfg, shapes[sid]) for sid, wanted in todo.items() for cfg, n in wanted if n > r]
+        handles.append(session.submit(pairs if r % 2 == 0 else pairs[::-1], 1, (), pin=pin, timing=timing))
+    for handle in handles:
+        session.collect(handle)
     save_sift_rows(session.results_path, list(range(first_row, len(session.rows()))))
     return with_sift_rows(session, space, searched)
 
@@ -162,10 +170,15 @@ def with_sift_rows(session, space: dict, histories: Dict[str, list]) -> Dict[str
 
 
 def doubtful(history: list) -> List[dict]:
-    """The configs of a minimum-decided search that ``sift`` times again: of its SIFT_MAX fastest
-    configs, those within SIFT_RANGE of the best time that one process only has timed ok (a
-    raced one too). After a sift none is left: their times only fall, so the same configs stay
-    the fastest."""
+    """The configs of a minimum-decided search that ``sift`` times again (``reads_wanted``)."""
+    return [cfg for cfg, _ in reads_wanted(history)]
+
+
+def reads_wanted(history: list) -> List[tuple]:
+    """[(config, how many more processes it wants)] of a minimum-decided search: of its SIFT_MAX
+    fastest configs, those within SIFT_RANGE of the best time that fewer than SIFT_READS
+    processes have timed ok (a raced one too). After a sift none is left: their times only
+    fall, so the same configs stay the fastest."""
     from .strategies.base import Summary, key
 
     summary = Summary(history)
@@ -173,8 +186,9 @@ def doubtful(history: list) -> List[dict]:
     out = []
     for time_ns, _, cfg in ranked:
         trials = [t for t in summary.by_key[key(cfg)] if t.ok]
-        if time_ns <= SIFT_RANGE * ranked[0][0] and len(trials) == 1 and trials[0].estimator == "min":
-            out.append(dict(cfg))
+        minima = all(t.estimator == "min" for t in trials)
+        if time_ns <= SIFT_RANGE * ranked[0][0] and minima and len(trials) < SIFT_READS:
+            out.append((dict(cfg), SIFT_READS - len(trials)))
     return out
 
 

@@ -156,7 +156,7 @@ class Summary:
         """A config's time: that of ``latest``; None when its latest evaluation failed. Where
         every measurement at that fidelity was decided by its minimum (CPU targets), the lowest of
         them: a neighbour only ever slows a process down, so the lowest floor any process found is
-        the config's (``remeasure.sift`` measures doubtful ones in a second process)."""
+        the config's (``remeasure.sift`` measures doubtful ones in more processes)."""
         trial = self.latest(k)
         if trial is None:
             return None

@@ -18,7 +18,8 @@ estimator that decided its repeats (results column ``estimator``; ``candidate_st
   slows a measurement down, so the lowest floor seen is the kernel's); the spread is how well
   that floor reproduced: the second smallest repeat minus the smallest, and at least
   MIN_RESOLUTION of the time: how far apart the smallest of 5 repeats of one and the same config
-  land from one measurement to the next, so closer candidates tie. Measured on a 2-core VM with
+  land from one measurement to the next (about their 90th percentile), so closer candidates tie.
+  Measured on a 2-core VM with
   the re-measure's 0.3 s a job (40 fresh processes a config, one config each of 64x64x64,
   128x128x128 and 256x256x128): two minima of 5 of them differ by a median 0.6 to 2.1 %, 2.5 to
   4.7 % at the 80th percentile, 3.0 to 5.7 % at the 90th (with 0.75 s a job, the earlier
@@ -71,7 +72,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from .base import Trial, config_id
 
 TIE_SPREAD_RATIO = 0.25
-MIN_RESOLUTION = 0.04  # min: the smallest spread, relative to the time (see the module docstring)
+MIN_RESOLUTION = 0.05  # min: the smallest spread, relative to the time (see the module docstring)
 NOISE_TO_SPREAD = 1.68  # p80 - p20 of a normal sample, in standard deviations
 NOISY_WINNER = 0.02  # a re-measured winner noisier than this gets as many rounds again (harness.rounds)
 TIE_WON_BEHIND = 0.01  # ... and so does a tie won by a candidate this far behind the fastest
