@@ -70,11 +70,16 @@ class Standbys(object):
     def take(self, argv, env):
         """The standby for the worker ``argv`` with environment ``env``, made that worker:
         (process, stderr), or None (the caller starts one)."""
-        entry = self.ready.pop(env.get(visible_variable(self.backend)), None)
+        device = env.get(visible_variable(self.backend))
+        entry = self.ready.pop(device, None)
         if entry is None:
             return None
         proc, stderr, started_env = entry
-        if argv[:4] != COMMAND + ["worker"] or started_env != env or proc.poll() is not None:
+        unfit = ("had exited (status %s)" % proc.returncode if proc.poll() is not None
+                 else "was started for another command" if argv[:4] != COMMAND + ["worker"]
+                 else "was started with another environment" if started_env != env else None)
+        if unfit:
+            self.log("the standby worker for %s device %s %s: a fresh worker starts" % (self.backend, device, unfit))
             _discard(proc, stderr)
             return None
         try:
