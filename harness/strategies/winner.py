@@ -19,13 +19,12 @@ estimator that decided its repeats (results column ``estimator``; ``candidate_st
   that floor reproduced: the second smallest repeat minus the smallest, and at least
   MIN_RESOLUTION of the time: how far apart the smallest of 5 repeats of one and the same config
   land from one measurement to the next (about their 90th percentile), so closer candidates tie.
-  Measured on a 2-core VM with
-  the re-measure's 0.3 s a job (40 fresh processes a config, one config each of 64x64x64,
-  128x128x128 and 256x256x128): two minima of 5 of them differ by a median 0.6 to 2.1 %, 2.5 to
-  4.7 % at the 80th percentile, 3.0 to 5.7 % at the 90th (with 0.75 s a job, the earlier
-  re-measure: 0.8, 1.75 and 2.4 %; docs/notes/2026-11-27-sift.md). A floor seen by one repeat
-  only makes the spread as large as the slowdown the others suffered, and the candidate ties with
-  everything within it.
+  Measured on a 2-core VM with the re-measure's 0.3 s a job (40 fresh processes a config, one
+  config each of 64x64x64, 128x128x128 and 256x256x128): two minima of 5 of them differ by a
+  median 0.6 to 2.1 %, 2.5 to 4.7 % at the 80th percentile, 3.0 to 5.7 % at the 90th (with
+  0.75 s a job, the earlier re-measure: 0.8, 1.75 and 2.4 %; docs/notes/2026-11-27-sift.md). A
+  floor seen by one repeat only makes the spread as large as the slowdown the others suffered,
+  and the candidate ties with everything within it.
 The candidate's *noise* is the second smallest repeat minus the smallest, over the smallest, for
 ``min``; the median of its repeats' noise for ``median``.
   1. The leader is the candidate with the lowest time.
