@@ -64,8 +64,8 @@ LEVELS = {
     "default": Effort("default", None, 16, 96, 0.25, 3, 5, 0.3,
                       "genetic search warm-started, 16 configs a shape on CPUs (96 on GPUs), losers raced out 25 % "
                       "behind, top 3 re-measured 5 rounds",
-                      "the README's first command: 48 configs, 91 to 119 s from empty caches on an idle 2-core VM "
-                      "(compile-bound), 60 to 80 s with its compiles cached"),
+                      "the README's first command: 48 configs, 91 to 132 s from empty caches on an idle 2-core VM "
+                      "(compile-bound), 55 to 88 s with its compiles cached"),
     "full": Effort("full", None, 128, 384, 0.0, 3, 5, None,
                    "genetic search warm-started, 128 configs a shape on CPUs (384 on GPUs), each timed to the noise "
                    "rule (no racing), top 3 re-measured 5 rounds",

@@ -136,9 +136,9 @@ def sift(session, space: dict, histories: Dict[str, list]) -> Dict[str, list]:
     todo = {sid: wanted for sid, wanted in todo.items() if wanted}
     if not todo:
         return histories
-    ui.out.print("sifting: %d configs of %d shapes timed in %d more processes before the finalists are picked "
-                 "(within %gx of their shape's best, timed by fewer processes)"
-                 % (sum(map(len, todo.values())), len(todo), SIFT_READS - 1, SIFT_RANGE))
+    ui.out.print("sifting: %d configs of %d shapes timed again until %d processes have timed each, before the "
+                 "finalists are picked (within %gx of their shape's best)"
+                 % (sum(map(len, todo.values())), len(todo), SIFT_READS, SIFT_RANGE))
     devices = session.pinned_devices() if hasattr(session, "pinned_devices") else 1
     slots = spread_shapes({sid: len(c) for sid, c in todo.items()}, devices)
     pin = {sid: slots[sid] for sid in todo} if len(set(slots.values())) > 1 else True
@@ -167,11 +167,6 @@ def with_sift_rows(session, space: dict, histories: Dict[str, list]) -> Dict[str
         if i in recorded and sid in out and in_space(row, space):
             out[sid].append(row_trial(row, space))
     return out
-
-
-def doubtful(history: list) -> List[dict]:
-    """The configs of a minimum-decided search that ``sift`` times again (``reads_wanted``)."""
-    return [cfg for cfg, _ in reads_wanted(history)]
 
 
 def reads_wanted(history: list) -> List[tuple]:

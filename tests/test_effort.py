@@ -271,7 +271,7 @@ class _FloorSession(_TimedSession):
 
 
 def test_a_config_one_process_read_slow_gets_two_more_before_the_finalists_are_picked(tmp_path):
-    from harness.remeasure import doubtful, finalists, not_search_rows, sift
+    from harness.remeasure import finalists, not_search_rows, reads_wanted, sift
     from harness.strategies import Trial
 
     floors = {16: 100.0, 32: 102.0, 48: 104.0, 64: 101.0, 128: 300.0}
@@ -291,10 +291,10 @@ def test_a_config_one_process_read_slow_gets_two_more_before_the_finalists_are_p
     assert not_search_rows(session.results_path) == frozenset(range(8))
     # ... but a second run of the same command takes them in: nothing left to sift, the same finalists
     again = sift(session, space, {"s": history})
-    assert doubtful(again["s"]) == [] and len(session.rounds) == 2
+    assert reads_wanted(again["s"]) == [] and len(session.rounds) == 2
     assert finalists(again["s"], 3) == finalists(sifted["s"], 3)
     # a GPU search (median-decided times) is never sifted
-    assert doubtful([Trial({"BLOCK_M": m}, "ok", t) for m, t in searched.items()]) == []
+    assert reads_wanted([Trial({"BLOCK_M": m}, "ok", t) for m, t in searched.items()]) == []
 
 
 def test_a_configs_time_is_the_lowest_minimum_of_its_processes_or_the_latest_median():
