@@ -18,9 +18,9 @@ columns (128 rows; 64 rows in the medium class), the two with the least estimate
 tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
 and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
 
-Large shapes also get the 192 x 128 WS tile (three consumers), and 128 x 128 and 192 x 128 with
-OVERLAP = 1 (the epilogue under the next tile's first MMA), with and without ORDERED = 1 (the
-consumers' MMAs in turn). Decode shapes get one 64-row WS
+Large shapes also get the 192 x 128 WS tile (three consumers). OVERLAP = 1 and ORDERED = 1 stay in
+the space but seed nothing: on an H200 they ran 1 to 16 % slower than the same tiles without them
+on every prefill shape probed (docs/notes/2026-11-27-fp8-promotion.md). Decode shapes get one 64-row WS
 tile (ws_decode_seed) where a single wave of its columns of tiles fills most multiprocessors.
 
 On AMD (hip) the space has no TMA and the stage count of the AMD pipeliner (2). Every seed is
@@ -88,10 +88,7 @@ def ws_decode_seed(shape, multiprocessors: int) -> List[dict]:
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
-        ws = ws_seeds(shape, multiprocessors) + [dict(WS_TALL)]
-        overlapped = [dict(c, OVERLAP=1) for c in ws if c["BLOCK_N"] == 128]  # 128 x 128 and 192 x 128
-        ordered = [dict(c, ORDERED=1) for c in overlapped]
-        return ws + overlapped + ordered + LARGE
+        return ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + LARGE
     if kind == "medium":
         out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
