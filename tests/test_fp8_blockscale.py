@@ -613,8 +613,9 @@ def test_ws_rules_keep_it_to_sm90_and_its_tiles():
 
 def test_ws_rules_for_tall_narrow_overlapped_and_decode_tiles():
     """192-row tiles (three consumers at 160 registers: 128 columns at most), 80-wide tiles (64 + 16),
-    the shared-memory bound on ring and C tile, OVERLAP on the WS kernel only, and the 64-row WS
-    tile on decode shapes (TMA reads no row past M)."""
+    the shared-memory bound on ring and C tile, OVERLAP on the WS kernel only, PIPE's two partials on
+    one part up to 128 wide with one or two consumers, and the 64-row WS tile on decode shapes (TMA
+    reads no row past M)."""
     from harness.kernels.fp8_blockscale import rules
 
     targets = _targets()
@@ -635,14 +636,19 @@ def test_ws_rules_for_tall_narrow_overlapped_and_decode_tiles():
     assert _why(dict(WS, ORDERED=1), big, gpu) is None and _why(dict(tall, ORDERED=1), big, gpu) is None
     assert _why(dict(WS, ORDERED=1, BLOCK_M=64), big, gpu) == "ordered_needs_consumers"  # one consumer
     assert _why(dict(WS, ORDERED=1, WS=0, num_warps=8), big, gpu) == "ordered_needs_consumers"
+    assert _why(dict(WS, PIPE=1), big, gpu) is None and _why(dict(WS, PIPE=1, BLOCK_N=64), big, gpu) is None
+    for bad in (dict(BLOCK_N=160, num_stages=4), dict(BLOCK_N=96), dict(BLOCK_M=192, num_stages=4),
+                dict(OVERLAP=1), dict(ORDERED=1), dict(WS=0, num_warps=8)):
+        assert _why(dict(WS, PIPE=1, **bad), big, gpu) == "pipe_config", bad
     decode = make_shape(16, 10240, 5120)
     assert _why(dict(WS, BLOCK_M=64, BLOCK_N=80, GROUP_M=1, num_stages=6), decode, gpu) is None
     assert _why(dict(WS, GROUP_M=1, num_stages=4), decode, gpu) == "tile_m_exceeds_dim"  # 128 rows: not the WS floor
     assert _why(dict(WS, BLOCK_M=64, GROUP_M=1, WS=0, TMA=0), decode, gpu) == "tile_m_exceeds_dim"
     space = fk.KERNEL.space_for(gpu)
-    assert 192 in space["BLOCK_M"] and 80 in space["BLOCK_N"] and space["OVERLAP"] == space["ORDERED"] == [0, 1]
+    assert 192 in space["BLOCK_M"] and 80 in space["BLOCK_N"]
+    assert space["OVERLAP"] == space["ORDERED"] == space["PIPE"] == [0, 1]
     hip = fk.KERNEL.space_for(targets["mi300"])
-    assert 192 not in hip["BLOCK_M"] and 80 not in hip["BLOCK_N"] and "OVERLAP" not in hip and "ORDERED" not in hip
+    assert 192 not in hip["BLOCK_M"] and 80 not in hip["BLOCK_N"] and "OVERLAP" not in hip and "PIPE" not in hip
 
 
 def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
@@ -683,6 +689,14 @@ def test_ws_seeds_for_prefill_shapes_fill_the_waves():
     assert {(192, 128, 4, 0), (128, 128, 5, 0)} <= set(got), got
     assert not [c for c in fk.KERNEL.seed_configs(big, gpu) if c.get("OVERLAP") or c.get("ORDERED")]
 
+    def piped(spec):
+        s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+        return [(c["BLOCK_M"], c["BLOCK_N"]) for c in fk.KERNEL.seed_configs(s, gpu) if c.get("PIPE")]
+
+    # PIPE's extra MMA step a tile costs 1 / steps: seeded from 32 steps of K (4096) up
+    assert piped("4096x7168x16384") == piped("4096x4096x4096") == [(128, 128)]
+    assert piped("4096x7168x2048") == piped("4096x4096x3968") == []
+
 
 def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
     from harness.kernels.fp8_blockscale import seeds
@@ -700,16 +714,20 @@ def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
     assert seeds.ws_decode_seed(make_shape(16, 40960, 5120), 132) == []  # 320 tiles of 128: no one wave
 
 
-@pytest.mark.parametrize("block_m,block_n,stages,overlap,ordered", [(128, 128, 5, 0, 0), (128, 128, 5, 0, 1),
-                                                                    (128, 160, 4, 0, 0), (192, 128, 4, 1, 1)])
-def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap, ordered):
+@pytest.mark.parametrize("block_m,block_n,stages,overlap,ordered,pipe", [
+    (128, 128, 5, 0, 0, 0), (128, 128, 5, 0, 1, 0), (128, 160, 4, 0, 0, 0), (192, 128, 4, 1, 1, 0),
+    (128, 128, 5, 0, 0, 1)])
+def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap, ordered, pipe):
     """Through the harness's compiler (host descriptors, Gluon signature with fp8 layouts): fp8
     wgmma (QGMMA) in the cubin, no local memory (the consumers' setmaxnreg holds accumulator,
     partial and scales), the descriptor parameters in the launch facts; no scale load between a
     wgmma wait and the promotion (a load there stalls every promotion for a round trip to L2) nor,
     OVERLAP = 0, between a wait and the next MMAs' issue (the step's scales load while its MMAs run:
     loaded before them, they held up the issue); OVERLAP = 1 issues each consumer's MMAs in two
-    places; ORDERED = 1 waits for its turn before a consumer's MMAs and passes it on after them."""
+    places; ORDERED = 1 waits for its turn before a consumer's MMAs and passes it on after them;
+    PIPE = 1 issues each consumer's MMAs in four places (a tile's odd first step, the step before the
+    loop, two in the loop) and ptxas keeps them asynchronous: one wgmma wait a site, not one after
+    every MMA (what its serialization, C7514, looks like)."""
     pytest.importorskip("triton")
     import os
     import subprocess
@@ -721,7 +739,7 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
 
     gpu = _targets()["gpu-node"]
     shape = parse_shape_list("4096x7168x7168:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
-    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=stages, OVERLAP=overlap, ORDERED=ordered)
+    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=stages, OVERLAP=overlap, ORDERED=ordered, PIPE=pipe)
     comp = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path)
     res = comp.compile(cfg, shape, 300)
     assert res.status == "ok", res.message
@@ -739,14 +757,20 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
     lines = sass.splitlines()
     waits = [i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR" in line]
     assert waits
-    for i in waits:  # between a wait and the promotion's first FFMA: no load of its scales
+    for i in waits:  # no scale load between a wait and the promotion, nor (OVERLAP = 0) the next MMAs' issue
+        # (after that issue, which PIPE makes before it promotes, a load is the next step's)
         first_ffma = next((j for j in range(i, len(lines)) if "FFMA" in lines[j]), len(lines))
-        assert not any("LDG" in line for line in lines[i:first_ffma]), "\n".join(lines[i:first_ffma])
         issue = next((j for j in range(i, len(lines)) if "WARPGROUP.ARRIVE" in lines[j]), len(lines))
-        if not overlap:  # nor between a wait and the next step's MMAs
-            assert not any("LDG" in line for line in lines[i:issue]), "\n".join(lines[i:issue])
+        end = min(first_ffma, issue) if overlap else issue
+        assert not any("LDG" in line for line in lines[i:end]), "\n".join(lines[i:end])
     consumers, parts = block_m // 64, 1 + (block_n & (block_n - 1) != 0)
-    assert sum("QGMMA" in line for line in lines) == consumers * parts * 4 * (1 + overlap)  # 4 MMAs of K 32
+    sites = 4 if pipe else 1 + overlap  # a consumer's MMA sites
+    assert sum("QGMMA" in line for line in lines) == consumers * parts * 4 * sites  # 4 MMAs of K 32
+    if pipe:
+        assert len(waits) == consumers * 4, len(waits)  # the odd step's, two in the loop, the unread one's
+        tries = sum("TRYWAIT" in line for line in lines)
+        assert tries == 2 * (1 + consumers * 4), tries
+        return
     # barrier waits (each a try-wait and its retry): the loader's slot wait, and at each of a
     # consumer's MMA sites the slot's ready barrier and, ORDERED, its turn (not at consumer 0's
     # first MMA of OVERLAP's prologue: step 0, nobody before it)
@@ -757,7 +781,7 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
 def test_ws_probe_variants_are_configs_the_tune_builds():
     """bench/probes/fp8_ws_probe.py times what `harness tune` would: each default variant (the decode
     variants on decode shapes) is in the space and passes every rule on the probe's default shapes;
-    a trailing o is OVERLAP = 1; bad variants exit 2."""
+    a trailing o is OVERLAP = 1, d PIPE = 1; bad variants exit 2."""
     from bench.probes import fp8_ws_probe as probe
     from harness.shapes import parse_shape_list
 
@@ -772,6 +796,8 @@ def test_ws_probe_variants_are_configs_the_tune_builds():
     flags = {v: (probe.variant_config(v)["OVERLAP"], probe.variant_config(v)["ORDERED"])
              for v in ("128x128x6x8", "128x128x6x8o", "128x128x6x8p", "128x128x6x8op")}
     assert flags == {"128x128x6x8": (0, 0), "128x128x6x8o": (1, 0), "128x128x6x8p": (0, 1), "128x128x6x8op": (1, 1)}
+    assert probe.variant_config("128x128x5x8d")["PIPE"] == 1 and probe.variant_config("128x128x5x8")["PIPE"] == 0
+    assert probe.main(["--variant", "128x128x5x8od"]) == 2
     assert probe.main(["--variant", "128x160"]) == 2
     assert probe.main(["--variant", "128x160x4x8x"]) == 2 and probe.main(["--variant", "128x160x4x8po"]) == 2
 

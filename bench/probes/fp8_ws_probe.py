@@ -8,7 +8,7 @@ dequantize(B)^T in fp32 (no TF32); every launch's C (NaN-filled first) is checke
 (relative error norm, tolerance 1e-2 as the harness's). Times are triton.testing.do_bench medians
 (its L2 flush included) of: torch._scaled_mm (the harness's library row, same argument
 preparation as device.py), the Triton kernel at its tuned prefill config (docs/fp8.md), and each
-WS variant (BLOCK_M x BLOCK_N, num_stages, GROUP_M, OVERLAP). Launches go through the JIT (tens
+WS variant (BLOCK_M x BLOCK_N, num_stages, GROUP_M, OVERLAP, ORDERED, PIPE). Launches go through the JIT (tens
 of microseconds of Python a launch), so decode shapes (M < 512) are timed in a CUDA graph
 (triton.testing.do_bench_cudagraph: no L2 flush between launches; the library too) and get the
 decode variants; the Triton kernel's row is for prefill shapes only (its tuned decode configs split K).
@@ -17,8 +17,8 @@ decode variants; the Triton kernel's row is for prefill shapes only (its tuned d
     python3 -m bench.probes.fp8_ws_probe --shape 4096x7168x16384 --variant 128x160x4x8o [--json OUT]
 
 A variant is BMxBNxSTAGESxGROUP_M, with a trailing ``o`` for OVERLAP = 1 (the epilogue under the
-next tile's first MMA) and ``p`` for ORDERED = 1 (the consumers' MMAs in turn); a variant that fails
-to build or run prints its error and the probe goes on.
+next tile's first MMA), ``p`` for ORDERED = 1 (the consumers' MMAs in turn) or ``d`` for PIPE = 1
+(two partials a consumer); a variant that fails to build or run prints its error and the probe goes on.
 """
 import argparse
 import json
@@ -26,10 +26,10 @@ import sys
 
 DEFAULT_SHAPES = ["4096x7168x16384", "4096x4096x7168", "1024x7168x16384", "4096x2112x7168", "4096x24576x1536",
                   "4096x7168x2048", "16x10240x5120"]
-# the two plain tiles that did best (controls), with OVERLAP (o), ORDERED (p) and both, and the
-# 192-row tile (three consumers)
+# the two plain tiles that did best (controls), with OVERLAP (o), ORDERED (p) and both, the 192-row
+# tile (three consumers) and 128 x 128 with PIPE (d)
 DEFAULT_VARIANTS = ["128x128x6x8", "128x192x4x8", "128x128x6x8o", "128x128x6x8p", "128x128x6x8op", "128x192x4x8o",
-                    "128x192x4x8op", "192x128x4x8", "192x128x4x8op"]
+                    "128x192x4x8op", "192x128x4x8", "192x128x4x8op", "128x128x5x8d"]
 DECODE_VARIANTS = ["64x64x6x1", "64x80x6x1", "64x80x6x1o", "64x128x6x1"]  # M < 512: one wave of 64-row tiles
 DECODE_M = 512
 TRITON_CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, TMA=1, num_warps=8, num_stages=4)
@@ -89,7 +89,7 @@ def triton_launch(torch, a, b, a_s, b_s, c):
         SPLIT_K=1, EVEN_K=K % cfg["BLOCK_K"] == 0, TMA=1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0, ordered=0):
+def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0, ordered=0, pipe=0):
     """The WS kernel through Gluon's JIT, with host tensor descriptors from the harness's plan."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -112,7 +112,7 @@ def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0,
         a, b, c, a_s, b_s, M, N, K, K, 1, K, 1, N, 1, sk, 1, sk, 1,
         descs["a_desc"], descs["b_desc"], descs["b2_desc"], descs["c_desc"], descs["c2_desc"],
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, OVERLAP=overlap,
-        ORDERED=ordered, num_warps=4)
+        ORDERED=ordered, PIPE=pipe, num_warps=4)
 
 
 def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
@@ -135,18 +135,18 @@ def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
 
 
 def variant_config(variant: str) -> dict:
-    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p] (what `harness tune` would build):
-    o for OVERLAP = 1, p for ORDERED = 1."""
-    flags = variant[len(variant.rstrip("op")):]
-    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("op").split("x"))
+    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p][d] (what `harness tune` would build):
+    o for OVERLAP = 1, p for ORDERED = 1, d for PIPE = 1 (two partials a consumer)."""
+    flags = variant[len(variant.rstrip("opd")):]
+    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("opd").split("x"))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
-                TMA=1, WS=1, OVERLAP=int("o" in flags), ORDERED=int("p" in flags))
+                TMA=1, WS=1, OVERLAP=int("o" in flags), ORDERED=int("p" in flags), PIPE=int("d" in flags))
 
 
 def valid_variant(v: str) -> bool:
-    flags = v[len(v.rstrip("op")):]
-    parts = v.rstrip("op").split("x")
-    return flags in ("", "o", "p", "op") and len(parts) == 4 and all(x.isdigit() for x in parts)
+    flags = v[len(v.rstrip("opd")):]
+    parts = v.rstrip("opd").split("x")
+    return flags in ("", "o", "p", "op", "d") and len(parts) == 4 and all(x.isdigit() for x in parts)
 
 
 def run(args):
@@ -174,9 +174,9 @@ def run(args):
         for v in args.variant or (DECODE_VARIANTS if decode else DEFAULT_VARIANTS):
             cfg = variant_config(v)
             bm, bn, st, gm = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"]
-            ov, od = cfg["OVERLAP"], cfg["ORDERED"]
-            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm, ov=ov, od=od: ws_launch(
-                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count, ov, od)))
+            ov, od, pp = cfg["OVERLAP"], cfg["ORDERED"], cfg["PIPE"]
+            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm, ov=ov, od=od, pp=pp: ws_launch(
+                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count, ov, od, pp)))
         for name, make in candidates:
             try:
                 results.append(measure(torch, name, make(), c, ref, flop, base, decode))
@@ -198,14 +198,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable); default: %s" % DEFAULT_SHAPES)
     ap.add_argument("--variant", action="append", default=[],
-                    help="BMxBNxSTAGESxGROUP_M[o][p] of the WS kernel (repeatable; o: OVERLAP = 1, p: ORDERED = 1); "
+                    help="BMxBNxSTAGESxGROUP_M[o][p][d] of the WS kernel (repeatable; o: OVERLAP = 1, p: ORDERED = 1, "
+                    "d: PIPE = 1); "
                     "default: %s, "
                     "decode shapes %s" % (DEFAULT_VARIANTS, DECODE_VARIANTS))
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args(argv)
     for v in args.variant:
         if not valid_variant(v):
-            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p], e.g. 128x160x4x8 or 128x128x6x8op" % v,
+            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p][d], e.g. 128x160x4x8 or 128x128x6x8d" % v,
                   file=sys.stderr)
             return 2
     run(args)

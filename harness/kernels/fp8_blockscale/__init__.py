@@ -38,8 +38,9 @@ GPU_SPACE = {
 # and the WS kernel's 192-row tiles (three consumer warpgroups) and 80-wide tiles (64 + 16: 10240
 # columns in 128 tiles, one wave of 132 multiprocessors, for decode)
 # OVERLAP: the WS kernel's epilogue under the next tile's first MMA (gluon_kernel._consumer_overlap);
-# ORDERED: its consumers issue each K step's MMAs in turn (gluon_kernel._take_turn)
-GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1], "OVERLAP": [0, 1], "ORDERED": [0, 1],
+# ORDERED: its consumers issue each K step's MMAs in turn (gluon_kernel._take_turn); PIPE: each
+# consumer's promotion under its next step's MMA (two partials, gluon_kernel._consumer_pipelined)
+GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1], "OVERLAP": [0, 1], "ORDERED": [0, 1], "PIPE": [0, 1],
                   "BLOCK_M": GPU_SPACE["BLOCK_M"] + [192], "BLOCK_N": sorted(GPU_SPACE["BLOCK_N"] + [80])}
 WS_SOURCE = "harness.kernels.fp8_blockscale.gluon_kernel:fp8_blockscale_ws_kernel"
 GPU_SPACE_HIP = {

@@ -79,6 +79,17 @@ def _ordered_needs_consumers(c, s, t):
     return bool(c.get("ORDERED")) and (not warp_specialized(c) or c["BLOCK_M"] <= 64)
 
 
+def _pipe_config(c, s, t):
+    # PIPE (two partials a consumer) is the WS kernel's: accumulator and two partials of 64 x BLOCK_N
+    # fp32 fit a consumer's registers for one tile part up to 128 wide with one or two consumers
+    # (three get 160 registers); it has its own K loop, without OVERLAP or ORDERED
+    if not c.get("PIPE"):
+        return False
+    bn = c["BLOCK_N"]
+    return (not warp_specialized(c) or bn > 128 or bn & (bn - 1) != 0 or c["BLOCK_M"] > 128
+            or bool(c.get("OVERLAP")) or bool(c.get("ORDERED")))
+
+
 def ws_shared_bytes(c) -> int:
     """Shared memory of the WS kernel: num_stages ring slots of A (BLOCK_M x 128 fp8) and B (BLOCK_N x
     128 fp8), the bf16 C tile, and 1 KiB for the barriers and the compiler's own (the sm90 builds:
@@ -144,6 +155,8 @@ GPU_RULES = [
     Rule("overlap_needs_ws", "OVERLAP = 1 (the epilogue under the next tile's MMA) without WS = 1", _overlap_needs_ws),
     Rule("ordered_needs_consumers", "ORDERED = 1 (consumers' MMAs in turn) without WS = 1 or with one consumer "
          "(BLOCK_M 64)", _ordered_needs_consumers),
+    Rule("pipe_config", "PIPE = 1 (two partials a consumer) without WS = 1, with BLOCK_N over 128 or not a power "
+         "of two, BLOCK_M 192, OVERLAP or ORDERED", _pipe_config),
     Rule("ws_shared_memory", "WS = 1 whose ring of num_stages A and B slots and C tile exceed the shared memory",
          _ws_shared_memory),
     Rule("tile_in_parts_needs_ws", "BLOCK_N (80, 96, 160, 192) or BLOCK_M (192) not a power of two without WS = 1",

@@ -18,7 +18,10 @@ columns (128 rows; 64 rows in the medium class), the two with the least estimate
 tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
 and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
 
-Large shapes also get the 192 x 128 WS tile (three consumers). OVERLAP = 1 and ORDERED = 1 stay in
+Large shapes also get the 192 x 128 WS tile (three consumers) and, where K has 32 steps of 128 or
+more, 128 x 128 with PIPE = 1 (each promotion under the next step's MMA; a PIPE tile runs one MMA
+step more than its K has, a cost of 1 / steps: on an H200 PIPE was 2 to 7 % faster at 56 to 128
+steps and 4 % slower at 16). OVERLAP = 1 and ORDERED = 1 stay in
 the space but seed nothing: on an H200 they ran 1 to 16 % slower than the same tiles without them
 on every prefill shape probed (docs/notes/2026-11-27-fp8-promotion.md). Decode shapes get one 64-row WS
 tile (ws_decode_seed) where a single wave of its columns of tiles fills most multiprocessors.
@@ -71,6 +74,9 @@ def ws_seeds(shape, multiprocessors: int, block_m: int = 128) -> List[dict]:
 # 192 x 128: three consumer warpgroups share each B slot (a third more MMA work a slot than 128 x
 # 128's two); four ring slots fit beside its 48 KiB C tile
 WS_TALL = dict(BLOCK_M=192, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4, TMA=1, WS=1)
+# 128 x 128 with PIPE = 1: two partials a consumer, five ring slots (six and the C tile exceed 227 KiB)
+WS_PIPE = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, WS=1, PIPE=1)
+PIPE_MIN_STEPS = 32  # K steps from which PIPE's one extra MMA step a tile (1 / steps) is worth it
 WS_DECODE_WIDTHS = (64, 80, 96, 128)  # 64-row WS tiles for M <= 64: the narrowest in one wave
 
 
@@ -88,7 +94,8 @@ def ws_decode_seed(shape, multiprocessors: int) -> List[dict]:
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
-        return ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + LARGE
+        pipe = [dict(WS_PIPE)] if cdiv(shape.K, 128) >= PIPE_MIN_STEPS else []
+        return ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + pipe + LARGE
     if kind == "medium":
         out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
