@@ -665,7 +665,10 @@ def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
     assert descriptors.tensor_descriptors(dict(WS, WS=0)) == []
 
 
-def test_ws_seeds_for_prefill_shapes_fill_the_waves():
+def test_ws_seeds_for_prefill_shapes_fill_the_waves(tmp_path):
+    """The WS seeds of prefill shapes, and every seed (completed with the space's first values,
+    WS = 0 ones included) is a config the sm90 compiler takes."""
+    from harness.compile.triton_gpu import TritonGpuCompiler
     from harness.kernels.fp8_blockscale import seeds
 
     gpu = _targets()["gpu-node"]
@@ -681,6 +684,9 @@ def test_ws_seeds_for_prefill_shapes_fill_the_waves():
         ws = [c for c in got if c.get("WS")]
         assert len(ws) >= 2, spec
         assert all(_why(c, s, gpu) is None for c in got)
+        compiler = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path)
+        for c in got:  # the compile job of each (its options checked against the kernel's constexprs)
+            assert compiler._job_for(c, s)["constexprs"]["BLOCK_M"] == c["BLOCK_M"]
     s = parse_shape_list("4096x7168x7168:fp8e4m3fnuz", "fp8e4m3fnuz", fk.KERNEL.problem)[0]
     assert not [c for c in fk.KERNEL.seed_configs(s, _targets()["mi300"]) if c.get("WS")]
     big = parse_shape_list("4096x7168x16384:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
