@@ -22,8 +22,9 @@ Large shapes also get the 192 x 128 WS tile (three consumers) and, where K has 3
 more, 128 x 128 with PIPE = 1 (each promotion under the next step's MMA; a PIPE tile runs one MMA
 step more than its K has, a cost of 1 / steps: on an H200 PIPE was 2 to 7 % faster at 56 to 128
 steps and 4 % slower at 16). OVERLAP = 1 and ORDERED = 1 stay in
-the space but seed nothing: on an H200 they ran 1 to 16 % slower than the same tiles without them
-on every prefill shape probed (docs/notes/2026-11-27-fp8-promotion.md). Decode shapes get one 64-row WS
+the space but seed nothing: on an H200 OVERLAP ran 4 to 15 % slower than the same tiles without it
+on six prefill shapes, ORDERED 2 to 8 % slower on eleven of twelve tile-and-shape pairs
+(docs/notes/2026-11-27-fp8-promotion.md). Decode shapes get one 64-row WS
 tile (ws_decode_seed) where a single wave of its columns of tiles fills most multiprocessors.
 
 On AMD (hip) the space has no TMA and the stage count of the AMD pipeliner (2). Every seed is
