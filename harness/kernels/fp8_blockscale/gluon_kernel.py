@@ -369,17 +369,12 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, c_smem, a_scale_pt
     W: gl.constexpr = BLOCK_M // ROWS
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                      instr_shape=[16, BLOCK_N, 32])
-    num_pid_m = gl.cdiv(M, BLOCK_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
     steps = gl.cdiv(K, BLOCK_K)
     alone = steps % 2  # the first step runs alone where the steps are odd
     step = 0
-    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-        pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M + ROWS * WHO
-        off_n = pid_n * BLOCK_N
-        rows = gl.minimum(off_m + gl.arange(0, ROWS, gl.SliceLayout(1, layout)), M - 1)
-        a_scale_rows = a_scale_ptr + rows * stride_asm
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+        off_m, off_n, a_scale_rows = _tile_rows(t, a_scale_ptr, M, N, stride_asm, BLOCK_M, BLOCK_N, GROUP_M, WHO,
+                                                layout)
         b_scale_col = b_scale_ptr + (off_n // SCALE) * stride_bsn
         acc = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
         p0 = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
