@@ -729,7 +729,7 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
     partial and scales), the descriptor parameters in the launch facts; no scale load between a
     wgmma wait and the promotion (a load there stalls every promotion for a round trip to L2) nor,
     OVERLAP = 0, between a wait and the next MMAs' issue (the step's scales load while its MMAs run:
-    loaded before them, they held up the issue); OVERLAP = 1 issues each consumer's MMAs in two
+    loaded before them, a step ahead, the kernel was slower); OVERLAP = 1 issues each consumer's MMAs in two
     places; ORDERED = 1 waits for its turn before a consumer's MMAs and passes it on after them;
     PIPE = 1 issues each consumer's MMAs in four places (a tile's odd first step, the step before the
     loop, two in the loop) and ptxas keeps them asynchronous: one wgmma wait a site, not one after

@@ -15,8 +15,8 @@ the CUDA cores promote. This kernel does what DeepGEMM does instead:
   into the fp32 accumulator times the step's A scale per row and B scale per column. While one
   warpgroup promotes, the other's MMA keeps the tensor cores busy: the promotion overlaps the
   MMAs across warpgroups (two or three of them). A step's scales are loaded right after its MMAs
-  are issued, so that they arrive while the MMAs run and hold up neither the MMAs' issue nor the
-  promotion;
+  are issued, so that they arrive while the MMAs run, neither before the MMAs' issue nor between
+  their wait and the promotion;
 * B's scale is one scalar a step where the tile lies inside one 128-wide scale block (BLOCK_N a
   power of two up to 128), else two scalars a part and a select by column: a part that
   straddles two scale blocks (96, 160, 192 and 256 wide tiles) is promoted right;
@@ -185,8 +185,8 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn
             if TWO_PARTS:
                 part2 = warpgroup_mma(a, b2_bufs.index(s).permute((1, 0)), part2, use_acc=False, is_async=True)
             _pass_turn(turn, WHO, W, ORDER)
-            # this step's scales load while its MMAs run (issued before the MMAs, a step ahead, the
-            # loads held up the MMAs' issue: 0 to 8 % of the one-part tiles' time on an H200)
+            # this step's scales load while its MMAs run (loaded a step ahead, before the MMAs'
+            # issue, the one-part tiles were 0 to 8 % slower on an H200)
             a_s = gl.load(a_scale_rows + kk * stride_ask)
             s0, s1 = _b_scales(b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk)
             if TWO_PARTS:
