@@ -37,6 +37,9 @@ M <= 16 with N and K from 512 to 8192; ``small`` every side <= 384; ``prefill`` 
 import os
 
 os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before numpy is imported: numpy's OpenBLAS on one thread
+# an inherited OPENBLAS_CORETYPE would run older kernels than the CPU has, in numpy and in the
+# library's program alike: set aside, as the agent does for the library row
+CORETYPE_SET_ASIDE = os.environ.pop("OPENBLAS_CORETYPE", None)
 
 import argparse  # noqa: E402
 import math  # noqa: E402
@@ -335,6 +338,9 @@ def main():
         print("no bundle beside the results (--bundle): library/numpy compares the tune's library time")
     cpus = next((r["cpu"] for r in results.values() if r.get("cpu")), "")
     pinned = pin(cpus)
+    if CORETYPE_SET_ASIDE:
+        print("OPENBLAS_CORETYPE=%s in the environment set aside: OpenBLAS picks the kernels for this CPU"
+              % CORETYPE_SET_ASIDE)
     print("numpy %s: %s; pinned to core %s" % (np.__version__, numpy_blas(), pinned))
     print("numpy call overhead (1x1x1): %.2f us" % (numpy_ns(*operands(1, 1, 1, "NN"), 0.1) / 1e3))
     if args.dtype != "fp32":

@@ -7,7 +7,8 @@ answer and prints one line ``HARNESS_RESULT {json}`` (error figures, timer resol
 times as many calls as this runner writes on its stdin, one count per line, answering
 ``HARNESS_SAMPLE <ns> <switches>`` each (``switches``: the involuntary context switches the
 program had meanwhile). A library launcher also prints ``HARNESS_LIBRARY <build>, core <name>``
-once, before the result line; it becomes the row's ``library`` column. The runner decides, with remote_agent/measure.py: one call to estimate, a
+once, before the result line; it becomes the row's ``library`` column (it runs without an inherited
+OPENBLAS_CORETYPE, and its row's message says so: openblas_core.py). The runner decides, with remote_agent/measure.py: one call to estimate, a
 warm-up (the same rule for every variant: longer where the minimum decides), the calls per
 sample, and samples until the noise of the deciding estimator (``estimator``: min by default on
 CPUs) settles or the time cap is spent; a sample with a context switch is set aside
@@ -43,6 +44,7 @@ import time
 from .. import contract
 from .. import measure
 from ..errors import AgentError
+from .openblas_core import library_env
 
 RESULT_PREFIX = "HARNESS_RESULT "
 SAMPLE_PREFIX = "HARNESS_SAMPLE "
@@ -69,6 +71,8 @@ class ElfRunner:
         self.interleave = max(1, int(interleave))
         self.race = float(race or 0.0)  # racing: drop a job this far behind its shape's leader (0: off)
         self.leaders = {}  # shape id -> the best minimum of a config (not a library) so far in this run
+        # a library job's environment where it differs from the agent's, and what its row says of it
+        self.library_env, self.library_note = None, ""
 
     def devices(self):
         return ["cpu"]
@@ -198,6 +202,8 @@ class ElfRunner:
         library = _library_line(out)
         if library:
             row["library"] = library
+            if self.library_note:
+                row["message"] = self.library_note
         if returncode == 3:
             row.update(status=contract.LOAD_ERROR, message=_last_line(err) or "could not load its data")
             return row
@@ -236,7 +242,8 @@ class _Job(object):
         cmd = runner.profiler.wrap(runner.command(variant, shape, grid, warmup, iters), self.scratch)
         cpus, agent = runner.cpus, os.getpid()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err_file,
-                                     preexec_fn=lambda: _child_setup(cpus, agent), cwd=runner.bundle)
+                                     preexec_fn=lambda: _child_setup(cpus, agent), cwd=runner.bundle,
+                                     env=runner.library_env if self.is_library else None)
         self.lines = _Lines(self.proc.stdout, time.monotonic() + runner.timeout)
 
     def step(self, fn, *args):
@@ -531,12 +538,15 @@ def make_elf_runner(bundle, manifest, options, log):
 
     profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
     run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
-    return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
-                     max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
-                     max_time=_option(options, "max_time", None),
-                     pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
-                     interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE),
-                     race=_option(options, "race", 0.0))
+    runner = ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
+                       max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
+                       max_time=_option(options, "max_time", None),
+                       pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
+                       interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE),
+                       race=_option(options, "race", 0.0))
+    if any(str(v.get("id", "")).startswith("lib:openblas") for v in manifest["variants"]):
+        runner.library_env, runner.library_note = library_env(os.environ)
+    return runner
 
 
 def estimator_for(manifest, options):
