@@ -1,6 +1,7 @@
 """The library row on CPU targets (issue 39): a current OpenBLAS whose kernel core fits this CPU
-(an inherited OPENBLAS_CORETYPE set aside), named with its version and core in the results and in every report, carried to an SSH board with
-its shared library (checked by hash there), and the one line that says what riscv64 gets instead."""
+(an inherited OPENBLAS_CORETYPE set aside), named with its version and core in the results and in
+every report, carried to an SSH board with its shared library (checked by hash there), and the one
+line that says what riscv64 gets instead."""
 
 import platform
 import re

@@ -8,8 +8,8 @@ times as many calls as this runner writes on its stdin, one count per line, answ
 ``HARNESS_SAMPLE <ns> <switches>`` each (``switches``: the involuntary context switches the
 program had meanwhile). A library launcher also prints ``HARNESS_LIBRARY <build>, core <name>``
 once, before the result line; it becomes the row's ``library`` column (it runs without an inherited
-OPENBLAS_CORETYPE, and its row's message says so: openblas_core.py). The runner decides, with remote_agent/measure.py: one call to estimate, a
-warm-up (the same rule for every variant: longer where the minimum decides), the calls per
+OPENBLAS_CORETYPE, and its row's message says so: openblas_core.py). The runner decides, with
+remote_agent/measure.py: one call to estimate, a warm-up (the same rule for every variant: longer where the minimum decides), the calls per
 sample, and samples until the noise of the deciding estimator (``estimator``: min by default on
 CPUs) settles or the time cap is spent; a sample with a context switch is set aside
 (``preempted``). Exit code 3 means the program could not load its data. A signal, a missing
