@@ -211,7 +211,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     for v in args.variant:
         if not valid_variant(v):
-            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p][d], e.g. 128x160x4x8 or 128x128x6x8d" % v,
+            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p][d], e.g. 128x160x4x8 or "
+                  "128x128x6x8d" % v,
                   file=sys.stderr)
             return 2
     run(args)

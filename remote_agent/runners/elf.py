@@ -5,15 +5,15 @@ The program (rendered from templates/cpu/main.cpp.j2 and the kernel's declaratio
 operands' files and element counts and its scalar arguments in the manifest's order, checks its
 answer and prints one line ``HARNESS_RESULT {json}`` (error figures, timer resolution); then it
 times as many calls as this runner writes on its stdin, one count per line, answering
-``HARNESS_SAMPLE <ns> <switches>`` each (``switches``: the involuntary context switches the
-program had meanwhile). A library launcher also prints ``HARNESS_LIBRARY <build>, core <name>``
-once, before the result line; it becomes the row's ``library`` column (it runs without an inherited
+``HARNESS_SAMPLE <ns> <switches>`` each (``switches``: the involuntary context switches the program
+had meanwhile). A library launcher also prints ``HARNESS_LIBRARY <build>, core <name>`` once, before
+the result line; it becomes the row's ``library`` column (it runs without an inherited
 OPENBLAS_CORETYPE, and its row's message says so: openblas_core.py). The runner decides, with
-remote_agent/measure.py: one call to estimate, a warm-up (the same rule for every variant: longer where the minimum decides), the calls per
-sample, and samples until the noise of the deciding estimator (``estimator``: min by default on
-CPUs) settles or the time cap is spent; a sample with a context switch is set aside
-(``preempted``). Exit code 3 means the program could not load its data. A signal, a missing
-result line or a timeout are statuses.
+remote_agent/measure.py: one call to estimate, a warm-up (the same rule for every variant: longer
+where the minimum decides), the calls per sample, and samples until the noise of the deciding
+estimator (``estimator``: min by default on CPUs) settles or the time cap is spent; a sample with a
+context switch is set aside (``preempted``). Exit code 3 means the program could not load its data.
+A signal, a missing result line or a timeout are statuses.
 
 Interleaved (``--interleave N``, the agent groups up to N jobs of one shape, fewer where their
 operands would pass GROUP_BYTES): the group's processes start together and each is checked and
