@@ -72,7 +72,7 @@ class ElfRunner:
         self.race = float(race or 0.0)  # racing: drop a job this far behind its shape's leader (0: off)
         self.leaders = {}  # shape id -> the best minimum of a config (not a library) so far in this run
         # a library job's environment where it differs from the agent's, and what its row says of it
-        self.library_env, self.library_note = None, ""
+        self.library_env, self.library_note = library_env(os.environ)
 
     def devices(self):
         return ["cpu"]
@@ -538,15 +538,12 @@ def make_elf_runner(bundle, manifest, options, log):
 
     profiler = select(options.profiler or manifest["target"]["profiler"], manifest["target"]["events"], log)
     run_under = options.run_under if options.run_under is not None else manifest["target"].get("run_under")
-    runner = ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
-                       max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
-                       max_time=_option(options, "max_time", None),
-                       pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
-                       interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE),
-                       race=_option(options, "race", 0.0))
-    if any(str(v.get("id", "")).startswith("lib:openblas") for v in manifest["variants"]):
-        runner.library_env, runner.library_note = library_env(os.environ)
-    return runner
+    return ElfRunner(bundle, manifest, profiler, run_under, options.timeout, options.scratch_dir,
+                     max_noise=_option(options, "max_noise", measure.DEFAULT_MAX_NOISE),
+                     max_time=_option(options, "max_time", None),
+                     pin_cpu=_option(options, "pin_cpu", "auto"), estimator=estimator_for(manifest, options),
+                     interleave=_option(options, "interleave", measure.DEFAULT_INTERLEAVE),
+                     race=_option(options, "race", 0.0))
 
 
 def estimator_for(manifest, options):
