@@ -640,15 +640,24 @@ def test_ws_rules_for_tall_narrow_overlapped_and_decode_tiles():
     for bad in (dict(BLOCK_N=160, num_stages=4), dict(BLOCK_N=96), dict(BLOCK_M=192, num_stages=4),
                 dict(OVERLAP=1), dict(ORDERED=1), dict(WS=0, num_warps=8)):
         assert _why(dict(WS, PIPE=1, **bad), big, gpu) == "pipe_config", bad
+    staged = dict(WS, SMEM_SCALES=1, num_stages=5)  # A's scales staged: 8 K steps of 128 rows, 4 KiB
+    assert _why(staged, big, gpu) is None and _why(dict(staged, PIPE=1), big, gpu) is None
+    assert _why(dict(tall, SMEM_SCALES=1), big, gpu) is None
+    assert _why(dict(staged, num_stages=6), big, gpu) == "ws_shared_memory"  # 229640 bytes built without
+    assert rules.ws_shared_bytes(dict(tall, SMEM_SCALES=1)) - 219436 in range(0, 1024)
+    assert rules.ws_shared_bytes(staged) - 200992 in range(0, 1024)
+    assert _why(dict(staged, OVERLAP=1), big, gpu) == "smem_scales_config"
+    assert _why(dict(staged, WS=0, num_warps=8, num_stages=4), big, gpu) == "smem_scales_config"
     decode = make_shape(16, 10240, 5120)
     assert _why(dict(WS, BLOCK_M=64, BLOCK_N=80, GROUP_M=1, num_stages=6), decode, gpu) is None
     assert _why(dict(WS, GROUP_M=1, num_stages=4), decode, gpu) == "tile_m_exceeds_dim"  # 128 rows: not the WS floor
     assert _why(dict(WS, BLOCK_M=64, GROUP_M=1, WS=0, TMA=0), decode, gpu) == "tile_m_exceeds_dim"
     space = fk.KERNEL.space_for(gpu)
     assert 192 in space["BLOCK_M"] and 80 in space["BLOCK_N"]
-    assert space["OVERLAP"] == space["ORDERED"] == space["PIPE"] == [0, 1]
+    assert space["OVERLAP"] == space["ORDERED"] == space["PIPE"] == space["SMEM_SCALES"] == [0, 1]
     hip = fk.KERNEL.space_for(targets["mi300"])
     assert 192 not in hip["BLOCK_M"] and 80 not in hip["BLOCK_N"] and "OVERLAP" not in hip and "PIPE" not in hip
+    assert "SMEM_SCALES" not in hip
 
 
 def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
@@ -703,6 +712,14 @@ def test_ws_seeds_for_prefill_shapes_fill_the_waves(tmp_path):
     assert piped("4096x7168x16384") == piped("4096x4096x4096") == [(128, 128)]
     assert piped("4096x7168x2048") == piped("4096x4096x3968") == []
 
+    def staged(spec):
+        s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+        return [(c["BLOCK_M"], c["BLOCK_N"]) for c in fk.KERNEL.seed_configs(s, gpu) if c.get("SMEM_SCALES")]
+
+    # staged scales: a tile's first steps wait for theirs; seeded from the same 32 steps
+    assert staged("4096x7168x16384") == staged("1024x4096x7296") == [(192, 128), (128, 128)]
+    assert staged("4096x7168x2048") == []
+
 
 def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
     from harness.kernels.fp8_blockscale import seeds
@@ -720,10 +737,11 @@ def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
     assert seeds.ws_decode_seed(make_shape(16, 40960, 5120), 132) == []  # 320 tiles of 128: no one wave
 
 
-@pytest.mark.parametrize("block_m,block_n,stages,overlap,ordered,pipe", [
-    (128, 128, 5, 0, 0, 0), (128, 128, 5, 0, 1, 0), (128, 160, 4, 0, 0, 0), (192, 128, 4, 1, 1, 0),
-    (128, 128, 5, 0, 0, 1)])
-def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap, ordered, pipe):
+@pytest.mark.parametrize("block_m,block_n,stages,overlap,ordered,pipe,staged", [
+    (128, 128, 5, 0, 0, 0, 0), (128, 128, 5, 0, 1, 0, 0), (128, 160, 4, 0, 0, 0, 0), (192, 128, 4, 1, 1, 0, 0),
+    (128, 128, 5, 0, 0, 1, 0), (192, 128, 4, 0, 0, 0, 1), (128, 128, 5, 0, 0, 1, 1)])
+def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap, ordered, pipe,
+                                                    staged):
     """Through the harness's compiler (host descriptors, Gluon signature with fp8 layouts): fp8
     wgmma (QGMMA) in the cubin, no local memory (the consumers' setmaxnreg holds accumulator,
     partial and scales), the descriptor parameters in the launch facts; no scale load between a
@@ -733,7 +751,9 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
     places; ORDERED = 1 waits for its turn before a consumer's MMAs and passes it on after them;
     PIPE = 1 issues each consumer's MMAs in four places (a tile's odd first step, the step before the
     loop, two in the loop) and ptxas keeps them asynchronous: one wgmma wait a site, not one after
-    every MMA (what its serialization, C7514, looks like)."""
+    every MMA (what its serialization, C7514, looks like). SMEM_SCALES = 1 reads A's scales from shared
+    memory (LDS), staged 8 steps at a time from loads issued 8 steps ahead, after the MMAs' issue: more
+    shared-memory loads than the same tile without."""
     pytest.importorskip("triton")
     import os
     import subprocess
@@ -745,7 +765,8 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
 
     gpu = _targets()["gpu-node"]
     shape = parse_shape_list("4096x7168x7168:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
-    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=stages, OVERLAP=overlap, ORDERED=ordered, PIPE=pipe)
+    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=stages, OVERLAP=overlap, ORDERED=ordered, PIPE=pipe,
+               SMEM_SCALES=staged)
     comp = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path)
     res = comp.compile(cfg, shape, 300)
     assert res.status == "ok", res.message
@@ -769,6 +790,11 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
         issue = next((j for j in range(i, len(lines)) if "WARPGROUP.ARRIVE" in lines[j]), len(lines))
         end = min(first_ffma, issue) if overlap else issue
         assert not any("LDG" in line for line in lines[i:end]), "\n".join(lines[i:end])
+    if staged:  # the same tile without: fewer shared-memory loads
+        plain = comp.compile(dict(cfg, SMEM_SCALES=0), shape, 300)
+        plain_sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(plain.artifact)],
+                                    capture_output=True, text=True, check=True).stdout
+        assert sass.count("LDS") > plain_sass.count("LDS"), (sass.count("LDS"), plain_sass.count("LDS"))
     consumers, parts = block_m // 64, 1 + (block_n & (block_n - 1) != 0)
     sites = 4 if pipe else 1 + overlap  # a consumer's MMA sites
     assert sum("QGMMA" in line for line in lines) == consumers * parts * 4 * sites  # 4 MMAs of K 32
@@ -803,6 +829,9 @@ def test_ws_probe_variants_are_configs_the_tune_builds():
              for v in ("128x128x6x8", "128x128x6x8o", "128x128x6x8p", "128x128x6x8op")}
     assert flags == {"128x128x6x8": (0, 0), "128x128x6x8o": (1, 0), "128x128x6x8p": (0, 1), "128x128x6x8op": (1, 1)}
     assert probe.variant_config("128x128x5x8d")["PIPE"] == 1 and probe.variant_config("128x128x5x8")["PIPE"] == 0
+    assert probe.variant_config("128x128x5x8ds")["SMEM_SCALES"] == 1 and probe.variant_config("128x128x5x8d")[
+        "SMEM_SCALES"] == 0
+    assert probe.m_major("128x128x6x8t") and not probe.m_major("128x128x6x8")
     assert probe.main(["--variant", "128x128x5x8od"]) == 2
     assert probe.main(["--variant", "128x160"]) == 2
     assert probe.main(["--variant", "128x160x4x8x"]) == 2 and probe.main(["--variant", "128x160x4x8po"]) == 2

@@ -18,7 +18,9 @@ decode variants; the Triton kernel's row is for prefill shapes only (its tuned d
 
 A variant is BMxBNxSTAGESxGROUP_M, with a trailing ``o`` for OVERLAP = 1 (the epilogue under the
 next tile's first MMA), ``p`` for ORDERED = 1 (the consumers' MMAs in turn) or ``d`` for PIPE = 1
-(two partials a consumer); a variant that fails to build or run prints its error and the probe goes on.
+(two partials a consumer), ``s`` for SMEM_SCALES = 1 (A's scales staged in shared memory), and ``t``
+to give the kernel A's scales M-major (the copy the library row gets, made outside the timing); a
+variant that fails to build or run prints its error and the probe goes on.
 """
 import argparse
 import json
@@ -89,8 +91,11 @@ def triton_launch(torch, a, b, a_s, b_s, c):
         SPLIT_K=1, EVEN_K=K % cfg["BLOCK_K"] == 0, TMA=1, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0, ordered=0, pipe=0):
-    """The WS kernel through Gluon's JIT, with host tensor descriptors from the harness's plan."""
+def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0, ordered=0, pipe=0, m_major=0,
+              kernel=None, smem_scales=0):
+    """The WS kernel (or ``kernel``, a probe's copy of it) through Gluon's JIT, with host tensor
+    descriptors from the harness's plan; with m_major, A's scales are given M-major (the copy the
+    library row gets, made here, outside the timing) instead of the harness's row-major M x K / 128."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -107,12 +112,14 @@ def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0,
         block = list(d.block)
         descs[d.name] = TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, dt))
     sk = a_s.shape[1]
+    a_scales, stride_asm, stride_ask = (a_s.t().contiguous(), 1, M) if m_major else (a_s, sk, 1)
     grid = (min(sms, cdiv(M, bm) * cdiv(N, bn)),)
-    return lambda: fp8_blockscale_ws_kernel[grid](
-        a, b, c, a_s, b_s, M, N, K, K, 1, K, 1, N, 1, sk, 1, sk, 1,
+    kernel = kernel or fp8_blockscale_ws_kernel
+    return lambda: kernel[grid](
+        a, b, c, a_scales, b_s, M, N, K, K, 1, K, 1, N, 1, stride_asm, stride_ask, sk, 1,
         descs["a_desc"], descs["b_desc"], descs["b2_desc"], descs["c_desc"], descs["c2_desc"],
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, OVERLAP=overlap,
-        ORDERED=ordered, PIPE=pipe, num_warps=4)
+        ORDERED=ordered, PIPE=pipe, SMEM_SCALES=smem_scales, num_warps=4)
 
 
 def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
@@ -135,18 +142,25 @@ def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
 
 
 def variant_config(variant: str) -> dict:
-    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p][d] (what `harness tune` would build):
-    o for OVERLAP = 1, p for ORDERED = 1, d for PIPE = 1 (two partials a consumer)."""
-    flags = variant[len(variant.rstrip("opd")):]
-    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("opd").split("x"))
+    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p][d][s][t] (what `harness tune` would
+    build): o for OVERLAP = 1, p for ORDERED = 1, d for PIPE = 1 (two partials a consumer), s for
+    SMEM_SCALES = 1 (A scales staged in shared memory); t is not in the config (m_major)."""
+    flags = variant[len(variant.rstrip("opdts")):]
+    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("opdts").split("x"))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
-                TMA=1, WS=1, OVERLAP=int("o" in flags), ORDERED=int("p" in flags), PIPE=int("d" in flags))
+                TMA=1, WS=1, OVERLAP=int("o" in flags), ORDERED=int("p" in flags), PIPE=int("d" in flags),
+                SMEM_SCALES=int("s" in flags))
+
+
+def m_major(variant: str) -> bool:
+    """The variant's trailing t: the kernel gets A's scales M-major (an operand layout, not a config)."""
+    return "t" in variant[len(variant.rstrip("opdts")):]
 
 
 def valid_variant(v: str) -> bool:
-    flags = v[len(v.rstrip("opd")):]
-    parts = v.rstrip("opd").split("x")
-    return flags in ("", "o", "p", "op", "d") and len(parts) == 4 and all(x.isdigit() for x in parts)
+    flags = v[len(v.rstrip("opdts")):]
+    parts = v.rstrip("opdts").split("x")
+    return flags.replace("t", "").replace("s", "") in ("", "o", "p", "op", "d") and len(parts) == 4 and all(x.isdigit() for x in parts)
 
 
 def run(args):
@@ -179,9 +193,10 @@ def run(args):
         for v in args.variant or (DECODE_VARIANTS if decode else DEFAULT_VARIANTS):
             cfg = variant_config(v)
             bm, bn, st, gm = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_stages"], cfg["GROUP_M"]
-            ov, od, pp = cfg["OVERLAP"], cfg["ORDERED"], cfg["PIPE"]
-            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm, ov=ov, od=od, pp=pp: ws_launch(
-                torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count, ov, od, pp)))
+            ov, od, pp, mt, ss = cfg["OVERLAP"], cfg["ORDERED"], cfg["PIPE"], m_major(v), cfg["SMEM_SCALES"]
+            candidates.append(("ws %s" % v, lambda bm=bm, bn=bn, st=st, gm=gm, ov=ov, od=od, pp=pp, mt=mt, ss=ss:
+                               ws_launch(torch, a, b, a_s, b_s, c, bm, bn, st, gm, props.multi_processor_count, ov, od,
+                                         pp, mt, smem_scales=ss)))
         for name, make in candidates:
             try:
                 results.append(measure(torch, name, make(), c, ref, flop, base, decode))
@@ -203,15 +218,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable); default: %s" % DEFAULT_SHAPES)
     ap.add_argument("--variant", action="append", default=[],
-                    help="BMxBNxSTAGESxGROUP_M[o][p][d] of the WS kernel (repeatable; o: OVERLAP = 1, p: ORDERED = 1, "
-                    "d: PIPE = 1); "
+                    help="BMxBNxSTAGESxGROUP_M[o][p][d][s][t] of the WS kernel (repeatable; o: OVERLAP = 1, "
+                    "p: ORDERED = 1, d: PIPE = 1, s: SMEM_SCALES = 1, t: A's scales M-major); "
                     "default: %s, "
                     "decode shapes %s" % (DEFAULT_VARIANTS, DECODE_VARIANTS))
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args(argv)
     for v in args.variant:
         if not valid_variant(v):
-            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p][d], e.g. 128x160x4x8 or "
+            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p][d][s][t], e.g. 128x160x4x8 or "
                   "128x128x6x8d" % v,
                   file=sys.stderr)
             return 2

@@ -39,8 +39,10 @@ GPU_SPACE = {
 # columns in 128 tiles, one wave of 132 multiprocessors, for decode)
 # OVERLAP: the WS kernel's epilogue under the next tile's first MMA (gluon_kernel._consumer_overlap);
 # ORDERED: its consumers issue each K step's MMAs in turn (gluon_kernel._take_turn); PIPE: each
-# consumer's promotion under its next step's MMA (two partials, gluon_kernel._consumer_pipelined)
+# consumer's promotion under its next step's MMA (two partials, gluon_kernel._consumer_pipelined);
+# SMEM_SCALES: A's scales staged in shared memory 8 K steps at a time (gluon_kernel._chunk_scale)
 GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1], "OVERLAP": [0, 1], "ORDERED": [0, 1], "PIPE": [0, 1],
+                  "SMEM_SCALES": [0, 1],
                   "BLOCK_M": GPU_SPACE["BLOCK_M"] + [192], "BLOCK_N": sorted(GPU_SPACE["BLOCK_N"] + [80])}
 WS_SOURCE = "harness.kernels.fp8_blockscale.gluon_kernel:fp8_blockscale_ws_kernel"
 GPU_SPACE_HIP = {

@@ -16,7 +16,11 @@ the CUDA cores promote. This kernel does what DeepGEMM does instead:
   warpgroup promotes, the other's MMA keeps the tensor cores busy: the promotion overlaps the
   MMAs across warpgroups (two or three of them). A step's scales are loaded right after its MMAs
   are issued, so that they arrive while the MMAs run, neither before the MMAs' issue nor between
-  their wait and the promotion;
+  their wait and the promotion. With SMEM_SCALES, A's scales come from shared memory instead: each
+  consumer loads its 64 rows' scales of the next 8 K steps while the present 8 run, and stages
+  them K-major at a chunk's first step, so a step reads its 64 scales with one shared-memory load:
+  on an H100, 52 % of the plain kernel's warp stalls waited on its per-row global scale loads
+  (Nsight Compute), an eighth of whose sectors missed L1;
 * B's scale is one scalar a step where the tile lies inside one 128-wide scale block (BLOCK_N a
   power of two up to 128), else two scalars a part and a select by column: a part that
   straddles two scale blocks (96, 160, 192 and 256 wide tiles) is promoted right;
@@ -37,6 +41,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ..matmul.gluon_kernel import tile_of, tma_load, tma_store
 from .fp8 import SCALE_BLOCK
 
+# a barrier among the partition's threads (3.9's name, else 3.6's)
+thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
 LANGUAGE = "gluon"  # built through GluonASTSource, each descriptor's shared layout in its signature
 # The tensor descriptor arguments, made on the host (descriptors.py in this folder); b2_desc and
 # c2_desc only where BLOCK_N is in two parts (otherwise None)
@@ -50,8 +57,8 @@ CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 OPTION_CONSTEXPRS = {"STAGES": "num_stages"}
 # OVERLAP 1: the epilogue under the next tile's first MMA (_consumer_overlap); ORDERED 1: the
 # consumers issue each K step's MMAs in turn (_take_turn); PIPE 1: each promotion under the next
-# step's MMA (_consumer_pipelined)
-OPTIONAL_CONSTEXPRS = {"OVERLAP": 0, "ORDERED": 0, "PIPE": 0}
+# step's MMA (_consumer_pipelined); SMEM_SCALES 1: A's scales staged in shared memory (_chunk_scale)
+OPTIONAL_CONSTEXPRS = {"OVERLAP": 0, "ORDERED": 0, "PIPE": 0, "SMEM_SCALES": 0}
 # constexprs the config gives as compile options
 # what every config of this kernel has (rules.ws_config); the compiler checks them
 FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128}
@@ -59,6 +66,10 @@ FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128}
 WS_ROWS = 64  # the rows of a tile each consumer warpgroup computes
 ROWS = gl.constexpr(WS_ROWS)
 SCALE = gl.constexpr(SCALE_BLOCK)
+SCALE_CHUNK = 8  # SMEM_SCALES: the K steps of A scales a consumer stages in shared memory at a time
+CHUNK = gl.constexpr(SCALE_CHUNK)
+# a chunk in registers: four consecutive steps of a row a thread (16 rows x 2 a warp)
+CHUNK_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [16, 2], [4, 1], [1, 0]))
 # setmaxnreg of the consumer warpgroups, by their count: consumers x 128 threads x regs and the
 # loader's warpgroup fit the 64 K registers of a multiprocessor
 # (the loader's warpgroup keeps the rest: 65536 - consumers x 128 x regs, over 128 threads)
@@ -112,6 +123,56 @@ def _b_scales(b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk):
 
 
 @gluon.jit
+def _scale_chunk(a_scale_ptr, off_m, kk, M, steps, stride_asm, stride_ask):
+    """SMEM_SCALES: the A scales of the warpgroup's 64 rows from off_m (rows past M: the last row's)
+    at K steps kk to kk + CHUNK - 1 (0 past the last step), as ROWS x CHUNK in registers. The
+    offsets are 32-bit (64-bit addresses a value spilled PIPE's registers)."""
+    rows = gl.minimum(off_m + gl.arange(0, ROWS, gl.SliceLayout(1, CHUNK_LAYOUT)), M - 1)
+    cols = kk + gl.arange(0, CHUNK, gl.SliceLayout(0, CHUNK_LAYOUT))
+    return gl.load(a_scale_ptr + (rows[:, None] * stride_asm + cols[None, :] * stride_ask), mask=cols[None, :] < steps,
+                   other=0.0)
+
+
+ROW_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
+if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name
+    @gluon.jit
+    def _step_rows(sc_smem):
+        """The chunk buffer as CHUNK rows of one step's 64 scales (a layout that one index takes)."""
+        return sc_smem.reinterpret(gl.float32, [CHUNK, ROWS], ROW_LAYOUT)
+else:  # Triton 3.6's
+    @gluon.jit
+    def _step_rows(sc_smem):
+        """The chunk buffer as CHUNK rows of one step's 64 scales (a layout that one index takes)."""
+        return sc_smem._reinterpret(gl.float32, [CHUNK, ROWS], ROW_LAYOUT)
+
+
+@gluon.jit
+def _stage_chunk(sc_smem, chunk):
+    """Write a chunk of A scales into the warpgroup's K-major buffer (CHUNK x ROWS: a step's 64
+    scales are one row, read with one dynamic index), between barriers: every thread has read the
+    last chunk before, and sees this one after."""
+    thread_barrier()
+    sc_smem.store(gl.permute(chunk, (1, 0)))
+    thread_barrier()
+
+
+@gluon.jit
+def _chunk_scale(sc_smem, chunk, j, fresh, a_scale_ptr, off_m, M, steps, stride_asm, stride_ask,
+                 layout: gl.constexpr):
+    """SMEM_SCALES: (A scales of K step j from the staged chunk, the chunk in flight). Where j
+    starts a chunk and is ``fresh`` (not a repeated read of the tile's last step), the chunk in
+    registers is staged first and the next one's loads issued: they have CHUNK steps to land. A
+    tile's first chunk is loaded at its first step, after that step's MMAs are issued."""
+    if fresh:
+        if j % CHUNK == 0:
+            if j == 0:
+                chunk = _scale_chunk(a_scale_ptr, off_m, 0, M, steps, stride_asm, stride_ask)
+            _stage_chunk(sc_smem, chunk)
+            chunk = _scale_chunk(a_scale_ptr, off_m, j + CHUNK, M, steps, stride_asm, stride_ask)
+    return _step_rows(sc_smem).index(j % CHUNK).load(gl.SliceLayout(1, layout)), chunk
+
+
+@gluon.jit
 def _promote(acc, part, a_s, s0, s1, off_n, WIDTH: gl.constexpr, ONE_BLOCK: gl.constexpr, layout: gl.constexpr):
     """acc + part x (A scale of the row) x (B scale of the column), for a WIDTH-wide part of the
     tile at column off_n whose B scales are s0 (its first scale block) and s1 (the next). The part
@@ -147,10 +208,11 @@ def _pass_turn(turn, WHO: gl.constexpr, W: gl.constexpr, ORDER: gl.constexpr):
 
 
 @gluon.jit
-def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
-                    b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_smem, c_smem, c2_smem,
+                    a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                    STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr):
+                    STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr,
+                    SMEM_SCALES: gl.constexpr):
     """One warpgroup: rows WHO * 64 to WHO * 64 + 63 of each tile; per K step an fp8 wgmma into a
     fresh partial (two, one a part, where BLOCK_N is in two parts), then the promotion."""
     W: gl.constexpr = BLOCK_M // ROWS
@@ -176,6 +238,8 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn
                                                               instr_shape=[16, NARROW, 32])
             acc2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
             part2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+        if SMEM_SCALES:
+            chunk = gl.zeros((ROWS, CHUNK), gl.float32, CHUNK_LAYOUT)  # loaded at the tile's first step
         for kk in range(steps):
             s = step % STAGES
             mbarrier.wait(ready.index(s), (step // STAGES) & 1)
@@ -187,7 +251,11 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn
             _pass_turn(turn, WHO, W, ORDER)
             # this step's scales load while its MMAs run (loaded a step ahead, before the MMAs'
             # issue, the one-part tiles were 0 to 8 % slower on an H200)
-            a_s = gl.load(a_scale_rows + kk * stride_ask)
+            if SMEM_SCALES:
+                a_s, chunk = _chunk_scale(sc_smem, chunk, kk, True, a_scale_ptr, off_m, M, steps, stride_asm,
+                                          stride_ask, layout)
+            else:
+                a_s = gl.load(a_scale_rows + kk * stride_ask)
             s0, s1 = _b_scales(b_scale_ptr, N, off_n, kk, stride_bsn, stride_bsk)
             if TWO_PARTS:
                 t0, t1 = _b_scales(b_scale_ptr, N, off_n + WIDE, kk, stride_bsn, stride_bsk)
@@ -348,10 +416,10 @@ def _step_mma(a_bufs, b_bufs, ready, part, step, real, STAGES: gl.constexpr, W: 
 
 
 @gluon.jit
-def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
+def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
                         stride_asm, stride_ask, stride_bsn, stride_bsk,
                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                        STAGES: gl.constexpr, WHO: gl.constexpr):
+                        STAGES: gl.constexpr, WHO: gl.constexpr, SMEM_SCALES: gl.constexpr):
     """PIPE = 1: two partials a warpgroup, so that each K step's promotion runs under the next
     step's MMA instead of between them: wait for step k's MMA, issue step k + 1's into the other
     partial, promote k while it runs, and so on. The tensor cores then hold this warpgroup's next
@@ -378,9 +446,15 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, c_smem, a_scale_pt
         b_scale_col = b_scale_ptr + (off_n // SCALE) * stride_bsn
         acc = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
         p0 = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
+        if SMEM_SCALES:
+            chunk = gl.zeros((ROWS, CHUNK), gl.float32, CHUNK_LAYOUT)  # loaded at the tile's first step
         if alone:
             p0 = _step_mma(a_bufs, b_bufs, ready, p0, step, True, STAGES, W, WHO)
-            a0 = gl.load(a_scale_rows)
+            if SMEM_SCALES:
+                a0, chunk = _chunk_scale(sc_smem, chunk, 0, True, a_scale_ptr, off_m, M, steps, stride_asm,
+                                         stride_ask, layout)
+            else:
+                a0 = gl.load(a_scale_rows)
             b0 = gl.load(b_scale_col)
             p0 = warpgroup_mma_wait(0, deps=[p0])
             mbarrier.arrive(empty.index(step % STAGES))  # the slot is read: the loader may refill it
@@ -390,18 +464,30 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, c_smem, a_scale_pt
         last = steps - 1
         p1 = _step_mma(a_bufs, b_bufs, ready, gl.zeros((ROWS, BLOCK_N), gl.float32, layout), step, alone < steps,
                        STAGES, W, WHO)
-        a1 = gl.load(a_scale_rows + gl.minimum(alone, last) * stride_ask)
+        if SMEM_SCALES:
+            a1, chunk = _chunk_scale(sc_smem, chunk, gl.minimum(alone, last), alone < steps, a_scale_ptr, off_m, M,
+                                     steps, stride_asm, stride_ask, layout)
+        else:
+            a1 = gl.load(a_scale_rows + gl.minimum(alone, last) * stride_ask)
         b1 = gl.load(b_scale_col + gl.minimum(alone, last) * stride_bsk)
         for k in range(alone, steps, 2):  # p1 holds step k; k + 1 into p0, k + 2 into p1
             done = warpgroup_mma_wait(0, deps=[p1])  # step k
             p0 = _step_mma(a_bufs, b_bufs, ready, p0, step + 1, True, STAGES, W, WHO)
-            a0 = gl.load(a_scale_rows + (k + 1) * stride_ask)  # the scales load while the MMAs run
+            if SMEM_SCALES:  # the scales load while the MMAs run
+                a0, chunk = _chunk_scale(sc_smem, chunk, k + 1, True, a_scale_ptr, off_m, M, steps, stride_asm,
+                                         stride_ask, layout)
+            else:
+                a0 = gl.load(a_scale_rows + (k + 1) * stride_ask)
             b0 = gl.load(b_scale_col + (k + 1) * stride_bsk)
             mbarrier.arrive(empty.index(step % STAGES))
             acc = acc + done * (a1 * b1)[:, None]
             p0 = warpgroup_mma_wait(0, deps=[p0])  # step k + 1
             p1 = _step_mma(a_bufs, b_bufs, ready, done, step + 2, k + 2 < steps, STAGES, W, WHO)
-            a1 = gl.load(a_scale_rows + gl.minimum(k + 2, last) * stride_ask)
+            if SMEM_SCALES:
+                a1, chunk = _chunk_scale(sc_smem, chunk, gl.minimum(k + 2, last), k + 2 < steps, a_scale_ptr, off_m,
+                                         M, steps, stride_asm, stride_ask, layout)
+            else:
+                a1 = gl.load(a_scale_rows + gl.minimum(k + 2, last) * stride_ask)
             b1 = gl.load(b_scale_col + gl.minimum(k + 2, last) * stride_bsk)
             mbarrier.arrive(empty.index((step + 1) % STAGES))
             acc = acc + p0 * (a0 * b0)[:, None]
@@ -415,28 +501,30 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, c_smem, a_scale_pt
 
 
 @gluon.jit
-def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
-              M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_smem, c_smem, c2_smem, a_scale_ptr,
+              b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
               STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, OVERLAP: gl.constexpr,
-              ORDERED: gl.constexpr, PIPE: gl.constexpr):
+              ORDERED: gl.constexpr, PIPE: gl.constexpr, SMEM_SCALES: gl.constexpr):
     """Consumer warpgroup WHO: each promotion under the next step's MMA (PIPE); the epilogue under
     the next tile's first MMA (OVERLAP) or after it; the consumers' MMAs in turn (ORDERED, two or
-    three consumers) or as they come."""
+    three consumers) or as they come; A's scales from shared memory (SMEM_SCALES, sc_smem: this
+    consumer's chunk buffer) or global memory."""
     ORDER: gl.constexpr = ORDERED and BLOCK_M > ROWS
     if PIPE:
         gl.static_assert(not TWO_PARTS and not OVERLAP and not ORDERED, "PIPE: one tile part, no OVERLAP or ORDERED")
-        _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
+        _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
                             stride_asm, stride_ask, stride_bsn, stride_bsk,
-                            BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WHO)
+                            BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WHO, SMEM_SCALES)
     elif OVERLAP:
+        gl.static_assert(not SMEM_SCALES, "SMEM_SCALES: the plain and PIPE consumers")
         _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
                           b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER)
     else:
-        _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
-                        b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER)
+        _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_smem, c_smem, c2_smem,
+                        a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER, SMEM_SCALES)
 
 
 @gluon.jit
@@ -446,7 +534,7 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
                              a_desc, b_desc, b2_desc, c_desc, c2_desc,
                              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                              GROUP_M: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr = 0,
-                             ORDERED: gl.constexpr = 0, PIPE: gl.constexpr = 0):
+                             ORDERED: gl.constexpr = 0, PIPE: gl.constexpr = 0, SMEM_SCALES: gl.constexpr = 0):
     gl.static_assert(BLOCK_K == SCALE, "one scale per K step: BLOCK_K is the 128-wide scale block")
     gl.static_assert(BLOCK_M % ROWS == 0, "BLOCK_M is 64 rows a consumer warpgroup")
     TWO_PARTS: gl.constexpr = (BLOCK_N & (BLOCK_N - 1)) != 0
@@ -461,6 +549,9 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     else:  # unused stand-ins: the partitions take the same arguments either way
         b2_bufs = b_bufs
         c2_bufs = c_bufs
+    # SMEM_SCALES: each consumer's chunk of A scales, K-major (a one-row stand-in otherwise)
+    SC_ROWS: gl.constexpr = CHUNK if SMEM_SCALES else 1
+    sc_bufs = gl.allocate_shared_memory(gl.float32, [W, SC_ROWS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -479,39 +570,39 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(0), c_bufs.index(0),
                          c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4], [REGS_1])
     elif W == 2:
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(0), c_bufs.index(0),
                          c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(1), c_bufs.index(1),
                          c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4, 4], [REGS_2, REGS_2])
     else:
         gl.static_assert(W == 3, "one, two or three consumer warpgroups (BLOCK_M 64, 128, 192)")
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(0), c_bufs.index(0),
                          c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(1),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(1), c_bufs.index(1),
                          c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_bufs.index(2),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(2), c_bufs.index(2),
                          c2_bufs.index(2), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED, PIPE)),
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4, 4, 4], [REGS_3, REGS_3, REGS_3])

@@ -90,11 +90,23 @@ def _pipe_config(c, s, t):
             or bool(c.get("OVERLAP")) or bool(c.get("ORDERED")))
 
 
+def _smem_scales_config(c, s, t):
+    # SMEM_SCALES (A's scales staged in shared memory) is the WS kernel's, in its plain and PIPE
+    # consumers (not OVERLAP's)
+    return bool(c.get("SMEM_SCALES")) and (not warp_specialized(c) or bool(c.get("OVERLAP")))
+
+
+SCALE_CHUNK = 8  # gluon_kernel.SCALE_CHUNK: K steps of A scales a consumer stages at a time
+
+
 def ws_shared_bytes(c) -> int:
     """Shared memory of the WS kernel: num_stages ring slots of A (BLOCK_M x 128 fp8) and B (BLOCK_N x
-    128 fp8), the bf16 C tile, and 1 KiB for the barriers and the compiler's own (the sm90 builds:
-    128 x 128 x 6 takes 229640 bytes, 192 x 128 x 4 213244)."""
-    return c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * SCALE_BLOCK + 2 * c["BLOCK_M"] * c["BLOCK_N"] + 1024
+    128 fp8), the bf16 C tile, SMEM_SCALES' SCALE_CHUNK steps of fp32 A scales, and 1 KiB for the
+    barriers and the compiler's own (the sm90 builds: 128 x 128 x 6 takes 229640 bytes, 192 x 128 x 4
+    213244, 192 x 128 x 4 with SMEM_SCALES 219436)."""
+    scales = 4 * SCALE_CHUNK * c["BLOCK_M"] if c.get("SMEM_SCALES") else 0
+    return (c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * SCALE_BLOCK + 2 * c["BLOCK_M"] * c["BLOCK_N"] + scales
+            + 1024)
 
 
 def _ws_shared_memory(c, s, t):
@@ -157,6 +169,8 @@ GPU_RULES = [
          "(BLOCK_M 64)", _ordered_needs_consumers),
     Rule("pipe_config", "PIPE = 1 (two partials a consumer) without WS = 1, with BLOCK_N over 128 or not a power "
          "of two, BLOCK_M 192, OVERLAP or ORDERED", _pipe_config),
+    Rule("smem_scales_config", "SMEM_SCALES = 1 (A scales staged in shared memory) without WS = 1 or with "
+         "OVERLAP = 1", _smem_scales_config),
     Rule("ws_shared_memory", "WS = 1 whose ring of num_stages A and B slots and C tile exceed the shared memory",
          _ws_shared_memory),
     Rule("tile_in_parts_needs_ws", "BLOCK_N (80, 96, 160, 192) or BLOCK_M (192) not a power of two without WS = 1",

@@ -21,7 +21,10 @@ and always 128 x 128; the stages are the most that fit 227 KiB of shared memory 
 Large shapes also get the 192 x 128 WS tile (three consumers) and, where K has 32 steps of 128 or
 more, 128 x 128 with PIPE = 1 (each promotion under the next step's MMA; a PIPE tile runs one MMA
 step more than its K has, a cost of 1 / steps: on an H200 PIPE was 2 to 7 % faster at 56 to 128
-steps and 4 % slower at 16). OVERLAP = 1 and ORDERED = 1 stay in
+steps and 4 % slower at 16) and 192 x 128 and 128 x 128 with SMEM_SCALES = 1 (A's scales staged
+in shared memory: on an H200 6 to 15 % faster than the same tiles without at 57 and 128 steps,
+within 1.5 % at 56 and 3 to 5 % slower at 12 and 16, where a tile's first chunk of scales is
+waited for). OVERLAP = 1 and ORDERED = 1 stay in
 the space but seed nothing: on an H200 OVERLAP ran 4 to 15 % slower than the same tiles without it
 on six prefill shapes, ORDERED 2 to 8 % slower on eleven of twelve tile-and-shape pairs
 (docs/notes/2026-11-27-fp8-promotion.md). Decode shapes get one 64-row WS
@@ -78,6 +81,11 @@ WS_TALL = dict(BLOCK_M=192, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, nu
 # 128 x 128 with PIPE = 1: two partials a consumer, five ring slots (six and the C tile exceed 227 KiB)
 WS_PIPE = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, WS=1, PIPE=1)
 PIPE_MIN_STEPS = 32  # K steps from which PIPE's one extra MMA step a tile (1 / steps) is worth it
+# A's scales staged in shared memory (a tile's first steps wait for theirs): the tall tile and
+# 128 x 128 (five slots: six, the C tile and the scales exceed 227 KiB), seeded from the same 32 steps
+WS_SMEM_SCALES = [dict(WS_TALL, SMEM_SCALES=1),
+                  dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, WS=1,
+                       SMEM_SCALES=1)]
 WS_DECODE_WIDTHS = (64, 80, 96, 128)  # 64-row WS tiles for M <= 64: the narrowest in one wave
 
 
@@ -95,7 +103,8 @@ def ws_decode_seed(shape, multiprocessors: int) -> List[dict]:
 def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
-        pipe = [dict(WS_PIPE)] if cdiv(shape.K, 128) >= PIPE_MIN_STEPS else []
+        long_k = cdiv(shape.K, 128) >= PIPE_MIN_STEPS
+        pipe = [dict(WS_PIPE)] + [dict(c) for c in WS_SMEM_SCALES] if long_k else []
         return ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + pipe + LARGE
     if kind == "medium":
         out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
