@@ -1,8 +1,8 @@
 """Probe: one launch each of fp8 WS kernel variants, for Nsight Compute on a GPU node
 (ncu reads hardware counters on the Firecracker nodes, not on gVisor ones):
 
-    ncu --clock-control none -k regex:fp8_blockscale_ws_kernel --launch-skip-before-match 0 \\
-        --section WarpStateStats --section MemoryWorkloadAnalysis_Tables ... \\
+    ncu --clock-control none -k regex:fp8_blockscale_ws_kernel -c 6 --section SpeedOfLight \\
+        --section WarpStateStats --section ComputeWorkloadAnalysis --page details \\
         python3 -m bench.probes.fp8_ws_ncu [--shape 4096x7168x16384]
 
 Variants, in launch order: the kernel 128 x 128 x 6 (plain), 128 x 128 x 5 PIPE, and the ceiling
