@@ -7,8 +7,8 @@
 
 Variants, in launch order: the kernel 128 x 128 x 6 (plain), 128 x 128 x 5 PIPE, and the ceiling
 probe's ``const`` copy (bench/probes/fp8_ws_ceiling.py: the same FFMAs, no scale loads) of the
-plain one; each launched twice (the first compiles), so ncu's 2nd, 4th and 6th matching
-launches are the ones to read.
+plain one; each launched twice (ncu's six matching launches, two a variant: on an H100 the two
+of a variant read within 2 % of each other).
 """
 import argparse
 import sys
