@@ -873,3 +873,20 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
     for r in rows:
         assert r["status"] == "ok", r
         assert 1e-4 < float(r["rel_err"]) < 1e-2
+
+
+def test_ceiling_probe_patches_still_apply_to_the_kernel():
+    """bench/probes/fp8_ws_ceiling.py patches the WS kernel's source at run time: each of its copies
+    still finds what it replaces (it exits with a message when the kernel has changed) and is
+    valid Python that differs from the kernel in the way its mode says."""
+    from bench.probes import fp8_ws_ceiling as ceiling
+
+    kernel = open(ceiling.KERNEL_FILE).read()
+    for noload in (False, True):
+        for promo in ("real", "col0", "bcast", "const", "chain"):
+            src = ceiling.patched_source(noload, promo)
+            compile(src, "fp8_ws_ceiling_copy", "exec")
+            assert ("mbarrier.arrive(bar)" in src) == noload and "mbarrier.arrive(bar)" not in kernel
+            assert ("return acc + part * 0.5" in src) == (promo == "const")
+            assert ("use_acc=kk > 0" in src) == (promo == "chain")
+            assert ("gl.load(a_scale_rows + kk * stride_ask)" in src) == (promo in ("real", "const", "chain"))
