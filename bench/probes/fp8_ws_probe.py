@@ -141,12 +141,19 @@ def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
                 speedup=(base_ms / ms) if base_ms else 1.0)
 
 
+FLAGS = "opdts"  # a variant's trailing letters
+
+
+def _flags(variant: str) -> str:
+    return variant[len(variant.rstrip(FLAGS)):]
+
+
 def variant_config(variant: str) -> dict:
     """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p][d][s][t] (what `harness tune` would
     build): o for OVERLAP = 1, p for ORDERED = 1, d for PIPE = 1 (two partials a consumer), s for
     SMEM_SCALES = 1 (A scales staged in shared memory); t is not in the config (m_major)."""
-    flags = variant[len(variant.rstrip("opdts")):]
-    bm, bn, stages, group_m = (int(x) for x in variant.rstrip("opdts").split("x"))
+    flags = _flags(variant)
+    bm, bn, stages, group_m = (int(x) for x in variant.rstrip(FLAGS).split("x"))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
                 TMA=1, WS=1, OVERLAP=int("o" in flags), ORDERED=int("p" in flags), PIPE=int("d" in flags),
                 SMEM_SCALES=int("s" in flags))
@@ -154,12 +161,12 @@ def variant_config(variant: str) -> dict:
 
 def m_major(variant: str) -> bool:
     """The variant's trailing t: the kernel gets A's scales M-major (an operand layout, not a config)."""
-    return "t" in variant[len(variant.rstrip("opdts")):]
+    return "t" in _flags(variant)
 
 
 def valid_variant(v: str) -> bool:
-    flags = v[len(v.rstrip("opdts")):]
-    parts = v.rstrip("opdts").split("x")
+    flags = _flags(v)
+    parts = v.rstrip(FLAGS).split("x")
     return flags.replace("t", "").replace("s", "") in ("", "o", "p", "op", "d") and len(parts) == 4 and all(x.isdigit() for x in parts)
 
 

@@ -13,7 +13,8 @@ from typing import List, Tuple
 
 from ..matmul.descriptors import Descriptor
 
-WS_ROWS = 64  # rows of a tile per consumer warpgroup (gluon_kernel.WS_ROWS)
+WS_ROWS = 64  # rows of a tile per consumer warpgroup
+SCALE_CHUNK = 8  # SMEM_SCALES: the K steps of A scales a consumer stages in shared memory at a time
 
 
 def warp_specialized(config: dict) -> bool:

@@ -39,6 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 # the matmul's Gluon GROUP_M tile order and TMA copies (named by the Triton version: 3.9's or 3.6's)
 from ..matmul.gluon_kernel import tile_of, tma_load, tma_store
+from .descriptors import SCALE_CHUNK, WS_ROWS
 from .fp8 import SCALE_BLOCK
 
 # a barrier among the partition's threads (3.9's name, else 3.6's)
@@ -63,11 +64,9 @@ OPTIONAL_CONSTEXPRS = {"OVERLAP": 0, "ORDERED": 0, "PIPE": 0, "SMEM_SCALES": 0}
 # what every config of this kernel has (rules.ws_config); the compiler checks them
 FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128}
 
-WS_ROWS = 64  # the rows of a tile each consumer warpgroup computes
-ROWS = gl.constexpr(WS_ROWS)
+ROWS = gl.constexpr(WS_ROWS)  # the rows of a tile each consumer warpgroup computes
 SCALE = gl.constexpr(SCALE_BLOCK)
-SCALE_CHUNK = 8  # SMEM_SCALES: the K steps of A scales a consumer stages in shared memory at a time
-CHUNK = gl.constexpr(SCALE_CHUNK)
+CHUNK = gl.constexpr(SCALE_CHUNK)  # SMEM_SCALES: the K steps of A scales a consumer stages at a time
 # a chunk in registers: four consecutive steps of a row a thread (16 rows x 2 a warp)
 CHUNK_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [16, 2], [4, 1], [1, 0]))
 # setmaxnreg of the consumer warpgroups, by their count: consumers x 128 threads x regs and the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, shared_memory,
                           split_k_rules, tile_rules)
-from .descriptors import tile_parts, warp_specialized
+from .descriptors import SCALE_CHUNK, tile_parts, warp_specialized
 from .fp8 import SCALE_BLOCK
 
 # AMD arches with fp8 matrix instructions, and the e4m3 format each takes (NVIDIA sm89+: e4m3fn)
@@ -94,9 +94,6 @@ def _smem_scales_config(c, s, t):
     # SMEM_SCALES (A's scales staged in shared memory) is the WS kernel's, in its plain and PIPE
     # consumers (not OVERLAP's)
     return bool(c.get("SMEM_SCALES")) and (not warp_specialized(c) or bool(c.get("OVERLAP")))
-
-
-SCALE_CHUNK = 8  # gluon_kernel.SCALE_CHUNK: K steps of A scales a consumer stages at a time
 
 
 def ws_shared_bytes(c) -> int:
