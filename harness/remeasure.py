@@ -209,7 +209,8 @@ class _ShapeState:
 class ShapeRemeasures:
     """The winners' re-measure of a tune whose shapes are streams: ``start(shape id, history,
     seeds)`` as each shape's search is spent (its rounds go to the agents at once, pinned to the
-    device slot with the least re-measure jobs so far); ``finish()`` waits for every shape, picks
+    device slot with the fewest re-measure jobs still to run: a device runs its pinned jobs
+    first, so that is the one that ends them first); ``finish()`` waits for every shape, picks
     the winners and saves them. Each shape runs in a thread of its own: its first ``repeats``
     rounds, then, where its winner is unsure, ``repeats`` more on the same device."""
 
@@ -219,7 +220,7 @@ class ShapeRemeasures:
         self.top = top
         self.repeats = repeats
         self.shapes: Dict[str, _ShapeState] = {}
-        self.load: List[int] = []
+        self.load: List[int] = []  # per device slot: re-measure jobs submitted and not yet back
         self.noisy: List[str] = []
         self.lock = threading.Lock()
         self.timing = remeasure_timing(session)
@@ -229,11 +230,10 @@ class ShapeRemeasures:
         cands = finalists(history, self.top, seeds)
         if not cands or sid in self.shapes:
             return False
-        with self.lock:  # (the shapes' threads add their extra rounds to the load)
+        with self.lock:  # (the shapes' threads change the load as their rounds come back)
             if not self.load:
                 self.load = [0] * max(1, self.session.pinned_devices())
             slot = self.load.index(min(self.load))
-            self.load[slot] += len(cands) * self.repeats
         state = _ShapeState(sid, cands, plan_rounds(cands, self.repeats), slot, empty_samples(cands),
                             first_row=len(self.session.rows()))
         self.shapes[sid] = state
@@ -247,7 +247,6 @@ class ShapeRemeasures:
             if unsure_winner(state.samples):
                 with self.lock:
                     self.noisy.append(state.sid)
-                    self.load[state.slot] += len(state.cands) * self.repeats
                 self._rounds(state, self.repeats)
         except BaseException as exc:  # raised by finish(), on the tune's thread
             state.error = exc
@@ -255,11 +254,17 @@ class ShapeRemeasures:
     def _rounds(self, state: _ShapeState, first: int) -> None:
         shape = next(s for s in self.session.shapes if s.id == state.sid)
         plans = {state.sid: state.plan[first:first + self.repeats]}
+        jobs = [len(remeasure_pairs(plans, {state.sid: shape}, r, self.session.library))
+                for r in range(len(plans[state.sid]))]
+        with self.lock:
+            self.load[state.slot] += sum(jobs)
         handles = [self.session.submit(remeasure_pairs(plans, {state.sid: shape}, r, self.session.library), 1, (),
                                        pin={state.sid: state.slot}, timing=self.timing)
                    for r in range(len(plans[state.sid]))]
-        for handle in handles:
+        for handle, count in zip(handles, jobs):
             rows = self.session.collect(handle)
+            with self.lock:
+                self.load[state.slot] -= count
             add_samples(rows, self.space, {state.sid: state.samples}, state.variant_of)
         state.repeats += len(plans[state.sid])
 

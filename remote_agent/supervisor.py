@@ -185,8 +185,8 @@ class Supervisor(object):
         """jobs: [(key, request dict)]. Yields (key, device, result dict) as they finish.
         ``keep``: the workers stay up after the last job (with their contexts, modules and
         data) for the next call, until ``close()``. ``device_of(request)``: the device a job must
-        run on (None: any); a free worker takes the first pending job any device may run, else
-        the first one meant for it, so a device's own jobs keep their order (a job meant for a
+        run on (None: any); a free worker takes the first pending job meant for it, else the
+        first one any device may run, so a device's own jobs keep their order (a job meant for a
         device that was dropped goes to any). ``more()``: jobs to add, asked whenever fewer jobs
         any device may run are pending than there are workers (rounds queued meanwhile
         join while the devices still measure: no device waits for the slowest job of a round, nor
@@ -345,23 +345,25 @@ def _free(pending, device_of, workers):
 
 def _take(pending, device, device_of, workers):
     """The job ``device`` runs next (every job in order without ``device_of``): the first pending
-    job any device may run, else the first one meant for this device; None if none. Jobs meant
-    for a device (a winners' re-measure beside the search) fill the time it would otherwise wait
-    for the search's next jobs, whose results the search waits for."""
+    job meant for this device, else the first one any device may run; None if none. A job meant
+    for one device (a winners' re-measure beside the search: all of a shape's candidates on one
+    device) can run nowhere else, while any device may take the search's jobs: run first, the
+    pinned work is spread over the search instead of left for the end, where one device would
+    measure it while the others idle."""
     if device_of is None:
         return pending.popleft()
-    mine = None
+    free = None
     for i, (key, request) in enumerate(pending):
         want = device_of(request)
-        if want is None or want not in workers:
+        if want == device:
             del pending[i]
             return key, request
-        if want == device and mine is None:
-            mine = i
-    if mine is None:
+        if free is None and (want is None or want not in workers):
+            free = i
+    if free is None:
         return None
-    job = pending[mine]
-    del pending[mine]
+    job = pending[free]
+    del pending[free]
     return job
 
 
@@ -379,4 +381,6 @@ def _facts_text(message):
         parts.append("started before the round (standby)")
     if message.get("start_seconds"):
         parts.append("start: %s" % ", ".join("%s %.2f s" % kv for kv in message["start_seconds"].items()))
+    if message.get("standby_seconds"):  # before it was handed its device: its own start, then the wait
+        parts.append("standby: %s" % ", ".join("%s %.2f s" % kv for kv in message["standby_seconds"].items()))
     return "; ".join(p for p in parts if p)

@@ -73,7 +73,8 @@ def test_a_two_device_tune_spreads_the_remeasure_reports_each_device_and_reuses_
     # the tune started its agent first, and the agent a worker per device before any round
     log = (results / "serve" / "serve.log").read_text()
     for device in ("cuda:0", "cuda:1"):
-        assert re.search(r"worker for %s ready after [\d.]+ s: .*started before the round \(standby\)" % device, log), log
+        assert re.search(r"worker for %s ready after [\d.]+ s: .*started before the round \(standby\).*"
+                         r"standby: .*driver [\d.]+ s, waiting [\d.]+ s" % device, log), log
     # the last lines: each device's busy share per phase, and where the time went
     busy = " ".join(out.split())
     assert re.search(r"cuda:0 \d+% \(search \d+%, re-measure \d+%\); cuda:1 \d+% \(search \d+%, re-measure \d+%\)",

@@ -332,9 +332,10 @@ def test_driver_calls_reach_each_vendors_functions():
     assert set(CudaApi.CALLS) == set(HipApi.CALLS)
 
 
-def test_a_device_runs_the_jobs_any_device_may_run_before_those_meant_for_it():
-    """A winners' re-measure pinned to a device fills its waits for the search's jobs; jobs meant
-    for one device do not count as the others' work (the stream asks for the next rounds)."""
+def test_a_device_runs_the_jobs_meant_for_it_before_those_any_device_may_run():
+    """A winners' re-measure pinned to a device runs there first while the other devices take the
+    search's jobs (left for the end, it would keep one device busy while the others idle); jobs
+    meant for one device do not count as the others' work (the stream asks for the next rounds)."""
     import collections
 
     from remote_agent.supervisor import _free, _take
@@ -350,5 +351,5 @@ def test_a_device_runs_the_jobs_any_device_may_run_before_those_meant_for_it():
             job = _take(pending, device, device_of, workers)
             if job is not None:
                 order[device].append(job[0])
-    assert order == {"cuda:0": ["s1", "gone", "r1", "r2"], "cuda:1": ["s2", "q1"]}
+    assert order == {"cuda:0": ["r1", "r2", "s2"], "cuda:1": ["q1", "s1", "gone"]}
     assert _take(collections.deque([("r", {"device": "cuda:0"})]), "cuda:1", device_of, workers) is None

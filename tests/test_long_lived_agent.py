@@ -551,3 +551,57 @@ def test_standby_workers_become_the_first_rounds_workers_and_a_dead_one_is_repla
     assert sorted((r[header.index("variant_id")], r[header.index("shape_id")]) for r in reply["rows"]) == \
         sorted((j["variant"], j["shape"]) for j in jobs)
     assert {r[header.index("status")] for r in reply["rows"]} == {"ok"}
+
+
+def test_a_shape_s_remeasure_goes_to_the_device_with_the_fewest_remeasure_jobs_still_to_run():
+    """A device runs its pinned jobs first, so the one with the fewest left ends them first: a
+    shape whose search ends after another shape's re-measure came back goes there, not to the
+    device that was given fewer jobs in all."""
+    import types
+
+    from harness.remeasure import ShapeRemeasures
+    from harness.run import RunOptions
+    from harness.shapes import make_shape
+    from harness.strategies.base import Trial
+
+    class Session:
+        library = False
+        run_options = RunOptions()
+        target = types.SimpleNamespace(is_gpu=True)
+        shapes = [make_shape(64, 64, 64 * i, "fp16", "NN") for i in (1, 2, 3)]
+
+        def __init__(self):
+            self.sent, self.back = [], {}
+
+        def pinned_devices(self):
+            return 2
+
+        def rows(self):
+            return []
+
+        def submit(self, pairs, fidelity, library, pin, timing):
+            self.sent.append((pairs[0][1].id, pin))
+            self.back[len(self.sent)] = threading.Event()
+            return len(self.sent)
+
+        def collect(self, handle):
+            assert self.back[handle].wait(10)
+            return []
+
+    session = Session()
+    remeasures = ShapeRemeasures(session, SPACE_DICT, top=3, repeats=2)
+    history = lambda n: [Trial({"A": a, "B": 1}, "ok", 100.0 + a) for a in range(1, n + 1)]  # noqa: E731
+    a, b, c = (s.id for s in session.shapes)
+    assert remeasures.start(a, history(3)) and remeasures.start(b, history(2))
+    for handle in (1, 2):  # a's two rounds back; b's still out
+        session.back[handle].set()
+    remeasures.shapes[a].thread.join(10)
+    assert remeasures.start(c, history(3))
+    for event in session.back.values():
+        event.set()
+    for state in remeasures.shapes.values():
+        state.thread.join(10)
+        assert state.error is None
+    slots = {sid: pin[sid] for sid, pin in session.sent}
+    assert slots == {a: 0, b: 1, c: 0}  # by jobs given in all, c (3 a round) would join b (2 a round)
+    assert remeasures.load == [0, 0]

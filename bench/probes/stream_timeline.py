@@ -19,11 +19,39 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def sample_cpu(samples: list, stop: threading.Event, every: float = 0.25) -> None:
+    """(wall clock, busy share of all cores) every ``every`` seconds, from /proc/stat."""
+    def read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]
+    last = read()
+    while not stop.wait(every):
+        now = read()
+        total, idle = now[0] - last[0], now[1] - last[1]
+        samples.append((time.time(), round(1 - idle / total, 3) if total else 0.0))
+        last = now
+
+
+def compile_events(project: Path, start: float) -> list:
+    """(done s, compile seconds, status) of each artifact the tune compiled, from the sidecars."""
+    out = []
+    for side in project.glob("build/**/artifacts/*.json"):
+        try:
+            data = json.loads(side.read_text())
+        except (OSError, ValueError):
+            continue
+        out.append((round(side.stat().st_mtime - start, 3), round(data.get("seconds", 0.0), 3),
+                    data.get("status"), bool(data.get("cached"))))
+    return sorted(out)
 
 
 def run_tune(project: Path, gpus: int, cache: Path, log: Path) -> float:
@@ -98,7 +126,12 @@ def main() -> int:
         project.mkdir()
         cache.mkdir()
         log = out / ("tune-gpus%d.log" % args.gpus)
+        cpu, stop = [], threading.Event()
+        sampler = threading.Thread(target=sample_cpu, args=(cpu, stop), daemon=True)
+        sampler.start()
         start = run_tune(project, args.gpus, cache, log)
+        stop.set()
+        compiles = compile_events(project, start)
         serve = project / "results" / "node" / "matmul" / "serve"
         events = queue_events(serve, start)
         lines = serve_lines(serve, start)
@@ -106,7 +139,8 @@ def main() -> int:
             rows = [{"device": r["device"], "shape": r["shape_id"], "variant": r["variant_id"],
                      "timestamp": r["timestamp"], "samples": r["samples"]} for r in csv.DictReader(f)]
         record = {"gpus": args.gpus, "rounds": events, "serve_log": lines, "rows": rows,
-                  "buckets": buckets(events)}
+                  "buckets": buckets(events),
+                  "cpu": [(round(t - start, 2), b) for t, b in cpu], "compiles": compiles}
         (out / ("timeline-gpus%d.json" % args.gpus)).write_text(json.dumps(record, indent=1))
     first = lambda key: min((e[key] for e in events if e[key] is not None), default=None)  # noqa: E731
     print("gpus %d: first round queued %.2f s, joined %.2f s, done %.2f s; %d rounds" % (

@@ -274,9 +274,10 @@ def serve(handler, infile=None, outfile=None):
             os._exit(3)
 
 
-def worker_main(argv, api=None, standby=False):
-    """A worker: ``standby``, a process started before its round that became this worker (it
-    dies with its agent already, and its ready message says it started ahead)."""
+def worker_main(argv, api=None, standby=None):
+    """A worker: ``standby``, the seconds per phase of a process started before its round that
+    became this worker (it dies with its agent already, and its ready message says it started
+    ahead and where those seconds went)."""
     import argparse
 
     from ..supervisor import protocol_streams, send
@@ -286,7 +287,7 @@ def worker_main(argv, api=None, standby=False):
     parser.add_argument("--device-index", type=int, default=0)
     parser.add_argument("--options", default="{}")
     args = parser.parse_args(argv)
-    infile, outfile = protocol_streams(watched=standby)
+    infile, outfile = protocol_streams(watched=standby is not None)
     with open(os.path.join(args.bundle, "manifest.json")) as f:
         manifest = json.load(f)
     options = json.loads(args.options)
@@ -294,7 +295,7 @@ def worker_main(argv, api=None, standby=False):
 
     if getattr(gpu_profiler_class(options.get("profiler") or "events"), "wraps_process", False):
         return _wrapped_worker(args.bundle, manifest, options, infile, outfile)
-    if not standby:  # (a standby imported it already)
+    if standby is None:  # (a standby imported it already)
         _import_torch_meanwhile(manifest, options)
     try:
         worker = Worker(args.bundle, manifest, args.device_index, options, api=api)
@@ -307,7 +308,8 @@ def worker_main(argv, api=None, standby=False):
     send(outfile, {"ready": True, "device": worker.device, "reference": worker.reference_mode,
                    "self_check": worker.self_check, "profiler": worker.profiler.name,
                    "flush": worker.l2_flush.mode, "flush_fallback": worker.l2_flush.fallback,
-                   "started_ahead": standby, "start_seconds": worker.start_seconds})
+                   "started_ahead": standby is not None, "start_seconds": worker.start_seconds,
+                   "standby_seconds": standby or {}})
 
     def handle(request):
         start = time.monotonic()
@@ -349,6 +351,7 @@ def standby_main(argv):
         except Exception:  # the worker meets it again and says why
             pass
 
+    clock = _PhaseClock()  # where the standby's seconds went (its worker's ready line says it)
     loading = threading.Thread(target=driver, daemon=True)
     loading.start()
     if os.environ.get("HARNESS_GPU_REFERENCE", "auto") in ("auto", "torch") and \
@@ -356,18 +359,25 @@ def standby_main(argv):
         try:
             import torch
 
+            clock.lap("torch import")
             loading.join()
+            clock.lap("driver")
             if torch.cuda.is_available():
                 torch.cuda.init()
+                clock.lap("torch CUDA init")
                 x = torch.ones((64, 64), device="cuda")
                 (x @ x).sum().item()  # cuBLAS's handle and first kernels
+                clock.lap("cuBLAS")
         except Exception:  # pick_reference decides, and says why
             pass
     loading.join()
+    if "driver" not in clock.laps:
+        clock.lap("driver")
     line = sys.stdin.readline()
     if not line.strip():
         return 0
-    return worker_main(json.loads(line)["argv"], standby=True)
+    clock.lap("waiting")
+    return worker_main(json.loads(line)["argv"], standby=clock.laps)
 
 
 def _import_torch_meanwhile(manifest, options):
