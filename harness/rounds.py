@@ -114,9 +114,9 @@ class Session:
 
     def warm_up(self, config_names: list):
         """Start the agents and their GPU workers now, with a round of no jobs (every shape and
-        the support kernels, compiled beside the seeds, not before them): a worker's start (the
-        driver, torch, the reference kernel's self-check: seconds, more with several devices) then
-        runs beside the first configs' compiles instead of after them. ``config_names``: the space's parameters
+        the support kernels, built before any config): a worker's start (the driver, torch, the
+        reference kernel's self-check: seconds, more with several devices) then runs beside the
+        first configs' compiles instead of after them. ``config_names``: the space's parameters
         (the results file's columns, as every round's). Its handle, for ``collect`` (a thread may
         wait for it); None without long-lived agents."""
         if not self.long_lived:
@@ -349,6 +349,7 @@ class Builds:
         self.lock = threading.Lock()
         self.send_lock = threading.Lock()
         self.last_sent = None  # the Event set once the last submitted round reached the agents
+        self.warmed = None  # set once a warm-up round reached the agents: the other rounds' builds wait for it
         self.building = 0
         self.began = 0.0
         self.closed = False
@@ -358,6 +359,8 @@ class Builds:
         with self.lock:
             before, sent = self.last_sent, threading.Event()
             self.last_sent = sent
+            if warm is not None:
+                self.warmed = sent
             return self.pool.submit(self._build_and_send, pairs, library_shapes, run_options, pin, before, sent, warm)
 
     def sent(self, handle):
@@ -367,6 +370,13 @@ class Builds:
     def _build_and_send(self, pairs, library_shapes, run_options, pin, before, sent, warm=None):
         s = self.session
         try:
+            if warm is None and self.warmed is not None:
+                # the support kernels first: the GPU workers' start (the longest wait of a tune's
+                # first seconds) needs them, and the configs' compiles would share the cores (and
+                # start as many compile workers, each importing Triton, while the pruning and the
+                # standby workers' torch import want them: tried, the start took 1.5 s longer,
+                # docs/throughput.md part six)
+                self.warmed.wait()
             self._count(+1)
             try:
                 prepared = s._prepare(pairs, library_shapes, listed=pin, warm=warm)

@@ -482,6 +482,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+PRESTARTED_WORKERS = 8  # compile workers a GPU tune starts first: the support kernels' (seven for fp16 and bf16)
 
 
 def _compile_env() -> dict:
@@ -496,15 +497,13 @@ def _kept_workers() -> bool:
 
 
 def prestart_compile_workers(jobs: int = 0) -> None:
-    """Start the kept compile workers now (a GPU tune's first step), as many as the build compiles
-    at once (``jobs``; 0: the cores), in a thread: their Triton import (a second or more each) then
-    runs beside the tune's start, and neither the support kernels nor the seeds' compiles, the
-    first the devices wait for, wait for it."""
+    """Start the first kept compile workers now (a GPU tune's first step), at most ``jobs`` (the
+    build's parallel compiles; 0: the cores): their Triton import then runs beside the tune's
+    start, and the support kernels, the first compiles, do not wait for it."""
     if _kept_workers():
         from .workers import prestart
 
-        threading.Thread(target=prestart, args=("harness.compile.triton_gpu", _compile_env(), jobs or os.cpu_count() or 1),
-                         daemon=True, name="compile-workers").start()
+        prestart("harness.compile.triton_gpu", _compile_env(), min(PRESTARTED_WORKERS, jobs or os.cpu_count() or 1))
 
 
 def run_compile_process(job: dict, artifact: Path, timeout: float) -> CompileResult:

@@ -107,10 +107,9 @@ def prestart(module: str, env: dict, count: int) -> None:
     """Start ``count`` idle workers of ``module`` now: each imports it (Triton: a second or
     more) while the caller goes on, and the first compiles find them ready."""
     key = _key(module, env)
-    for _ in range(max(0, count)):
-        worker = Worker(module, dict(key[1]))
-        with _lock:  # each one idle at once: a compile asked meanwhile takes it
-            _idle.setdefault(key, []).append(worker)
+    started = [Worker(module, dict(key[1])) for _ in range(max(0, count))]
+    with _lock:
+        _idle.setdefault(key, []).extend(started)
 
 
 def run_job(module: str, payload: dict, timeout: float, env: dict):
