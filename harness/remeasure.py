@@ -254,17 +254,16 @@ class ShapeRemeasures:
     def _rounds(self, state: _ShapeState, first: int) -> None:
         shape = next(s for s in self.session.shapes if s.id == state.sid)
         plans = {state.sid: state.plan[first:first + self.repeats]}
-        jobs = [len(remeasure_pairs(plans, {state.sid: shape}, r, self.session.library))
-                for r in range(len(plans[state.sid]))]
+        rounds = [remeasure_pairs(plans, {state.sid: shape}, r, self.session.library)
+                  for r in range(len(plans[state.sid]))]
         with self.lock:
-            self.load[state.slot] += sum(jobs)
-        handles = [self.session.submit(remeasure_pairs(plans, {state.sid: shape}, r, self.session.library), 1, (),
-                                       pin={state.sid: state.slot}, timing=self.timing)
-                   for r in range(len(plans[state.sid]))]
-        for handle, count in zip(handles, jobs):
+            self.load[state.slot] += sum(len(pairs) for pairs in rounds)
+        handles = [self.session.submit(pairs, 1, (), pin={state.sid: state.slot}, timing=self.timing)
+                   for pairs in rounds]
+        for handle, pairs in zip(handles, rounds):
             rows = self.session.collect(handle)
             with self.lock:
-                self.load[state.slot] -= count
+                self.load[state.slot] -= len(pairs)
             add_samples(rows, self.space, {state.sid: state.samples}, state.variant_of)
         state.repeats += len(plans[state.sid])
 
