@@ -18,7 +18,8 @@
 #
 # The compile caches live in a temporary folder (removed at the end), not in OUT.
 # Wheels of what the node lacks are taken from .whl/ (bench/_node_env.sh). OUT/<run>/ gets each
-# run's tune.log, tune_timing.json, winners.json, quality.json and quality.log.
+# run's tune.log, serve.log (the agent's: each worker's ready line), tune_timing.json, winners.json,
+# quality.json and quality.log.
 set -u
 OUT=$(realpath -m "$1"); shift
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +38,8 @@ run() {  # run NAME DEVICES CACHE [options]: one tune in a fresh project with co
   (cd "$proj" && HARNESS_CACHE_DIR="$cache" python3 -m harness tune matmul --target node --shapes-file "$SHAPES" \
     --budget 96 --min-time-ms 25 "$@" > "$dir/tune.log" 2>&1)
   echo "exit $? after $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s by the script's clock" >> "$dir/tune.log"
-  cp "$proj/results/node/matmul/tune_timing.json" "$proj/results/node/matmul/winners.json" "$dir/" 2>/dev/null
+  cp "$proj/results/node/matmul/tune_timing.json" "$proj/results/node/matmul/winners.json" \
+     "$proj/results/node/matmul/serve/serve.log" "$dir/" 2>/dev/null
   grep -E "^(compiles:|devices busy|where the time went|tune wall time)" -A1 "$dir/tune.log" | grep -v "^--" | head -8
   if [ "${QUALITY:-1}" != 0 ]; then
     (cd "$proj" && HARNESS_CACHE_DIR="$cache" python3 "$REPO/bench/candidates_bundle.py" matmul --target node \

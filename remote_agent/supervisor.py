@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from . import contract
@@ -162,10 +163,11 @@ class _Worker(object):
 
 class Supervisor(object):
     def __init__(self, devices, command_for, env_for=None, job_timeout=60.0, start_timeout=300.0,
-                 max_start_failures=3, log=None, spawn=None):
+                 max_start_failures=3, log=None, spawn=None, loaded=None):
         self.devices = list(devices)
         self.command_for = command_for
         self.spawn = spawn  # (argv, env) -> (process, stderr) started already, or None
+        self.loaded = loaded  # (argv, env) -> whether spawn now has a worker to replace a bridge with
         self.env_for = env_for or (lambda device: dict(os.environ))
         self.job_timeout = float(job_timeout)
         self.start_timeout = float(start_timeout)
@@ -204,7 +206,10 @@ class Supervisor(object):
                 # keep the others fed)
                 if more is not None and _free(pending, device_of, workers) < len(workers):
                     _more(more, pending)
-                for w in workers.values():  # hand out work
+                for device in list(workers):  # hand out work
+                    w = workers[device]
+                    if w.state == "idle" and w.job is None and self._replaceable(w):
+                        w = workers[device] = self._hand_over(w)
                     if w.state == "idle" and w.job is None and pending:
                         taken = _take(pending, w.device, device_of, workers)
                         if taken is None:
@@ -280,6 +285,23 @@ class Supervisor(object):
         workers, self._kept = self._kept, None
         for w in (workers or {}).values():
             self._stop(w)
+
+    def _replaceable(self, w):
+        """Whether ``w`` is a bridge (a worker that measures before its device's torch standby is
+        loaded, gpu_standby.py) whose standby is loaded now."""
+        return bool(self.loaded and (w.facts or {}).get("bridge") and
+                    self.loaded(self.command_for(w.device), self.env_for(w.device)))
+
+    def _hand_over(self, bridge):
+        """The device of an idle bridge to its loaded standby: that one starts (it has its jobs
+        once ready), the bridge stops."""
+        successor = self._start(bridge.device)
+        # it exits on its own once told to; reaped aside, so the other devices' jobs go on meanwhile
+        threading.Thread(target=self._stop, args=(bridge,), daemon=True, name="bridge-stop").start()
+        self._announced.discard(bridge.device)  # its successor's ready line is logged too
+        self.log("%s: torch is loaded; its standby takes over from the worker that measured without it" % (
+            bridge.device))
+        return successor
 
     def _lost(self, w, workers, start_failures, why):
         """A worker died (``crash``) or ran past its deadline (``timeout``): record its job,
@@ -378,7 +400,8 @@ def _facts_text(message):
     if message.get("flush"):
         parts.append("L2 flush: %s" % (message.get("flush_fallback") or message["flush"]))
     if message.get("started_ahead"):
-        parts.append("started before the round (standby)")
+        parts.append("started before the round (%s)" % (
+            "bridge: measures until torch is loaded" if message.get("bridge") else "standby"))
     if message.get("start_seconds"):
         parts.append("start: %s" % ", ".join("%s %.2f s" % kv for kv in message["start_seconds"].items()))
     if message.get("standby_seconds"):  # before it was handed its device: its own start, then the wait

@@ -17,6 +17,7 @@ import io
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -529,7 +530,7 @@ def test_standby_workers_become_the_first_rounds_workers_and_a_dead_one_is_repla
     while server.standbys is None and time.monotonic() < deadline:  # (it logs before the attribute is set)
         time.sleep(0.01)
     assert "standby workers started for cuda device(s) 0,1" in lines
-    dead = server.standbys.ready["1"][0]
+    dead = server.standbys.ready["1"].proc
     dead.kill()
     dead.wait()
     jobs = manifest["jobs"][:6]
@@ -551,6 +552,71 @@ def test_standby_workers_become_the_first_rounds_workers_and_a_dead_one_is_repla
     assert sorted((r[header.index("variant_id")], r[header.index("shape_id")]) for r in reply["rows"]) == \
         sorted((j["variant"], j["shape"]) for j in jobs)
     assert {r[header.index("status")] for r in reply["rows"]} == {"ok"}
+
+
+# a torch whose import waits for the file $FAKE_TORCH_GATE, as a node's slow torch import, opened by
+# the test; it sees no GPU, so the worker it ends up in checks against the reference kernel
+FAKE_TORCH = """import os
+import time
+
+while not os.path.exists(os.environ["FAKE_TORCH_GATE"]):
+    time.sleep(0.01)
+__version__ = "0+gate"
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        return False
+"""
+
+
+def test_a_bridge_measures_until_the_torch_standby_is_loaded_then_hands_its_device_over(tmp_path, monkeypatch):
+    """Where the standby imports torch, a bridge (no torch) starts beside it. A round before torch
+    is loaded runs on the bridges; the next round, after it is loaded, on the standbys, which take
+    the devices over between jobs. Every job of both rounds has its one row."""
+    bundle, manifest, results, work, runs = _stream_node(tmp_path, monkeypatch)
+    monkeypatch.setenv("HARNESS_STANDIN_DEVICES", "2")
+    fake = tmp_path / "faketorch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    gate = tmp_path / "torch-gate"
+    monkeypatch.setenv("FAKE_TORCH_GATE", str(gate))
+    monkeypatch.setenv("PYTHONPATH", str(fake) + os.pathsep + os.environ["PYTHONPATH"])
+    monkeypatch.syspath_prepend(str(fake))  # (the agent looks for torch before it starts a bridge)
+    lines = []
+    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lines.append, standby="cuda")
+    errors = []
+    thread = threading.Thread(target=lambda: _recording(errors, server.serve), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while server.standbys is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "standby workers started for cuda device(s) 0,1 (and a bridge each, which measures until torch is " \
+           "loaded)" in lines
+    options = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1.0}
+    first, second = manifest["jobs"][:4], manifest["jobs"][4:8]
+    _queue_round(work, "s-1", bundle, results, manifest, first, options)
+    replies = [serve.wait_round(str(work), "s-1", timeout=120)]
+    ready = [line for line in lines if line.startswith("worker for")]
+    assert ready and all("started before the round (bridge: measures until torch is loaded)" in line and
+                         "reference kernel" in line for line in ready), ready
+    gate.touch()
+    for standby in server.standbys.ready.values():  # each says it is loaded (not read here)
+        assert select.select([standby.proc.stdout], [], [], 30)[0]
+    _queue_round(work, "s-2", bundle, results, manifest, second, options)
+    replies.append(serve.wait_round(str(work), "s-2", timeout=120))
+    (work / "stop").touch()
+    thread.join(60)
+    assert not errors and all("done" in r for r in replies), (errors, replies)
+    handed = [line for line in lines if "torch is loaded; its standby takes over" in line]
+    taken_over = [line for line in lines if line.startswith("worker for") and "(standby)" in line]
+    assert handed and len(handed) == len(taken_over), lines  # each device that measured in s-2
+    for reply, jobs in zip(replies, (first, second)):
+        header = reply["header"]
+        assert sorted((r[header.index("variant_id")], r[header.index("shape_id")]) for r in reply["rows"]) == \
+            sorted((j["variant"], j["shape"]) for j in jobs)
+        assert {r[header.index("status")] for r in reply["rows"]} == {"ok"}
 
 
 def test_a_shape_s_remeasure_goes_to_the_device_with_the_fewest_remeasure_jobs_still_to_run():

@@ -274,10 +274,12 @@ def serve(handler, infile=None, outfile=None):
             os._exit(3)
 
 
-def worker_main(argv, api=None, standby=None):
+def worker_main(argv, api=None, standby=None, bridge=False):
     """A worker: ``standby``, the seconds per phase of a process started before its round that
     became this worker (it dies with its agent already, and its ready message says it started
-    ahead and where those seconds went)."""
+    ahead and where those seconds went). ``bridge``: a worker that measures before its device's
+    torch standby is loaded (``standby_main --bridge``); with the reference left to ``auto`` it
+    checks against the bundle's reference kernel and imports torch only for a library job."""
     import argparse
 
     from ..supervisor import protocol_streams, send
@@ -291,6 +293,8 @@ def worker_main(argv, api=None, standby=None):
     with open(os.path.join(args.bundle, "manifest.json")) as f:
         manifest = json.load(f)
     options = json.loads(args.options)
+    if bridge and options.get("reference", "auto") == "auto":
+        options["reference"] = "kernel"
     from ..profilers.events import gpu_profiler_class
 
     if getattr(gpu_profiler_class(options.get("profiler") or "events"), "wraps_process", False):
@@ -309,7 +313,7 @@ def worker_main(argv, api=None, standby=None):
                    "self_check": worker.self_check, "profiler": worker.profiler.name,
                    "flush": worker.l2_flush.mode, "flush_fallback": worker.l2_flush.fallback,
                    "started_ahead": standby is not None, "start_seconds": worker.start_seconds,
-                   "standby_seconds": standby or {}})
+                   "standby_seconds": standby or {}, "bridge": bridge})
 
     def handle(request):
         start = time.monotonic()
@@ -329,9 +333,14 @@ def standby_main(argv):
     """A worker started before its round (``gpu_standby.Standbys``): it does what every worker
     of its backend does first (the driver's init and its device's primary context; torch's
     import, its CUDA init and a first cuBLAS product, where the node has torch and the reference
-    may be torch) while the host still builds, then reads its worker's arguments, one JSON line
-    ``{"argv": [...]}`` on stdin, and becomes that worker (which finds all that done). End of
-    file: it exits."""
+    may be torch) while the host still builds, says ``{"standby": "loaded"}`` on stdout, then
+    reads its worker's arguments, one JSON line ``{"argv": [...]}`` on stdin, and becomes that
+    worker (which finds all that done). End of file: it exits.
+
+    ``--bridge``: a standby that leaves torch out (the driver alone, well under a second). It
+    becomes a worker that checks answers against the bundle's reference kernel and measures
+    while the torch standby of its device still imports (seconds on a busy node); the agent
+    hands the device over to that standby between two jobs once it is loaded."""
     import argparse
     import importlib.util
     import threading
@@ -340,6 +349,7 @@ def standby_main(argv):
 
     parser = argparse.ArgumentParser(prog="remote_agent.runners.gpu_worker standby")
     parser.add_argument("--backend", required=True)
+    parser.add_argument("--bridge", action="store_true", help="leave torch out (see above)")
     args = parser.parse_args(argv)
     die_with_parent()
 
@@ -354,7 +364,7 @@ def standby_main(argv):
     clock = _PhaseClock()  # where the standby's seconds went (its worker's ready line says it)
     loading = threading.Thread(target=driver, daemon=True)
     loading.start()
-    if os.environ.get("HARNESS_GPU_REFERENCE", "auto") in ("auto", "torch") and \
+    if not args.bridge and os.environ.get("HARNESS_GPU_REFERENCE", "auto") in ("auto", "torch") and \
             importlib.util.find_spec("torch") is not None:
         try:
             import torch
@@ -373,11 +383,13 @@ def standby_main(argv):
     loading.join()
     if "driver" not in clock.laps:
         clock.lap("driver")
+    sys.stdout.write(json.dumps({"standby": "loaded"}) + "\n")  # (Standbys reads it before a worker's protocol)
+    sys.stdout.flush()
     line = sys.stdin.readline()
     if not line.strip():
         return 0
     clock.lap("waiting")
-    return worker_main(json.loads(line)["argv"], standby=clock.laps)
+    return worker_main(json.loads(line)["argv"], standby=clock.laps, bridge=args.bridge)
 
 
 def _import_torch_meanwhile(manifest, options):
