@@ -643,9 +643,18 @@ def _descriptor_params(desc: dict, meta: dict) -> list:
             + [{"name": n, "type": "i64"} for n in desc["strides"]])
 
 
+def preload() -> None:
+    """Run once by the compile workers' zygote before it forks them (harness/compile/zygote.py): what a
+    first compile imports, and the hash of Triton's own files in every cache key (0.3 s, kept)."""
+    import triton.compiler.code_generator  # noqa: F401
+    from triton.runtime import cache
+
+    getattr(cache, "triton_key", lambda: None)()
+
+
 def compile_job(job: dict) -> dict:
     """One compile's facts; a compile error is a result, not a crash (also in a kept worker,
-    harness.compile.workers)."""
+    harness/compile/workers.py)."""
     try:
         return _compile_in_process(job)
     except Exception as exc:

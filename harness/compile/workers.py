@@ -1,14 +1,21 @@
 """Compile worker processes kept from one compile to the next (and from one tune round to the
-next): importing Triton costs about a second, paid once per worker instead of once per config.
+next): importing Triton costs a second or more, paid once per worker instead of once per config,
+and with a zygote once per worker key instead of once per worker.
 
 ``run_job(module, payload, timeout, env)`` has the contract of ``common.run_python_child``: it
-returns ``(returncode, facts, stderr)``, or None past ``timeout``. A worker is
-``python -m harness.compile.workers MODULE``: it imports MODULE once and answers each JSON line
-on its stdin with ``MODULE.compile_job(job)`` as one JSON line. A worker that runs past the
-timeout is killed with its process group; one that dies returns its exit code and the tail of
-its stderr; either way the next job gets a fresh worker. Each worker has its own Triton cache
-folder, emptied after every job (the bundle's artifacts are the cache). Workers run at a lower
-priority (``NICE``): on a GPU node that also measures, the GPU workers take the cores first.
+returns ``(returncode, facts, stderr)``, or None past ``timeout``. A worker imports MODULE once and
+answers each JSON line on its stdin with ``MODULE.compile_job(job)`` as one JSON line. A worker
+that runs past the timeout is killed with its process group; one that dies returns its exit code
+and the tail of its stderr; either way the next job gets a fresh worker. Each worker has its own
+Triton cache folder, emptied after every job (the bundle's artifacts are the cache). Workers run
+at a lower priority (``worker_loop.NICE``): on a GPU node that also measures, the GPU workers take the cores
+first.
+
+Each worker key (module and environment, ``_key``) has a zygote (harness/compile/zygote.py): a
+process that imported the module once and forks the key's workers, so a new worker costs a
+fork, not a Triton import (2 to 3 s on a busy 64-core node, where a tune starts up to 64 workers
+at once). Where it has none (it could not start, ``HARNESS_COMPILE_ZYGOTE=0``), a worker is its
+own process (``python -m harness.compile.worker_loop MODULE``), importing the module itself.
 """
 
 from __future__ import annotations
@@ -23,29 +30,28 @@ import subprocess
 import sys
 import tempfile
 import threading
-from pathlib import Path
+import time
 
-ROOT = str(Path(__file__).resolve().parents[2])
+from .zygote import ZYGOTE_IMPORT_TIMEOUT, close_zygotes, with_root, zygote_for
+
 _idle: dict = {}  # (module, env) -> [Worker]
-NICE = 10  # the workers' lower scheduling priority
 _lock = threading.Lock()
+_prestarting: list = []  # the threads that fork prestart's workers
 
 
 class Worker:
+    """One kept worker: forked by its key's zygote, or (the fallback) started with ``Popen``."""
+
     def __init__(self, module: str, env: dict):
         self.cache = tempfile.mkdtemp(prefix="harness-triton-")
-        env = dict(env, TRITON_CACHE_DIR=self.cache)
-        env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "harness.compile.workers", module],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
-                                     start_new_session=True)
+        self.proc = _forked_worker(module, env, self.cache, self.stderr)
+        if self.proc is None:
+            self.proc = _popen_worker(module, env, self.cache, self.stderr)
         self.buf = b""
 
     def ask(self, payload: dict, timeout: float):
         """One job: (0, facts, "") | (returncode, None, stderr) when it died | None on timeout."""
-        import time
-
         try:
             self.proc.stdin.write((json.dumps(payload) + "\n").encode())
             self.proc.stdin.flush()
@@ -98,18 +104,50 @@ class Worker:
         shutil.rmtree(self.cache, ignore_errors=True)
 
 
+def _popen_worker(module: str, env: dict, cache: str, stderr) -> subprocess.Popen:
+    """A worker started as its own process: it imports ``module`` itself."""
+    return subprocess.Popen([sys.executable, "-m", "harness.compile.worker_loop", module],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            env=with_root(dict(env, TRITON_CACHE_DIR=cache)), start_new_session=True)
+
+
+def _forked_worker(module: str, env: dict, cache: str, stderr):
+    """A worker forked by the key's zygote (``ForkedProcess``), or None where there is none."""
+    zygote = zygote_for(_key(module, env))
+    return zygote.fork(cache, stderr) if zygote is not None else None
+
+
+# ---- the public functions ----------------------------------------------------------------------
 def _key(module: str, env: dict) -> tuple:
     """The idle workers' key: their module and environment (a job's own Triton cache aside)."""
     return module, tuple(sorted((k, v) for k, v in env.items() if k != "TRITON_CACHE_DIR"))
 
 
 def prestart(module: str, env: dict, count: int) -> None:
-    """Start ``count`` idle workers of ``module`` now: each imports it (Triton: a second or
-    more) while the caller goes on, and the first compiles find them ready."""
+    """Start ``count`` idle workers of ``module`` now, while the caller goes on, so that the first
+    compiles find them ready. With a zygote: the zygote now (it imports ``module``) and a thread
+    that asks it for the workers (each fork waits for the import); without: ``count`` workers,
+    each importing ``module`` (Triton: a second or more)."""
     key = _key(module, env)
-    started = [Worker(module, dict(key[1])) for _ in range(max(0, count))]
+    env = dict(key[1])
+    if zygote_for(key) is None:
+        _add_idle(key, [Worker(module, env) for _ in range(max(0, count))])
+        return
+    thread = threading.Thread(target=_prestart_forked, args=(key, module, env, count), daemon=True,
+                              name="harness-prestart-workers")
     with _lock:
-        _idle.setdefault(key, []).extend(started)
+        _prestarting.append(thread)
+    thread.start()
+
+
+def _prestart_forked(key: tuple, module: str, env: dict, count: int) -> None:
+    for _ in range(max(0, count)):
+        _add_idle(key, [Worker(module, env)])
+
+
+def _add_idle(key: tuple, workers: list) -> None:
+    with _lock:
+        _idle.setdefault(key, []).extend(workers)
 
 
 def run_job(module: str, payload: dict, timeout: float, env: dict):
@@ -123,38 +161,21 @@ def run_job(module: str, payload: dict, timeout: float, env: dict):
         worker = Worker(module, env)
     done = worker.ask(payload, timeout)
     if done is not None and done[1] is not None:
-        with _lock:
-            _idle[key].append(worker)
+        _add_idle(key, [worker])
     return done
 
 
 @atexit.register
 def close_all() -> None:
+    """Stop every idle worker, then every zygote (after the workers: it gives their exit status)."""
+    with _lock:
+        threads = list(_prestarting)
+        _prestarting.clear()
+    for thread in threads:
+        thread.join(ZYGOTE_IMPORT_TIMEOUT)
     with _lock:
         workers = [w for ws in _idle.values() for w in ws]
         _idle.clear()
     for w in workers:
         w.close()
-
-
-def serve(module_name: str) -> int:
-    """The worker: the protocol on a private copy of stdout (a compiler that prints cannot
-    corrupt it), one reply line per job line."""
-    import importlib
-
-    out = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    try:
-        os.nice(NICE)  # where the agent measures on this machine too, its GPU workers come first
-    except OSError:
-        pass
-    handle = importlib.import_module(module_name).compile_job
-    for line in sys.stdin:
-        if line.strip():
-            out.write(json.dumps(handle(json.loads(line))) + "\n")
-            out.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1]))
+    close_zygotes()
