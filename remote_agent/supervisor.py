@@ -163,11 +163,13 @@ class _Worker(object):
 
 class Supervisor(object):
     def __init__(self, devices, command_for, env_for=None, job_timeout=60.0, start_timeout=300.0,
-                 max_start_failures=3, log=None, spawn=None, loaded=None):
+                 max_start_failures=3, log=None, spawn=None, loaded=None, kind_of=None):
         self.devices = list(devices)
         self.command_for = command_for
         self.spawn = spawn  # (argv, env) -> (process, stderr) started already, or None
         self.loaded = loaded  # (argv, env) -> whether spawn now has a worker to replace a bridge with
+        self.kind_of = kind_of  # request -> its kind (a GPU job's shape): the costliest kinds' jobs go first
+        self.kind_seconds = {}  # kind -> [seconds its jobs took, jobs]
         self.env_for = env_for or (lambda device: dict(os.environ))
         self.job_timeout = float(job_timeout)
         self.start_timeout = float(start_timeout)
@@ -188,7 +190,8 @@ class Supervisor(object):
         ``keep``: the workers stay up after the last job (with their contexts, modules and
         data) for the next call, until ``close()``. ``device_of(request)``: the device a job must
         run on (None: any); a free worker takes the first pending job meant for it, else the
-        first one any device may run, so a device's own jobs keep their order (a job meant for a
+        first of the costliest kind (``kind_of``) any device may run, so a device's own jobs keep
+        their order (a job meant for a
         device that was dropped goes to any). ``more()``: jobs to add, asked whenever fewer jobs
         any device may run are pending than there are workers (rounds queued meanwhile
         join while the devices still measure: no device waits for the slowest job of a round, nor
@@ -211,7 +214,7 @@ class Supervisor(object):
                     if w.state == "idle" and w.job is None and self._replaceable(w):
                         w = workers[device] = self._hand_over(w)
                     if w.state == "idle" and w.job is None and pending:
-                        taken = _take(pending, w.device, device_of, workers)
+                        taken = _take(pending, w.device, device_of, workers, self._cost)
                         if taken is None:
                             continue
                         key, request = taken
@@ -253,10 +256,11 @@ class Supervisor(object):
                                 self.log("worker for %s ready after %.2f s: %s" % (
                                     w.device, time.monotonic() - w.started, _facts_text(message)))
                         elif "result" in message and w.job is not None:
-                            key = w.job[0]
+                            key, request = w.job
                             w.job = None
                             w.deadline = None
                             self.busy[w.device] += time.monotonic() - w.sent
+                            self._count(request, time.monotonic() - w.sent)
                             if message.get("exiting"):  # it replied, then leaves: replace it, send it nothing
                                 w.state = "exiting"
                             result = dict(message["result"])
@@ -285,6 +289,19 @@ class Supervisor(object):
         workers, self._kept = self._kept, None
         for w in (workers or {}).values():
             self._stop(w)
+
+    def _count(self, request, seconds):
+        if self.kind_of is not None:
+            spent = self.kind_seconds.setdefault(self.kind_of(request), [0.0, 0])
+            spent[0] += seconds
+            spent[1] += 1
+
+    def _cost(self, request):
+        """The mean seconds of the jobs of ``request``'s kind so far (None: none yet, or no kinds)."""
+        if self.kind_of is None:
+            return None
+        spent = self.kind_seconds.get(self.kind_of(request))
+        return spent[0] / spent[1] if spent else None
 
     def _replaceable(self, w):
         """Whether ``w`` is a bridge (a worker that measures before its device's torch standby is
@@ -365,23 +382,29 @@ def _free(pending, device_of, workers):
     return sum(1 for _, request in pending if device_of(request) not in workers)  # (None: any)
 
 
-def _take(pending, device, device_of, workers):
+def _take(pending, device, device_of, workers, cost_of=None):
     """The job ``device`` runs next (every job in order without ``device_of``): the first pending
-    job meant for this device, else the first one any device may run; None if none. A job meant
-    for one device (a winners' re-measure beside the search: all of a shape's candidates on one
-    device) can run nowhere else, while any device may take the search's jobs: run first, the
-    pinned work is spread over the search instead of left for the end, where one device would
-    measure it while the others idle."""
+    job meant for this device, else, of those any device may run, the first of the costliest
+    (``cost_of(request)``: the seconds a job of its kind took so far, None where none ran yet,
+    which counts as costliest); None if none. A job meant for one device (a winners' re-measure
+    beside the search: all of a shape's candidates on one device) can run nowhere else, while any
+    device may take the search's jobs: run first, the pinned work is spread over the search
+    instead of left for the end, where one device would measure it while the others idle. The
+    costliest first: the slowest shapes' searches end first, so their re-measure (and a noisy
+    one's extra rounds) runs beside the others' search, not alone at the end."""
     if device_of is None:
         return pending.popleft()
-    free = None
+    free, best = None, None
     for i, (key, request) in enumerate(pending):
         want = device_of(request)
         if want == device:
             del pending[i]
             return key, request
-        if free is None and (want is None or want not in workers):
-            free = i
+        if want is None or want not in workers:
+            cost = cost_of(request) if cost_of else None
+            cost = float("inf") if cost is None else cost
+            if free is None or cost > best:
+                free, best = i, cost
     if free is None:
         return None
     job = pending[free]

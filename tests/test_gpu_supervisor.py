@@ -353,3 +353,26 @@ def test_a_device_runs_the_jobs_meant_for_it_before_those_any_device_may_run():
                 order[device].append(job[0])
     assert order == {"cuda:0": ["r1", "r2", "s2"], "cuda:1": ["q1", "s1", "gone"]}
     assert _take(collections.deque([("r", {"device": "cuda:0"})]), "cuda:1", device_of, workers) is None
+
+
+def test_of_the_jobs_any_device_may_run_the_costliest_shape_s_go_first():
+    """The slowest shapes' search ends first, so that their re-measure runs beside the other
+    shapes' search rather than alone on one device at the end: a free device takes the first job
+    of the kind whose jobs took longest so far (a kind none of whose jobs ran yet counts as the
+    costliest: how long it takes is learnt first); a job pinned to it still comes before all."""
+    import collections
+
+    from remote_agent.supervisor import Supervisor, _take
+
+    sup = Supervisor(["cuda:0"], lambda device: [], kind_of=lambda request: request["shape"])
+    for shape, seconds in (("small", 0.01), ("small", 0.03), ("large", 0.5)):
+        sup._count({"shape": shape}, seconds)
+    assert sup._cost({"shape": "small"}) == pytest.approx(0.02) and sup._cost({"shape": "new"}) is None
+    pending = collections.deque([("s1", {"shape": "small"}), ("l1", {"shape": "large"}), ("s2", {"shape": "small"}),
+                                 ("l2", {"shape": "large"}), ("n1", {"shape": "new"}),
+                                 ("p1", {"shape": "small", "device": "cuda:0"})])
+    device_of = lambda request: request.get("device")  # noqa: E731
+    order = []
+    while pending:
+        order.append(_take(pending, "cuda:0", device_of, {"cuda:0": None}, sup._cost)[0])
+    assert order == ["p1", "n1", "l1", "l2", "s1", "s2"]

@@ -110,7 +110,8 @@ class GpuRunner(object):
         sup = self._supervisor or Supervisor(self.devices(), self.worker_command, self.worker_env,
                                              job_timeout=_opt(options, "timeout", 60.0), log=self.log,
                                              spawn=self.standbys.take if self.standbys else None,
-                                             loaded=self.standbys.loaded if self.standbys else None)
+                                             loaded=self.standbys.loaded if self.standbys else None,
+                                             kind_of=lambda request: request["shape"]["id"])
         if self.keep_workers:
             self._supervisor = sup  # its busy seconds are read while it runs (remote_agent.serve)
         from ..supervisor import SupervisorError

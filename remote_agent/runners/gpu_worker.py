@@ -337,7 +337,7 @@ def standby_main(argv):
     reads its worker's arguments, one JSON line ``{"argv": [...]}`` on stdin, and becomes that
     worker (which finds all that done). End of file: it exits.
 
-    ``--bridge``: a standby that leaves torch out (the driver alone, well under a second). It
+    ``--bridge``: a standby that leaves torch out (the driver alone). It
     becomes a worker that checks answers against the bundle's reference kernel and measures
     while the torch standby of its device still imports (seconds on a busy node); the agent
     hands the device over to that standby between two jobs once it is loaded."""
@@ -362,16 +362,30 @@ def standby_main(argv):
             pass
 
     clock = _PhaseClock()  # where the standby's seconds went (its worker's ready line says it)
+    reference = os.environ.get("HARNESS_GPU_REFERENCE", "auto")
+    wants_torch = not args.bridge and reference in ("auto", "torch") and importlib.util.find_spec("torch") is not None
+    # Beside a bridge (reference auto), the driver's init comes after torch's import: the bridges'
+    # inits, which the first jobs wait for, then meet fewer others (the driver serializes them: up
+    # to 3 s each with nine at once on a four-GPU node). Else it runs beside the import.
     loading = threading.Thread(target=driver, daemon=True)
-    loading.start()
-    if not args.bridge and os.environ.get("HARNESS_GPU_REFERENCE", "auto") in ("auto", "torch") and \
-            importlib.util.find_spec("torch") is not None:
+    driver_first = not (wants_torch and reference == "auto")
+    if driver_first:
+        loading.start()
+    torch = None
+    if wants_torch:
         try:
             import torch
 
             clock.lap("torch import")
-            loading.join()
-            clock.lap("driver")
+        except Exception:  # pick_reference decides, and says why
+            pass
+    if driver_first:
+        loading.join()
+    else:
+        driver()
+    clock.lap("driver")
+    if torch is not None:
+        try:
             if torch.cuda.is_available():
                 torch.cuda.init()
                 clock.lap("torch CUDA init")
@@ -380,9 +394,6 @@ def standby_main(argv):
                 clock.lap("cuBLAS")
         except Exception:  # pick_reference decides, and says why
             pass
-    loading.join()
-    if "driver" not in clock.laps:
-        clock.lap("driver")
     sys.stdout.write(json.dumps({"standby": "loaded"}) + "\n")  # (Standbys reads it before a worker's protocol)
     sys.stdout.flush()
     line = sys.stdin.readline()
