@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -119,11 +119,14 @@ class Manifest:
     order: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
-        data = asdict(self)
+        """The manifest's JSON, one line: a tune writes one per round, and the host's time per
+        round (its one interpreter builds every round) went mostly to writing manifests with
+        ``dataclasses.asdict`` and the indenting encoder, which is pure Python."""
+        data = _plain(self)
         for optional in ("library", "device_plugin", "failed", "order"):
             if not data[optional]:
                 del data[optional]
-        return json.dumps(data, indent=1, sort_keys=False)
+        return json.dumps(data)
 
     @staticmethod
     def load(path: Path) -> "Manifest":
@@ -158,12 +161,24 @@ class Manifest:
                 old = json.loads(path.read_text())
             except ValueError:
                 old = {}
-            self.created = old.get("created", "")
+            self.created = old.get("created", "") if isinstance(old, dict) else ""
             if old == json.loads(self.to_json()):
                 return path
         self.created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_atomic(path, self.to_json().encode())
         return path
+
+
+def _plain(value):
+    """``value`` as JSON data: dataclasses as dicts of their fields, in lists and dicts too; the
+    other values as they are (not copied, unlike ``dataclasses.asdict``: written out at once)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 KNOWN_FILE = "known.json"  # every variant and shape built in a bundle folder, across rebuilds and rounds
@@ -181,24 +196,53 @@ def read_known(bundle_dir: Path) -> dict:
     return {"variants": {}, "shapes": {}}
 
 
+_ledgers: dict = {}  # ledger path -> (its file's stat as this process last wrote or read it, the ledger)
+_ledger_lock = threading.Lock()  # the rounds of a tune are built in many threads
+
+
 def remember_built(bundle_dir: Path, manifest: "Manifest") -> None:
     """Add a manifest's variants (built, failed, pruned, library) and shapes to the ledger. A
     tune's rounds each overwrite manifest.json; the ledger keeps what every round built, so that
-    the host can tell the rows of its own variants from rows a remote made up."""
-    known = read_known(bundle_dir)
-    variants, shapes = known["variants"], known["shapes"]
-    before = (len(variants), len(shapes))
-    for v in manifest.variants:
-        variants.setdefault(v.id, dict(v.config))
-    for p in manifest.pruned:
-        variants.setdefault(p.variant, dict(p.config))
-    for name in manifest.library or ():
-        variants.setdefault("lib:%s" % name, {})
-    for sh in manifest.shapes:
-        shapes.setdefault(sh.id, {"dims": dict(sh.dims), "dtype": sh.dtype, "layout": sh.layout})
+    the host can tell the rows of its own variants from rows a remote made up. The ledger stays
+    in memory between rounds (read again only where its file changed meanwhile), and rounds built
+    at once add to it one at a time (else one round's write could drop another's variants)."""
     path = Path(bundle_dir) / KNOWN_FILE
-    if before != (len(variants), len(shapes)) or not path.exists():
-        write_atomic(path, json.dumps(known, indent=0, sort_keys=True).encode())
+    with _ledger_lock:
+        known = _ledger(path)
+        variants, shapes = known["variants"], known["shapes"]
+        before = (len(variants), len(shapes))
+        for v in manifest.variants:
+            variants.setdefault(v.id, dict(v.config))
+        for p in manifest.pruned:
+            variants.setdefault(p.variant, dict(p.config))
+        for name in manifest.library or ():
+            variants.setdefault("lib:%s" % name, {})
+        for sh in manifest.shapes:
+            shapes.setdefault(sh.id, {"dims": dict(sh.dims), "dtype": sh.dtype, "layout": sh.layout})
+        if before != (len(variants), len(shapes)) or not path.exists():
+            write_atomic(path, json.dumps(known, sort_keys=True).encode())
+            _ledgers[str(path)] = (_stamp(path), known)
+
+
+def _ledger(path: Path) -> dict:
+    """The ledger at ``path``: the one kept in memory while its file is as this process left it,
+    else the file's (none: empty)."""
+    stamp = _stamp(path)
+    kept = _ledgers.get(str(path))
+    if kept is not None and stamp is not None and kept[0] == stamp:
+        return kept[1]
+    known = read_known(path.parent)
+    _ledgers[str(path)] = (stamp, known)
+    return known
+
+
+def _stamp(path: Path):
+    """What tells a file changed: its inode, size and modification time (None: no file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def bundle_dir(root: Path, target: str, kernel: str) -> Path:

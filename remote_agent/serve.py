@@ -74,7 +74,7 @@ def _log_line(msg):
 def write_json(path, data):
     tmp = "%s.tmp%d" % (path, os.getpid())
     with open(tmp, "w") as f:
-        json.dump(data, f)
+        f.write(json.dumps(data))  # one write (json.dump writes piece by piece)
     os.replace(tmp, path)
 
 

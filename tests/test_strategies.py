@@ -585,7 +585,10 @@ def test_big_spaces_of_several_shapes_are_pruned_at_once_in_other_processes_with
     assert not calls  # every space was pruned in the forked processes
     for strategy, is_pruned in zip(strategies, predicates):
         assert strategy.has_problem(space, is_pruned)
-        assert strategy.problem(space, is_pruned).candidates == Problem(space, is_pruned).candidates
+        built, direct = strategy.problem(space, is_pruned), Problem(space, is_pruned)
+        assert built.candidates == direct.candidates and built.index == direct.index
+        assert (built.codes == direct.codes).all() and built.codes.shape == direct.codes.shape
+        assert all(type(v) is int for v in built.candidates[-1].values())  # Python's, as the space's
     calls.clear()
     one = get_strategy("random", seed=9)
     prepare_problems([one], space, predicates[:1], jobs=2)  # one small space: its Problem is built when first asked

@@ -84,16 +84,37 @@ class Problem:
         self.space = {name: list(values) for name, values in space.items()}
         self.names = list(self.space)
         self.is_pruned = is_pruned
+        self._value_pos = [{_hashable(v): j for j, v in enumerate(self.space[n])} for n in self.names]
         if feasible is None:  # else: the indices in expand(space) of the configs is_pruned keeps
             self.candidates = [c for c in expand(self.space) if not is_pruned(c)]
+            self.index = {key(c): i for i, c in enumerate(self.candidates)}
+            self.codes = np.array([self.encode(c) for c in self.candidates], dtype=np.int32).reshape(
+                len(self.candidates), len(self.names))
         else:  # only those (the whole space is a million dicts: seconds per shape)
-            self.candidates = configs_at(self.space, feasible)
-        self.index = {key(c): i for i, c in enumerate(self.candidates)}
-        self._value_pos = [{_hashable(v): j for j, v in enumerate(self.space[n])} for n in self.names]
-        self.codes = np.array([self.encode(c) for c in self.candidates], dtype=np.int32).reshape(
-            len(self.candidates), len(self.names))
+            self.candidates, self.index, self.codes = self._at(feasible)
         sizes = np.array([max(1, len(self.space[n]) - 1) for n in self.names], dtype=np.float64)
         self._scale = 1.0 / sizes  # distances in units of a parameter's whole range
+
+    def _at(self, feasible):
+        """(candidates, index, codes) of the configs at ``feasible``, indices in expand(space), in
+        their order: made column by column (a tune's host builds ten problems of up to 20,000
+        configs while it builds its first rounds, and config by config that took seconds)."""
+        import numpy as np
+
+        sizes = [len(self.space[n]) for n in self.names]
+        places = np.unravel_index(np.asarray(feasible, dtype=np.int64), sizes) if len(feasible) else \
+            [np.zeros(0, dtype=np.int64) for _ in self.names]
+        columns, items = [], []  # per parameter: each candidate's value, and its (name, value) item
+        codes = np.zeros((len(feasible), len(self.names)), dtype=np.int32)
+        for k, name in enumerate(self.names):
+            columns.append(_objects(self.space[name])[places[k]].tolist())  # Python objects, not numpy's
+            items.append(_objects([(name, v) for v in self.space[name]])[places[k]].tolist())
+            first = np.array([self._value_pos[k][_hashable(v)] for v in self.space[name]], dtype=np.int32)
+            codes[:, k] = first[places[k]]  # encode's position: a value's first in its list
+        candidates = [dict(zip(self.names, row)) for row in zip(*columns)]
+        by_name = sorted(range(len(self.names)), key=lambda k: self.names[k])  # key(): the items sorted by name
+        index = {row: i for i, row in enumerate(zip(*(items[k] for k in by_name)))}
+        return candidates, index, codes
 
     def __len__(self):
         return len(self.candidates)
@@ -125,6 +146,16 @@ class Problem:
         dist = np.where(free, dist, np.inf)
         best = np.flatnonzero(dist <= dist.min() + 1e-12)
         return self.candidates[int(best[rng.randrange(len(best))])]
+
+
+def _objects(values: list):
+    """``values`` as a numpy array of the objects themselves (tuples stay whole)."""
+    import numpy as np
+
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
 
 
 def _hashable(value):
@@ -384,18 +415,3 @@ def _feasible(task) -> list:
             if not is_pruned(config):
                 mine.append(j)
     return [np.array(mine, dtype=np.int64) for mine in kept]
-
-
-def configs_at(space: dict, indices) -> list:
-    """The configs at ``indices`` of ``expand(space)`` (its order: the last parameter varies
-    fastest), made without expanding the whole space."""
-    names = list(space)
-    sizes = [len(space[n]) for n in names]
-    out = []
-    for index in indices:
-        index, values = int(index), [None] * len(names)
-        for k in range(len(names) - 1, -1, -1):
-            index, j = divmod(index, sizes[k])
-            values[k] = space[names[k]][j]
-        out.append(dict(zip(names, values)))
-    return out
