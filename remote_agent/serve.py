@@ -559,16 +559,24 @@ def start_detached(argv, workdir, clear=False, wait=30.0, out=sys.stdout):
     raise AgentError("the serving agent did not start within %gs; see %s" % (wait, p["serve.log"]))
 
 
+ALIVE_EVERY = 0.25  # seconds between a round's waiter's looks at whether an agent still serves
+
+
 def wait_round(workdir, name, timeout=None, poll=0.02):
     """Wait for round ``name``: {"done", "header", "rows"} (its rows), or {"gone": log tail} when
     no agent serves and the round is not done (the host restarts it), or {"timeout": true}."""
     p = paths(workdir)
     files = round_files(p["queue"], name)
     deadline = None if timeout is None else time.monotonic() + timeout
+    alive_until = 0.0  # the agent's lock is looked at this often, not at every poll: a tune waits on
+    # up to forty rounds at once, each in a thread of the host's one interpreter
     while not os.path.exists(files["done"]):
-        if serving_pid(workdir) is None and not os.path.exists(files["done"]):
-            return {"gone": _tail(p["serve.log"]) or "no log"}
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if now >= alive_until:
+            if serving_pid(workdir) is None and not os.path.exists(files["done"]):
+                return {"gone": _tail(p["serve.log"]) or "no log"}
+            alive_until = now + ALIVE_EVERY
+        if deadline is not None and now > deadline:
             return {"timeout": True}
         time.sleep(poll)
     done = read_json(files["done"])

@@ -92,7 +92,7 @@ class TritonGpuCompiler:
                                % (target.name, self.arch))
         self.warp_size = warp_size_for(self.backend, self.arch)
         self.ext = "cubin" if self.backend == "cuda" else "hsaco"
-        self.main = KernelSource(kernel.triton_module)  # its module also has the support kernels
+        self.main = kernel_source(kernel.triton_module)  # its module also has the support kernels
         self._sources = {kernel.triton_module: self.main}
         self.version = triton_version()
         self._dtypes_seen = set()
@@ -105,7 +105,7 @@ class TritonGpuCompiler:
         with self._lock:
             if spec not in self._sources:
                 try:
-                    self._sources[spec] = KernelSource(spec)
+                    self._sources[spec] = kernel_source(spec)
                 except ImportError as exc:  # a Triton without Gluon (before 3.5), for the Gluon kernel
                     raise HarnessError("kernel %s: config %s compiles to %s, which this Triton (%s) cannot import: "
                                        "%s" % (self.kernel.name, json.dumps(config, sort_keys=True), spec,
@@ -412,6 +412,21 @@ class TritonGpuCompiler:
                 "arch": self.arch, "warp_size": self.warp_size, "format": self.ext,
                 "python": sys.version.split()[0], "support_block": SUPPORT_BLOCK,
                 "support": self._support}
+
+
+_kernel_sources: dict = {}  # spec -> KernelSource (a tune makes a compiler per round)
+_kernel_sources_lock = threading.Lock()
+
+
+def kernel_source(spec: str) -> "KernelSource":
+    """The KernelSource of ``spec``, made once per process: the hash of its module and of Triton's
+    key of the function took a few per cent of a tune's host time, made again for every round.
+    (The module itself is imported once per process too.)"""
+    with _kernel_sources_lock:
+        source = _kernel_sources.get(spec)
+        if source is None:
+            source = _kernel_sources[spec] = KernelSource(spec)
+        return source
 
 
 class KernelSource:
