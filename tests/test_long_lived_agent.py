@@ -515,20 +515,26 @@ def _recording(errors: list, call) -> None:
         errors.append(repr(exc))
 
 
+def _serving_with_standbys(work: Path):
+    """``serve --standby cuda`` on ``work`` in a thread, once its standbys are started: (server,
+    its log lines, the errors it raised, its thread)."""
+    lines, errors = [], []
+    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lines.append, standby="cuda")
+    thread = threading.Thread(target=lambda: _recording(errors, server.serve), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while server.standbys is None and time.monotonic() < deadline:  # (it logs before the attribute is set)
+        time.sleep(0.01)
+    return server, lines, errors, thread
+
+
 def test_standby_workers_become_the_first_rounds_workers_and_a_dead_one_is_replaced(tmp_path, monkeypatch):
     """``serve --standby cuda``: a worker per device starts with the agent, before any round, and
     the first round's runner takes them; a standby that died meanwhile is replaced by a worker
     started as before, and every job of the round has its row."""
     bundle, manifest, results, work, runs = _stream_node(tmp_path, monkeypatch)
     monkeypatch.setenv("HARNESS_STANDIN_DEVICES", "2")
-    lines = []
-    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lines.append, standby="cuda")
-    errors = []
-    thread = threading.Thread(target=lambda: _recording(errors, server.serve), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while server.standbys is None and time.monotonic() < deadline:  # (it logs before the attribute is set)
-        time.sleep(0.01)
+    server, lines, errors, thread = _serving_with_standbys(work)
     assert "standby workers started for cuda device(s) 0,1" in lines
     dead = server.standbys.ready["1"].proc
     dead.kill()
@@ -584,14 +590,7 @@ def test_a_bridge_measures_until_the_torch_standby_is_loaded_then_hands_its_devi
     monkeypatch.setenv("FAKE_TORCH_GATE", str(gate))
     monkeypatch.setenv("PYTHONPATH", str(fake) + os.pathsep + os.environ["PYTHONPATH"])
     monkeypatch.syspath_prepend(str(fake))  # (the agent looks for torch before it starts a bridge)
-    lines = []
-    server = serve.Server(str(work), idle_timeout=60, out=io.StringIO(), log=lines.append, standby="cuda")
-    errors = []
-    thread = threading.Thread(target=lambda: _recording(errors, server.serve), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while server.standbys is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    server, lines, errors, thread = _serving_with_standbys(work)
     assert "standby workers started for cuda device(s) 0,1 (and a bridge each, which measures until torch is " \
            "loaded)" in lines
     options = {"warmup": 1, "iters": 3, "timeout": 20.0, "min_time_ms": 1.0}
