@@ -659,8 +659,9 @@ def _descriptor_params(desc: dict, meta: dict) -> list:
 
 
 def preload() -> None:
-    """Run once by the compile workers' zygote before it forks them (harness/compile/zygote.py): what a
-    first compile imports, and the hash of Triton's own files in every cache key (0.3 s, kept)."""
+    """Run once by the compile workers' zygote before it forks them (harness/compile/zygote.py):
+    what a first compile imports, and the hash of Triton's own files in every cache key (0.3 s,
+    kept)."""
     import triton.compiler.code_generator  # noqa: F401
     from triton.runtime import cache
 

@@ -3,13 +3,13 @@ next): importing Triton costs a second or more, paid once per worker instead of 
 and with a zygote once per worker key instead of once per worker.
 
 ``run_job(module, payload, timeout, env)`` has the contract of ``common.run_python_child``: it
-returns ``(returncode, facts, stderr)``, or None past ``timeout``. A worker imports MODULE once and
-answers each JSON line on its stdin with ``MODULE.compile_job(job)`` as one JSON line. A worker
-that runs past the timeout is killed with its process group; one that dies returns its exit code
-and the tail of its stderr; either way the next job gets a fresh worker. Each worker has its own
-Triton cache folder, emptied after every job (the bundle's artifacts are the cache). Workers run
-at a lower priority (``worker_loop.NICE``): on a GPU node that also measures, the GPU workers take the cores
-first.
+returns ``(returncode, facts, stderr)``, or None past ``timeout``. A worker imports MODULE once
+and answers each JSON line on its stdin with ``MODULE.compile_job(job)`` as one JSON line. A
+worker that runs past the timeout is killed with its process group; one that dies returns its
+exit code and the tail of its stderr; either way the next job gets a fresh worker. Each worker
+has its own Triton cache folder, emptied after every job (the bundle's artifacts are the cache).
+Workers run at a lower priority (``worker_loop.NICE``): on a GPU node that also measures, the
+GPU workers take the cores first.
 
 Each worker key (module and environment, ``_key``) has a zygote (harness/compile/zygote.py): a
 process that imported the module once and forks the key's workers, so a new worker costs a

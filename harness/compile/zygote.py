@@ -3,13 +3,13 @@ and forks the workers (harness/compile/workers.py asks it for each new worker).
 
 On a busy 64-core node a worker's Triton import took 2 to 3 s, and a tune starts up to 64
 workers at once, so its first compiles waited seconds on imports. So each worker key (module and
-environment) has one zygote, ``python -m harness.compile.zygote MODULE FD``: it imports MODULE, calls ``MODULE.preload()`` where MODULE has one (Triton's lazy imports and
-cached work), checks that it has no thread (a fork copies only the forking thread), then forks a
-worker per request on a Unix socket pair. A request carries the worker's Triton cache folder and
-three descriptors (its stdin pipe, its stdout pipe, its stderr file); the child makes its own
-session, puts them on 0, 1 and 2, closes every other descriptor and runs ``serve`` as a worker
-started by ``Popen`` does. The zygote changes no signal disposition, so its children have a fresh
-interpreter's.
+environment) has one zygote, ``python -m harness.compile.zygote MODULE FD``: it imports MODULE,
+calls ``MODULE.preload()`` where MODULE has one (Triton's lazy imports and cached work), checks
+that it has no thread (a fork copies only the forking thread), then forks a worker per request
+on a Unix socket pair. A request carries the worker's Triton cache folder and three descriptors
+(its stdin pipe, its stdout pipe, its stderr file); the child makes its own session, puts them
+on 0, 1 and 2, closes every other descriptor and runs ``serve`` as a worker started by ``Popen``
+does. The zygote changes no signal disposition, so its children have a fresh interpreter's.
 
 Exit status. The harness is not a forked worker's parent: ``ForkedProcess`` (the parts of
 ``Popen`` that ``Worker`` uses) sees the worker exit on a pidfd the zygote sends with the fork's

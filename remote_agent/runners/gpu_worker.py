@@ -337,10 +337,10 @@ def standby_main(argv):
     reads its worker's arguments, one JSON line ``{"argv": [...]}`` on stdin, and becomes that
     worker (which finds all that done). End of file: it exits.
 
-    ``--bridge``: a standby that leaves torch out (the driver alone). It
-    becomes a worker that checks answers against the bundle's reference kernel and measures
-    while the torch standby of its device still imports (seconds on a busy node); the agent
-    hands the device over to that standby between two jobs once it is loaded."""
+    ``--bridge``: a standby that leaves torch out (the driver alone). It becomes a worker that
+    checks answers against the bundle's reference kernel and measures while the torch standby of
+    its device still imports (seconds on a busy node); the agent hands the device over to that
+    standby between two jobs once it is loaded."""
     import argparse
     import importlib.util
     import threading
@@ -365,8 +365,8 @@ def standby_main(argv):
     reference = os.environ.get("HARNESS_GPU_REFERENCE", "auto")
     wants_torch = not args.bridge and reference in ("auto", "torch") and importlib.util.find_spec("torch") is not None
     # Beside a bridge (reference auto), the driver's init comes after torch's import: the bridges'
-    # inits, which the first jobs wait for, then meet fewer others (the driver serializes them: up
-    # to 3 s each with nine at once on a four-GPU node). Else it runs beside the import.
+    # inits, which the first jobs wait for, then meet fewer others (the driver serializes them: about
+    # 3 s each with nine at once on a four-GPU node). Else it runs beside the import.
     loading = threading.Thread(target=driver, daemon=True)
     driver_first = not (wants_torch and reference == "auto")
     if driver_first:
