@@ -46,20 +46,20 @@ def agent_files() -> list:
     return sorted(p for p in AGENT_DIR.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def push_marker(bundle: Path) -> str:
-    h = hashlib.sha256((bundle / "manifest.json").read_bytes())
+def push_marker(manifest_bytes: bytes) -> str:
+    h = hashlib.sha256(manifest_bytes)
     for path in agent_files():
         h.update(str(path.relative_to(AGENT_DIR)).encode())
         h.update(path.read_bytes())
     return ".pushed-%s" % h.hexdigest()[:16]
 
 
-def marker_text(bundle: Path) -> str:
+def marker_text(manifest_bytes: bytes) -> str:
     """What the marker holds: the sha256 of manifest.json and of every agent file (by its path
     under agent/), which the agent checks before a run."""
     agent = {"remote_agent/%s" % p.relative_to(AGENT_DIR).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
              for p in agent_files()}
-    manifest = hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
+    manifest = hashlib.sha256(manifest_bytes).hexdigest()
     return json.dumps({"manifest_sha256": manifest, "agent_sha256": agent}, indent=1, sort_keys=True)
 
 
@@ -73,15 +73,20 @@ def push(bundle: Path, manifest: Manifest, transport, progress=None) -> PushSumm
     have = transport.list_files(rel)
     needed = pushed_files(bundle, manifest)
     missing = missing_files(bundle, needed, have)
-    marker = push_marker(bundle)
+    # read once: a tune builds its next rounds meanwhile, each replacing manifest.json, and the
+    # file hashed and the file sent must be the same one
+    manifest_bytes = (bundle / "manifest.json").read_bytes()
+    marker = push_marker(manifest_bytes)
     if not missing and marker in have:
         return PushSummary(0, len(needed), 0, 1)
     pairs = [(bundle / f, "%s/%s" % (rel, f)) for f in missing]
-    pairs.append((bundle / "manifest.json", "%s/manifest.json" % rel))
     pairs += [(p, "agent/remote_agent/%s" % p.relative_to(AGENT_DIR).as_posix()) for p in agent_files()]
     with tempfile.TemporaryDirectory(prefix="harness-push-") as tmp:
+        staged = Path(tmp) / "manifest.json"
+        staged.write_bytes(manifest_bytes)
+        pairs.append((staged, "%s/manifest.json" % rel))
         marker_file = Path(tmp) / marker  # its own file per push: pushes to a fleet run at once
-        marker_file.write_text(marker_text(bundle))
+        marker_file.write_text(marker_text(manifest_bytes))
         pairs.append((marker_file, "%s/%s" % (rel, marker)))  # last: it stands for the whole push
         total = sum(Path(p).stat().st_size for p, _ in pairs)
         if progress:

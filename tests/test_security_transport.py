@@ -241,6 +241,48 @@ def test_the_agent_refuses_a_push_that_did_not_finish_and_agent_code_changed_sin
     assert "finished (exit 0)" in ws.harness("status", "box").stdout
 
 
+@pytest.mark.slow
+def test_a_push_while_the_next_rounds_replace_the_manifest_sends_the_manifest_it_hashed(tmp_path, sshd):
+    """A tune pushes its bundle while it builds its next rounds, each writing manifest.json anew:
+    the manifest sent is the one whose sha256 went into the push's header and marker."""
+    import threading
+
+    from harness.bundle import Manifest
+    from harness.push import push
+    from harness.targets import load_targets
+    from harness.transport import for_hosts
+
+    ws = _box(tmp_path, sshd, tmp_path / "w")
+    bundle = ws.path / "build/box/matmul"
+    manifest = Manifest.load(bundle / "manifest.json")
+    text = (bundle / "manifest.json").read_text()
+    stop = threading.Event()
+
+    def next_rounds():  # as Manifest.save does: a whole file each time, put in place at once
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            tmp = bundle / "manifest.json.tmp-test"
+            tmp.write_text(text.replace('"created": "', '"created": "%s' % ("x" * (i % 50))))
+            os.replace(tmp, bundle / "manifest.json")
+
+    writer = threading.Thread(target=next_rounds, daemon=True)
+    writer.start()
+    transport = for_hosts(load_targets(ws.path / "targets.yaml")["box"])[0].open()
+    try:
+        for _ in range(3):
+            for pushed in (tmp_path / "w/bundles/box/matmul").glob(".pushed-*"):
+                pushed.unlink()  # each push sends the manifest again
+            push(bundle, manifest, transport)
+    finally:
+        stop.set()
+        writer.join()
+        transport.close()
+    remote = tmp_path / "w/bundles/box/matmul"
+    marker = json.loads(next(remote.glob(".pushed-*")).read_text())
+    assert marker["manifest_sha256"] == hashlib.sha256((remote / "manifest.json").read_bytes()).hexdigest()
+
+
 # -- defect 3: the agent runs a program outside the bundle ------------------------------------
 
 @pytest.mark.slow
