@@ -112,9 +112,16 @@ def _popen_worker(module: str, env: dict, cache: str, stderr) -> subprocess.Pope
 
 
 def _forked_worker(module: str, env: dict, cache: str, stderr):
-    """A worker forked by the key's zygote (``ForkedProcess``), or None where there is none."""
-    zygote = zygote_for(_key(module, env))
-    return zygote.fork(cache, stderr) if zygote is not None else None
+    """A worker forked by the key's zygote (``ForkedProcess``), or None where there is none. A
+    zygote found dead by this fork (it died since it last answered) is started again, once."""
+    for _ in range(2):
+        zygote = zygote_for(_key(module, env))
+        if zygote is None:
+            return None
+        proc = zygote.fork(cache, stderr)
+        if proc is not None or zygote.alive():
+            return proc
+    return None
 
 
 # ---- the public functions ----------------------------------------------------------------------
