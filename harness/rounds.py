@@ -372,9 +372,9 @@ class Builds:
         try:
             if warm is None and self.warmed is not None:
                 # the support kernels first: the GPU workers' start (the longest wait of a tune's
-                # first seconds) needs them, and the configs' compiles would share the cores (and
-                # start as many compile workers, each importing Triton, while the pruning and the
-                # standby workers' torch import want them: tried, the start took 1.5 s longer,
+                # first seconds) needs them, and the configs' compiles would share the cores with
+                # them, the pruning and the standby workers' torch import (tried when every compile
+                # worker still imported Triton itself: the start took 1.5 s longer,
                 # docs/throughput.md part six)
                 self.warmed.wait()
             self._count(+1)

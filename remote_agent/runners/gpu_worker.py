@@ -346,6 +346,7 @@ def standby_main(argv):
     import threading
 
     from ..supervisor import die_with_parent
+    from .gpu_standby import bridges_help
 
     parser = argparse.ArgumentParser(prog="remote_agent.runners.gpu_worker standby")
     parser.add_argument("--backend", required=True)
@@ -362,14 +363,14 @@ def standby_main(argv):
             pass
 
     clock = _PhaseClock()  # where the standby's seconds went (its worker's ready line says it)
-    reference = os.environ.get("HARNESS_GPU_REFERENCE", "auto")
-    wants_torch = not args.bridge and reference in ("auto", "torch") and importlib.util.find_spec("torch") is not None
-    # Beside a bridge (reference auto), the driver's init comes after torch's import: the bridges'
-    # inits, which the first jobs wait for, then meet fewer others (the driver serializes them: about
-    # 3 s each with nine at once on a four-GPU node). Else it runs beside the import.
+    wants_torch = not args.bridge and os.environ.get("HARNESS_GPU_REFERENCE", "auto") in ("auto", "torch") and \
+        importlib.util.find_spec("torch") is not None
+    # The driver's init runs beside torch's import, except where a bridge runs beside this standby:
+    # there it comes after, so that the bridges' inits, which the first jobs wait for, meet fewer
+    # others (the driver serializes them: about 3 s each with nine at once on a four-GPU node).
+    beside_import = wants_torch and not bridges_help()
     loading = threading.Thread(target=driver, daemon=True)
-    driver_first = not (wants_torch and reference == "auto")
-    if driver_first:
+    if beside_import:
         loading.start()
     torch = None
     if wants_torch:
@@ -379,7 +380,7 @@ def standby_main(argv):
             clock.lap("torch import")
         except Exception:  # pick_reference decides, and says why
             pass
-    if driver_first:
+    if beside_import:
         loading.join()
     else:
         driver()
