@@ -47,7 +47,7 @@ def compile_job(job):
     time.sleep(job.get("sleep", 0))
     cache = os.environ["TRITON_CACHE_DIR"]
     return {"echo": job["value"], "pid": os.getpid(), "ppid": os.getppid(), "cache": cache,
-            "cache_exists": os.path.isdir(cache), "pgid": os.getpgid(0), "sid": os.getsid(0),
+            "cache_exists": os.path.isdir(cache), "pgid": os.getpgid(0), "sid": os.getsid(0), "nice": os.nice(0),
             "sockets": [fd for fd in os.listdir("/proc/self/fd") if _is_socket(fd)]}
 
 
@@ -193,3 +193,27 @@ def test_prestart_forks_its_workers_and_close_all_leaves_no_process(standin):
     workers.close_all()
     assert _gone([zygote] + forked)
     assert not [t for t in threading.enumerate() if t.name == "harness-prestart-workers"]
+
+
+def _nice(pid: int) -> int:
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def test_the_zygote_keeps_the_tune_s_priority_its_forked_workers_run_lower_and_prestart_forks_a_pool(standin):
+    """A tune's first compiles wait for the zygote's import and then for each fork: the zygote
+    runs at the tune's priority, each worker lowers its own once forked; ``forked`` workers are
+    forked ahead where a zygote forks them (``count`` where each would import the module)."""
+    from harness.compile.worker_loop import NICE
+
+    module, env, noted = standin
+    workers.prestart(module, env, 1, forked=3)
+    key = workers._key(module, env)
+    deadline = time.monotonic() + 20
+    while len(workers._idle.get(key, [])) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(workers._idle.get(key, [])) == 3
+    zygote = int(noted()[0][0])
+    assert _nice(zygote) == os.nice(0)
+    done = workers.run_job(module, {"do": "echo", "value": 1}, 30, env)
+    assert done[1]["ppid"] == zygote and done[1]["nice"] == min(19, os.nice(0) + NICE)

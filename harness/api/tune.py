@@ -116,15 +116,15 @@ def tune(args: TuneArgs):
 
     long_lived = args.agent == "long-lived" and not can(transport_class(tgt), SCHEDULER)  # Slurm: rounds are its jobs
     early_agents = None
-    if tgt.is_gpu and long_lived and not tgt.is_remote and "exhaustive" not in (args.strategy, level.strategy):
-        from ..rounds import start_gpu_agent
-
-        early_agents = start_gpu_agent(ROOT, tgt, kern.name)  # its GPU workers start while the tune sets up
     if tgt.is_gpu:
         require_triton(tgt)
         from ..compile.triton_gpu import prestart_compile_workers
 
         prestart_compile_workers(args.jobs)  # Triton imported in them while the tune starts
+    if tgt.is_gpu and long_lived and not tgt.is_remote and "exhaustive" not in (args.strategy, level.strategy):
+        from ..rounds import start_gpu_agent
+
+        early_agents = start_gpu_agent(ROOT, tgt, kern.name)  # its GPU workers start while the tune sets up
     space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else kern.space_for(tgt)
     if args.strategy is None:
         args.strategy, default_budget = _effort_search(level, tgt, space_dict, default_for)

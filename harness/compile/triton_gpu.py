@@ -497,7 +497,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-PRESTARTED_WORKERS = 8  # compile workers a GPU tune starts first: the support kernels' (seven for fp16 and bf16)
+PRESTARTED_WORKERS = 8  # compile workers importing Triton that a GPU tune starts first: the support kernels' (seven)
 
 
 def _compile_env() -> dict:
@@ -512,13 +512,16 @@ def _kept_workers() -> bool:
 
 
 def prestart_compile_workers(jobs: int = 0) -> None:
-    """Start the first kept compile workers now (a GPU tune's first step), at most ``jobs`` (the
-    build's parallel compiles; 0: the cores): their Triton import then runs beside the tune's
-    start, and the support kernels, the first compiles, do not wait for it."""
+    """Start the kept compile workers now (a GPU tune's first step): their Triton import then runs
+    beside the tune's start, and the support kernels, the first compiles, do not wait for it.
+    Forked by the zygote (milliseconds each), a worker per parallel compile (``jobs``; 0: the
+    cores), so that the seeds' compiles, which come all at once, wait for no fork; started with
+    ``Popen`` (each imports Triton itself), ``PRESTARTED_WORKERS`` of them at most."""
     if _kept_workers():
         from .workers import prestart
 
-        prestart("harness.compile.triton_gpu", _compile_env(), min(PRESTARTED_WORKERS, jobs or os.cpu_count() or 1))
+        pool = jobs or os.cpu_count() or 1
+        prestart("harness.compile.triton_gpu", _compile_env(), min(PRESTARTED_WORKERS, pool), forked=pool)
 
 
 def run_compile_process(job: dict, artifact: Path, timeout: float) -> CompileResult:

@@ -130,17 +130,17 @@ def _key(module: str, env: dict) -> tuple:
     return module, tuple(sorted((k, v) for k, v in env.items() if k != "TRITON_CACHE_DIR"))
 
 
-def prestart(module: str, env: dict, count: int) -> None:
-    """Start ``count`` idle workers of ``module`` now, while the caller goes on, so that the first
-    compiles find them ready. With a zygote: the zygote now (it imports ``module``) and a thread
-    that asks it for the workers (each fork waits for the import); without: ``count`` workers,
-    each importing ``module`` (Triton: a second or more)."""
+def prestart(module: str, env: dict, count: int, forked: int = 0) -> None:
+    """Start idle workers of ``module`` now, while the caller goes on, so that the first compiles
+    find them ready. With a zygote: the zygote now (it imports ``module``) and a thread that asks
+    it for ``forked`` workers (else ``count``; each fork waits for the import); without:
+    ``count`` workers, each importing ``module`` (Triton: a second or more)."""
     key = _key(module, env)
     env = dict(key[1])
     if zygote_for(key) is None:
         _add_idle(key, [Worker(module, env) for _ in range(max(0, count))])
         return
-    thread = threading.Thread(target=_prestart_forked, args=(key, module, env, count), daemon=True,
+    thread = threading.Thread(target=_prestart_forked, args=(key, module, env, forked or count), daemon=True,
                               name="harness-prestart-workers")
     with _lock:
         _prestarting.append(thread)

@@ -257,7 +257,10 @@ def zygote_main(module_name: str, fd: int) -> int:
     ``fd`` until the harness closes it: ``fork`` (a worker; the reply carries its pidfd) and
     ``status`` (a worker's exit status, reaped now; None while it runs)."""
     sock = socket.socket(fileno=fd)
-    lower_priority()  # inherited by the workers
+    # at the tune's priority, its workers below it (each lowers its own once forked): a tune's
+    # first compiles wait for this import and for the forks, one at a time, while the pruning,
+    # the GPU workers' torch imports and the other workers keep the cores busy (a four-GPU tune's
+    # compile workers took two seconds to reach 64 with the zygote at the workers' priority)
     module = importlib.import_module(module_name)
     preload = getattr(module, "preload", None)
     if callable(preload):
@@ -328,6 +331,7 @@ def _run_forked_worker(module_name: str, cache: str, fds: list, ready_w: int) ->
     try:
         os.setsid()
         os.write(ready_w, b"+")
+        lower_priority()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.closerange(3, _max_fd())
