@@ -107,9 +107,13 @@ RATES_FILE = "rates.json"
 # idle and 4 s under a load of 10 (compile-bound), a re-measured job 0.75 s (0.3 s of sampling, its
 # warm-up and start, and per job counted the sift before it, the finalists past the top 3 and the
 # noisy shapes' extra rounds: 0.58 to 0.96 s over twelve README tunes of 2026-11-27); on a GPU node, a
-# Triton config on one core (1 s), 2.6 configs/s for a search (H200), a GPU job 0.1 s
+# Triton config on one core (1 s), a config of a search or a measured job 0.075 s of one device (one
+# H200, tune's default --min-time-ms 25: 960 configs in a search phase of 69 to 72 s, its start and
+# the re-measure beside it included; 2026-11-27), and per re-measured job what is left after the
+# search, 0.03 s (3.6 to 5.3 s for 150 jobs, on one to four H200s)
 DEFAULT_RATES = {"cpu": {"compile_s": 0.75, "eval_s": 2.0, "measure_s": 0.7, "remeasure_s": 0.75},
-                 "gpu": {"compile_s": 1.0, "eval_s": 0.4, "measure_s": 0.1, "remeasure_s": 0.3}}
+                 "gpu": {"compile_s": 1.0, "eval_s": 0.075, "measure_s": 0.075, "remeasure_s": 0.03}}
+DEVICE_RATES = ("eval_s", "measure_s")  # GPU defaults that are per device: over the target's devices
 # the compile pool runs on every core of the machine that builds: DEFAULT_RATES' compile_s is the
 # seconds of one core a compile takes (DEFAULT_COMPILE_CORES of them on the machine it was seen on),
 # and the default wall time per compile here is that over this machine's cores (an H200 node's 16
@@ -124,10 +128,15 @@ def _rates_path(root: Path) -> Path:
 def rates(root: Path, target) -> dict:
     """Seconds per compile, per measured job and per re-measured job on ``target``: those this
     project saw last (``record_rates``), else DEFAULT_RATES for its backend (compiles spread over
-    this machine's cores)."""
+    this machine's cores, a GPU's jobs over the devices its ``devices:`` lists: one where it lists
+    none)."""
     kind = "gpu" if target.is_gpu else "cpu"
     rate = dict(DEFAULT_RATES[kind])
     rate["compile_s"] *= DEFAULT_COMPILE_CORES[kind] / max(1, os.cpu_count() or 1)
+    if target.is_gpu:
+        devices = [d for d in str(getattr(target, "devices", None) or "").split(",") if d.strip()]
+        for name in DEVICE_RATES:
+            rate[name] /= max(1, len(devices))
     try:
         seen = json.loads(_rates_path(root).read_text()).get(target.name, {})
     except (OSError, ValueError):

@@ -86,6 +86,20 @@ def test_a_compile_before_any_was_seen_counts_one_cores_seconds_over_this_machin
     assert effort.estimate(tmp_path, node, compiles=10) == pytest.approx(2.0)
 
 
+def test_a_gpu_search_before_any_was_seen_is_spread_over_the_targets_devices(tmp_path):
+    """Four listed devices measure a search's configs four at a time (a four-GPU tune of 960
+    configs took 28.6 s where one GPU took 79.8 s); the re-measure left after the search is not
+    spread."""
+    one = Target(name="one", backend="cuda", gpu_arch="90")
+    four = Target(name="four", backend="cuda", gpu_arch="90", devices="0,1,2,3")
+    gpu = effort.DEFAULT_RATES["gpu"]
+    assert effort.estimate(tmp_path, one, evals=960, remeasures=150) == pytest.approx(960 * gpu["eval_s"] + 150 * gpu["remeasure_s"])
+    assert effort.estimate(tmp_path, four, evals=960, remeasures=150) == pytest.approx(
+        960 * gpu["eval_s"] / 4 + 150 * gpu["remeasure_s"])
+    effort.record_rates(tmp_path, four, eval_s=0.03)  # then the rate this project saw, not divided again
+    assert effort.estimate(tmp_path, four, evals=100) == pytest.approx(3.0)
+
+
 def _results(tmp_path):
     path = tmp_path / "results" / "box" / "matmul" / "results.csv"
     path.parent.mkdir(parents=True)
