@@ -126,6 +126,7 @@ def tune(args: TuneArgs):
     from .push import PushArgs, push
     from .report import ReportArgs, report
     from .run import RunArgs, run
+
     space_dict = load_space_file(args.space, kern.space_for(tgt)) if args.space else kern.space_for(tgt)
     if args.strategy is None:
         args.strategy, default_budget = _effort_search(level, tgt, space_dict, default_for)
