@@ -233,7 +233,6 @@ def _readable(fd: int, timeout) -> bool:
     return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
 
 
-
 def close_zygotes() -> None:
     """Stop every zygote (after their workers: a zygote gives its workers' exit status)."""
     with _lock:

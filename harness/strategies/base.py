@@ -85,13 +85,10 @@ class Problem:
         self.names = list(self.space)
         self.is_pruned = is_pruned
         self._value_pos = [{_hashable(v): j for j, v in enumerate(self.space[n])} for n in self.names]
-        if feasible is None:  # else: the indices in expand(space) of the configs is_pruned keeps
-            self.candidates = [c for c in expand(self.space) if not is_pruned(c)]
-            self.index = {key(c): i for i, c in enumerate(self.candidates)}
-            self.codes = np.array([self.encode(c) for c in self.candidates], dtype=np.int32).reshape(
-                len(self.candidates), len(self.names))
-        else:  # only those (the whole space is a million dicts: seconds per shape)
-            self.candidates, self.index, self.codes = self._at(feasible)
+        if feasible is None:  # ``feasible``: the indices in expand(space) of the configs is_pruned keeps
+            # (a tune passes the pruning's: its whole space is a million dicts, seconds per shape)
+            feasible = [i for i, c in enumerate(expand(self.space)) if not is_pruned(c)]
+        self.candidates, self.index, self.codes = self._at(feasible)
         sizes = np.array([max(1, len(self.space[n]) - 1) for n in self.names], dtype=np.float64)
         self._scale = 1.0 / sizes  # distances in units of a parameter's whole range
 
