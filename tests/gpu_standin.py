@@ -175,6 +175,20 @@ class StandinApi(GpuApi):
 
     # launches, interpreted
     def launch(self, fn, grid, block, shared, params, stream=None):
+        if int(self.funcs[fn].get("num_ctas", 1)) > 1:  # its cubin requires a cluster launch
+            raise GpuError("stand-in: a kernel built for clusters of %s CTAs launched without: "
+                           "CUDA_ERROR_INVALID_CLUSTER_SIZE (912)" % self.funcs[fn]["num_ctas"], code=912)
+        self._interpret(fn, grid, params)
+
+    def launch_cluster(self, fn, grid, ctas, block, shared, params, stream=None):
+        """A launch in clusters (a kernel built with num_ctas): the kernel must have been built for
+        clusters of that size (its launch facts); it is interpreted as one launch."""
+        if int(self.funcs[fn].get("num_ctas", 1)) != ctas:
+            raise GpuError("stand-in: clusters of %d CTAs for a kernel built with num_ctas %s: "
+                           "CUDA_ERROR_INVALID_CLUSTER_SIZE (912)" % (ctas, self.funcs[fn].get("num_ctas")), code=912)
+        self._interpret(fn, grid, params)
+
+    def _interpret(self, fn, grid, params):
         facts = self.funcs[fn]
         values, types = {}, {}
         for i, p in enumerate(facts["params"]):

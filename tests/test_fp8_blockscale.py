@@ -674,6 +674,76 @@ def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
     assert descriptors.tensor_descriptors(dict(WS, WS=0)) == []
 
 
+def test_cluster_rules_grid_and_descriptors(monkeypatch):
+    """num_ctas 2: the WS kernel in clusters of two CTAs (a tile of 2 x BLOCK_M rows, B multicast).
+    Its rules (plain and PIPE consumers, one or two of them, a ring of a power of two slots: Gluon
+    stacks cluster buffers in powers of two), a persistent grid of clusters (one per two
+    multiprocessors), descriptors whose A and C blocks the CTAs split and whose B block each gets
+    whole, and the prune where the host's Triton has no Gluon TMA multicast."""
+    from harness.kernels.fp8_blockscale import descriptors, rules
+
+    monkeypatch.setattr(rules, "gluon_multicast", lambda: True)
+    gpu = _targets()["gpu-node"]
+    big = make_shape(4096, 7168, 7168)
+    pair = dict(WS, num_ctas=2, num_stages=4)
+    for ok in (pair, dict(pair, PIPE=1), dict(pair, BLOCK_M=64), dict(pair, BLOCK_N=160), dict(pair, num_stages=2)):
+        assert _why(ok, big, gpu) is None, ok
+    for bad in (dict(num_stages=5), dict(num_stages=3), dict(BLOCK_M=192), dict(SMEM_SCALES=1), dict(OVERLAP=1),
+                dict(ORDERED=1), dict(num_ctas=4)):
+        assert _why(dict(pair, **bad), big, gpu) == "cluster_config", bad
+    assert _why(dict(pair, WS=0, num_warps=8), big, gpu) in ("cluster_config", "tile_in_parts_needs_ws")
+    assert fk.KERNEL.grid(pair, big, gpu) == (66, 1, 1)  # 16 x 56 tiles of 256 x 128: 66 clusters
+    assert fk.KERNEL.grid(pair, make_shape(300, 256, 7168), gpu) == (4, 1, 1)  # 2 x 2 cluster tiles
+    blocks = {d.name: (d.block, d.cga) for d in descriptors.tensor_descriptors(pair)}
+    assert blocks == {"a_desc": ((128, 128), ((1, 0),)), "b_desc": ((128, 128), ((0, 0),)),
+                      "c_desc": ((128, 128), ((1, 0),))}
+    assert descriptors.tensor_descriptors(pair)[0].as_dict()["cga"] == [[1, 0]]
+    assert "cga" not in descriptors.tensor_descriptors(WS)[0].as_dict()
+    assert fk.KERNEL.space_for(gpu)["num_ctas"] == [1, 2]
+    monkeypatch.setattr(rules, "gluon_multicast", lambda: False)
+    assert _why(pair, big, gpu) == "cluster_needs_multicast"
+    assert _why(WS, big, gpu) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block_m,block_n,pipe", [(128, 128, 0), (128, 128, 1), (64, 160, 0)])
+def test_cluster_kernel_compiles_for_sm90_with_b_multicast(tmp_path, block_m, block_n, pipe):
+    """The cluster kernel through the harness's compiler (Triton with Gluon TMA multicast): built for
+    clusters of two (the launch facts' num_ctas), each CTA's own A rows and C rows in the descriptors'
+    blocks, B whole; in the cubin B's TMA loads multicast (one a part), the consumers arrive on the
+    pair's barrier in the other CTA (a remote arrive), fp8 wgmma, no local memory."""
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+
+    import triton
+
+    from harness.compile.triton_gpu import TritonGpuCompiler
+    from harness.kernels.fp8_blockscale import rules
+    from harness.shapes import parse_shape_list
+
+    if not rules.gluon_multicast():
+        pytest.skip("this Triton's Gluon has no TMA multicast")
+    gpu = _targets()["gpu-node"]
+    shape = parse_shape_list("4096x7168x7168:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+    cfg = dict(WS, BLOCK_M=block_m, BLOCK_N=block_n, num_stages=4, PIPE=pipe, num_ctas=2)
+    res = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path).compile(cfg, shape, 300)
+    assert res.status == "ok", res.message
+    assert res.launch["num_ctas"] == 2
+    blocks = {p["name"]: p["block"] for p in res.launch["params"] if p.get("type") == "tensormap"}
+    assert blocks["a_desc"] == [64, 128] and blocks["b_desc"] == [128, 128]  # a CTA's rows of A; all of B
+    assert blocks["c_desc"][0] == 64
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", str(res.artifact)], capture_output=True,
+                           text=True, check=True).stdout
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(res.artifact)], capture_output=True,
+                          text=True, check=True).stdout
+    parts = 1 + (block_n & (block_n - 1) != 0)
+    assert sass.count("UTMALDG.2D.MULTICAST") == parts
+    assert "QGMMA" in sass and "SYNCS.ARRIVE.TRANS64.RED" in sass  # the remote arrive on CTA 0's barrier
+
+
 def test_ws_seeds_for_prefill_shapes_fill_the_waves(tmp_path):
     """The WS seeds of prefill shapes, and every seed (completed with the space's first values,
     WS = 0 ones included) is a config the sm90 compiler takes."""
@@ -851,16 +921,22 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
     from remote_agent.runners import gpu
     from tests.test_gpu_supervisor import options
 
+    from harness.kernels.fp8_blockscale import rules
+
     target = _targets()["gpu-node"]
     shapes = parse_shape_list("64x256x384", "fp8e4m3fn", problem=fk.KERNEL.problem)
     configs = [dict(WS, BLOCK_M=64, BLOCK_N=128, GROUP_M=1, num_stages=4),
                dict(WS, BLOCK_M=64, BLOCK_N=160, GROUP_M=1, num_stages=4)]
+    if rules.gluon_multicast():  # and a cluster config: the stand-in refuses it launched without clusters
+        configs.append(dict(WS, BLOCK_M=64, BLOCK_N=128, GROUP_M=1, num_stages=4, num_ctas=2))
     summary = build(fk.KERNEL, target, shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=configs))
     m = json.loads((summary.bundle / "manifest.json").read_text())
     launches = [v["launch"] for v in m["variants"]]
-    assert sorted(l["entry"].split("_ws_")[0] for l in launches) == ["fp8_blockscale", "fp8_blockscale"]
+    assert [l["entry"].split("_ws_")[0] for l in launches] == ["fp8_blockscale"] * len(configs)
     maps = [[p["name"] for p in l["params"] if p.get("type") == "tensormap"] for l in launches]
-    assert sorted(map(len, maps)) == [3, 5]  # a_desc, b_desc, c_desc (+ b2_desc, c2_desc for 160 = 128 + 32)
+    # a_desc, b_desc, c_desc (+ b2_desc, c2_desc for 160 = 128 + 32)
+    assert sorted(map(len, maps)) == [3] * (len(configs) - 1) + [5]
+    assert sorted(l["num_ctas"] for l in launches) == [1, 1, 2][:len(configs)]
     monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(
@@ -869,7 +945,7 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
     Agent(str(summary.bundle), str(results), options(), out=open(os.devnull, "w"), log=lambda line: None).run()
     with open(results, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 2
+    assert len(rows) == len(configs)
     for r in rows:
         assert r["status"] == "ok", r
         assert 1e-4 < float(r["rel_err"]) < 1e-2

@@ -330,6 +330,16 @@ def test_driver_calls_reach_each_vendors_functions():
         assert sorted(set(api.lib.called)) == sorted(cls.CALLS.values()), cls
         assert set(cls.CALLS.values()) <= set(cls.SIGNATURES), cls
     assert set(CudaApi.CALLS) == set(HipApi.CALLS)
+    # a cluster launch (kernels built with num_ctas): cuLaunchKernelEx with CUlaunchConfig and two
+    # CUlaunchAttribute, laid out as cuda.h has them (72 and 56 bytes)
+    from remote_agent.runners.cuda import LaunchAttribute, LaunchConfig
+
+    api = CudaApi.__new__(CudaApi)
+    api.lib, api.stream = Lib(), None
+    api.launch_cluster(1, (66, 1, 1), 2, (384, 1, 1), 0, (ctypes.c_void_p * 1)())
+    assert api.lib.called == ["cuLaunchKernelEx"] and "cuLaunchKernelEx" in CudaApi.SIGNATURES
+    assert (ctypes.sizeof(LaunchAttribute), ctypes.sizeof(LaunchConfig)) == (72, 56)
+    assert LaunchConfig.stream.offset == 32 and LaunchAttribute.value.offset == 8
 
 
 def test_a_device_runs_the_jobs_meant_for_it_before_those_any_device_may_run():

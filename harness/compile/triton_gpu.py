@@ -37,7 +37,7 @@ from ..space import Rule
 from .common import CompileResult, run_python_child
 
 # Options a config may carry that are compile options rather than constexpr arguments.
-CUDA_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+CUDA_OPTIONS = ("num_warps", "num_stages", "maxnreg", "num_ctas")
 HIP_OPTIONS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
 TRITON_TYPES = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32", "fp8e4m3fn": "*fp8e4nv",
                 "fp8e4m3fnuz": "*fp8e4b8", "i32": "*i32", "u8": "*u8",
@@ -643,7 +643,8 @@ def _gluon_signature(job: dict) -> dict:
         if ty.startswith("tensordesc<"):
             dtype = ty[len("tensordesc<"):].split("[")[0]
             block = job["descriptors"][name]["block"]
-            layout = gl.NVMMASharedLayout.get_default_for(block, GLUON_DTYPES[dtype](gl))
+            cga = job["descriptors"][name].get("cga")
+            layout = gl.NVMMASharedLayout.get_default_for(block, GLUON_DTYPES[dtype](gl), cga_layout=cga)
             signature[name] = "tensordesc<%s%s,%r>" % (dtype, block, layout)
     return signature
 

@@ -22,6 +22,9 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2  # as Triton's launcher encodes its descriptors
 CU_STREAM_NON_BLOCKING = 1
 CU_EVENT_DEFAULT = 0
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5
+CU_CLUSTER_SCHEDULING_POLICY_SPREAD = 1  # as Triton's launcher asks
 
 # cudaError codes after which the context is lost (the process must go)
 STICKY = {
@@ -38,6 +41,17 @@ _p = ctypes.c_void_p
 _i = ctypes.c_int
 _u = ctypes.c_uint
 _sz = ctypes.c_size_t
+
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value (the union's size)."""
+    _fields_ = [("id", _i), ("pad", ctypes.c_char * 4), ("value", _u * 16)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig, what cuLaunchKernelEx takes."""
+    _fields_ = [("grid", _u * 3), ("block", _u * 3), ("shared", _u), ("stream", _p),
+                ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", _u)]
+
 
 _SIGNATURES = {
     "cuInit": [_u],
@@ -62,6 +76,7 @@ _SIGNATURES = {
     "cuFuncSetAttribute": [_p, _i, _i],
     "cuFuncGetAttribute": [ctypes.POINTER(_i), _i, _p],
     "cuLaunchKernel": [_p, _u, _u, _u, _u, _u, _u, _u, _p, ctypes.POINTER(_p), ctypes.POINTER(_p)],
+    "cuLaunchKernelEx": [ctypes.POINTER(LaunchConfig), _p, ctypes.POINTER(_p), ctypes.POINTER(_p)],
     "cuStreamCreate": [ctypes.POINTER(_p), _u],
     "cuEventCreate": [ctypes.POINTER(_p), _u],
     "cuEventRecord": [_p, _p],
@@ -153,6 +168,18 @@ class CudaApi(DriverApi):
                 "memory_bytes": total, "driver": version.value}
 
     # on the worker's stream, as DriverApi.dtod says
+    def launch_cluster(self, fn, grid, ctas, block, shared, params, stream=None):
+        """Launch ``fn`` in clusters of ``ctas`` CTAs along x (a kernel built with num_ctas):
+        grid[0] clusters of them, spread over the GPCs as Triton's launcher asks."""
+        attrs = (LaunchAttribute * 2)()
+        attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attrs[0].value[0], attrs[0].value[1], attrs[0].value[2] = ctas, 1, 1
+        attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+        attrs[1].value[0] = CU_CLUSTER_SCHEDULING_POLICY_SPREAD
+        config = LaunchConfig((_u * 3)(grid[0] * ctas, grid[1], grid[2]), (_u * 3)(*block), int(shared),
+                              self.stream if stream is None else stream, attrs, 2)
+        self._call("cuLaunchKernelEx", ctypes.byref(config), fn, params, None)
+
     def memset32(self, ptr, value, count):
         self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)
 

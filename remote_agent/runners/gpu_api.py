@@ -104,6 +104,12 @@ class GpuApi(object):
         """Launch ``fn`` with packed ``params`` on the stream."""
         raise NotImplementedError
 
+    def launch_cluster(self, fn, grid, ctas, block, shared, params, stream=None):
+        """Launch ``fn`` as ``grid`` clusters of ``ctas`` CTAs each along x (a kernel compiled with
+        num_ctas > 1); where the API has no clusters the launch is refused as unusable."""
+        raise GpuError("a kernel built for clusters of %d CTAs; this GPU API launches no clusters" % ctas,
+                       load=True)
+
     def synchronize(self):
         """Wait for the stream's work; a failed kernel raises GpuError here (sticky: context lost)."""
         raise NotImplementedError

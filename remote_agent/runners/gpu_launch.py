@@ -99,7 +99,11 @@ class Kernel(object):
         return Params(self.launch["params"], values, self.api)
 
     def run(self, grid, params, stream=None):
-        self.api.launch(self.fn, grid, self.block, self.shared, params.array, stream)
+        ctas = int(self.launch.get("num_ctas", 1))
+        if ctas > 1:  # the grid counts clusters (as Triton's launcher and the kernel's program ids do)
+            self.api.launch_cluster(self.fn, grid, ctas, self.block, self.shared, params.array, stream)
+        else:
+            self.api.launch(self.fn, grid, self.block, self.shared, params.array, stream)
 
 
 def specialization_problem(launch, values):

@@ -41,8 +41,9 @@ GPU_SPACE = {
 # ORDERED: its consumers issue each K step's MMAs in turn (gluon_kernel._take_turn); PIPE: each
 # consumer's promotion under its next step's MMA (two partials, gluon_kernel._consumer_pipelined);
 # SMEM_SCALES: A's scales staged in shared memory 8 K steps at a time (gluon_kernel._chunk_scale)
+# num_ctas 2: the WS kernel in clusters of two CTAs, B multicast to both (gluon_kernel._loader)
 GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1], "OVERLAP": [0, 1], "ORDERED": [0, 1], "PIPE": [0, 1],
-                  "SMEM_SCALES": [0, 1],
+                  "SMEM_SCALES": [0, 1], "num_ctas": [1, 2],
                   "BLOCK_M": GPU_SPACE["BLOCK_M"] + [192], "BLOCK_N": sorted(GPU_SPACE["BLOCK_N"] + [80])}
 WS_SOURCE = "harness.kernels.fp8_blockscale.gluon_kernel:fp8_blockscale_ws_kernel"
 GPU_SPACE_HIP = {
@@ -88,9 +89,12 @@ def bytes_moved(shape) -> int:
 
 def grid(config: dict, shape, target=None) -> tuple:
     """One program per output tile and split of K; the warp-specialized kernel's persistent grid:
-    one program per multiprocessor (at most one per tile)."""
+    one program per multiprocessor (at most one per tile), or with num_ctas one cluster of CTAs
+    per that many multiprocessors (the grid counts clusters, as the kernel's program ids do)."""
     if descriptors.warp_specialized(config):
-        return (min(gemm_tiles.tiles(config, shape), gemm_tiles.multiprocessors(target)), 1, 1)
+        ctas = config.get("num_ctas", 1)  # a cluster's CTAs share a tile of ctas x BLOCK_M rows
+        tiles = gemm_tiles.tiles(dict(config, BLOCK_M=config["BLOCK_M"] * ctas), shape)
+        return (min(tiles, gemm_tiles.multiprocessors(target) // ctas), 1, 1)
     return gemm_tiles.grid(config, shape, target)
 
 

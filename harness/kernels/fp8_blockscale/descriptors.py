@@ -37,10 +37,13 @@ def tensor_descriptors(config: dict, a_t: bool = False, b_t: bool = True) -> Lis
         return []
     wide, narrow = tile_parts(config["BLOCK_N"])
     bk = config["BLOCK_K"]
-    out = [Descriptor("a_desc", "a", ("M", "K"), ("stride_am", "stride_ak"), (WS_ROWS, bk)),
-           Descriptor("b_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (wide, bk)),
-           Descriptor("c_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (WS_ROWS, wide))]
+    ctas = config.get("num_ctas", 1)
+    rows = WS_ROWS * ctas  # a consumer's rows of the cluster's tile
+    split, whole = (((1, 0),), ((0, 0),)) if ctas > 1 else ((), ())  # A and C split, B multicast
+    out = [Descriptor("a_desc", "a", ("M", "K"), ("stride_am", "stride_ak"), (rows, bk), split),
+           Descriptor("b_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (wide, bk), whole),
+           Descriptor("c_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (rows, wide), split)]
     if narrow:
-        out += [Descriptor("b2_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (narrow, bk)),
-                Descriptor("c2_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (WS_ROWS, narrow))]
+        out += [Descriptor("b2_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (narrow, bk), whole),
+                Descriptor("c2_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (rows, narrow), split)]
     return out

@@ -25,6 +25,11 @@ the CUDA cores promote. This kernel does what DeepGEMM does instead:
   power of two up to 128), else two scalars a part and a select by column: a part that
   straddles two scale blocks (96, 160, 192 and 256 wide tiles) is promoted right;
 * C leaves through TMA stores (bf16, 64 rows a warpgroup), clipped at M and N.
+* with num_ctas 2 (a compile option) the kernel runs in clusters of two CTAs: a tile of 2 x BLOCK_M
+  rows, each CTA its own BLOCK_M rows of A and C, and CTA 0's TMA multicasts the tile's B into both
+  CTAs' slots (Gluon's CGA layouts: the descriptors' ``cga``; the consumers release a slot to both
+  loaders, _release). Triton 3.9's Gluon has the multicast, 3.6's not (rules
+  cluster_needs_multicast). On an H200 it ran within a few per cent of the same tiles without.
 
 TMA zero-fills loads past M, N and K, so any K that is a multiple of 16 and any N that is a
 multiple of 8 runs (rules ws_unaligned). One scale per 128-wide K step: BLOCK_K is 128. The
@@ -79,34 +84,66 @@ REGS_3 = gl.constexpr(CONSUMER_REGS[3])
 
 
 @gluon.jit
-def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+def _cta_rank():
+    """This program's rank in its cluster of CTAs (0 where the kernel runs without clusters)."""
+    return gl.inline_asm_elementwise("mov.u32 $0, %cluster_ctarank;", "=r", [], dtype=gl.int32, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
+def _release(empty, pair, s, CTAS: gl.constexpr):
+    """A consumer is done with ring slot s: it arrives on its CTA's barrier of the slot and, in a
+    cluster of two (num_ctas 2), on the pair's barrier in CTA 0 too, which counts both CTAs'
+    consumers: CTA 0's loader multicasts B into both CTAs' slots, so it waits for the pair's
+    barrier; CTA 1's loader, which writes only its own A rows, for its own. (sm90 has no multicast
+    arrive, and Gluon routes a plain arrive only to its own CTA or from CTA 0 to all.)"""
+    mbarrier.arrive(empty.index(s))
+    if CTAS > 1:
+        mbarrier.arrive(pair.index(s))
+
+
+@gluon.jit
+def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
             STAGES: gl.constexpr, TWO_PARTS: gl.constexpr):
+    """Every TMA load of the ring. In a cluster of two CTAs (num_ctas 2: a tile of 2 x BLOCK_M rows,
+    each CTA its BLOCK_M) each CTA loads its own rows of A and CTA 0 multicasts B to both."""
+    CTAS: gl.constexpr = gl.num_ctas()
     W: gl.constexpr = BLOCK_M // ROWS
     WIDE: gl.constexpr = b_desc.block_type.shape[0]
-    num_pid_m = gl.cdiv(M, BLOCK_M)
+    # the bytes that land in this CTA's slot: its 64-row A blocks and all of B
+    a_bytes: gl.constexpr = W * ROWS * BLOCK_K * a_desc.dtype.primitive_bitwidth // 8
+    nbytes: gl.constexpr = a_bytes + b_desc.block_type.nbytes + (b2_desc.block_type.nbytes if TWO_PARTS else 0)
+    num_pid_m = gl.cdiv(M, BLOCK_M * CTAS)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     steps = gl.cdiv(K, BLOCK_K)
     step = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M
+        off_m = pid_m * BLOCK_M * CTAS
         off_n = pid_n * BLOCK_N
         for kk in range(steps):
             s = step % STAGES
-            mbarrier.wait(empty.index(s), ((step // STAGES) & 1) ^ 1)  # the slot's last readers are done
+            phase = ((step // STAGES) & 1) ^ 1
+            if CTAS == 1:
+                mbarrier.wait(empty.index(s), phase)  # the slot's last readers are done
+            else:  # CTA 0 multicasts B: both CTAs' readers (_release)
+                leader = _cta_rank() == 0
+                mbarrier.wait(pair.index(s), phase, pred=leader)
+                mbarrier.wait(empty.index(s), phase, pred=not leader)
             bar = ready.index(s)
             k = kk * BLOCK_K
-            if TWO_PARTS:
-                mbarrier.expect(bar, W * a_desc.block_type.nbytes + b_desc.block_type.nbytes
-                                + b2_desc.block_type.nbytes)
-            else:
-                mbarrier.expect(bar, W * a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            mbarrier.expect(bar, nbytes)
             for w in gl.static_range(W):
-                tma_load(a_desc, [off_m + ROWS * w, k], bar, a_bufs.index(s * W + w))
-            tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
-            if TWO_PARTS:
-                tma_load(b2_desc, [off_n + WIDE, k], bar, b2_bufs.index(s))
+                tma_load(a_desc, [off_m + ROWS * CTAS * w, k], bar, a_bufs.index(s * W + w))
+            if CTAS == 1:
+                tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
+                if TWO_PARTS:
+                    tma_load(b2_desc, [off_n + WIDE, k], bar, b2_bufs.index(s))
+            else:
+                tma_load(b_desc, [off_n, k], bar, b_bufs.index(s), multicast=True)
+                if TWO_PARTS:
+                    tma_load(b2_desc, [off_n + WIDE, k], bar, b2_bufs.index(s), multicast=True)
             step += 1
 
 
@@ -206,37 +243,47 @@ def _pass_turn(turn, WHO: gl.constexpr, W: gl.constexpr, ORDER: gl.constexpr):
         mbarrier.arrive(turn.index((WHO + 1) % W))
 
 
+@gluon.constexpr_function
+def _mma_layout(width, ctas):
+    """The fp8 wgmma's accumulator layout of a consumer's 64 x width part; in a cluster of two
+    CTAs, of its 128 x width part whose rows the CTAs split (each CTA its 64)."""
+    if ctas == 1:
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, width, 32])
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, width, 32],
+                                     cga_layout=[[1, 0]])
+
+
 @gluon.jit
-def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_smem, c_smem, c2_smem,
+def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_smem, c_smem, c2_smem,
                     a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                     STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr,
                     SMEM_SCALES: gl.constexpr):
     """One warpgroup: rows WHO * 64 to WHO * 64 + 63 of each tile; per K step an fp8 wgmma into a
     fresh partial (two, one a part, where BLOCK_N is in two parts), then the promotion."""
+    CTAS: gl.constexpr = gl.num_ctas()
+    CROWS: gl.constexpr = ROWS * CTAS  # the consumer's rows of the cluster's tile, ROWS in each CTA
     W: gl.constexpr = BLOCK_M // ROWS
     WIDE: gl.constexpr = c_desc.block_type.shape[1]
     ONE_BLOCK: gl.constexpr = (not TWO_PARTS) and WIDE <= SCALE  # each tile inside one B scale block
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                     instr_shape=[16, WIDE, 32])
-    num_pid_m = gl.cdiv(M, BLOCK_M)
+    layout: gl.constexpr = _mma_layout(WIDE, CTAS)
+    num_pid_m = gl.cdiv(M, BLOCK_M * CTAS)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     steps = gl.cdiv(K, BLOCK_K)
     step = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M + ROWS * WHO
+        off_m = pid_m * BLOCK_M * CTAS + CROWS * WHO
         off_n = pid_n * BLOCK_N
-        rows = gl.minimum(off_m + gl.arange(0, ROWS, gl.SliceLayout(1, layout)), M - 1)
+        rows = gl.minimum(off_m + gl.arange(0, CROWS, gl.SliceLayout(1, layout)), M - 1)
         a_scale_rows = a_scale_ptr + rows * stride_asm
-        acc = gl.zeros((ROWS, WIDE), gl.float32, layout)
-        part = gl.zeros((ROWS, WIDE), gl.float32, layout)
+        acc = gl.zeros((CROWS, WIDE), gl.float32, layout)
+        part = gl.zeros((CROWS, WIDE), gl.float32, layout)
         if TWO_PARTS:
             NARROW: gl.constexpr = c2_desc.block_type.shape[1]
-            layout2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                              instr_shape=[16, NARROW, 32])
-            acc2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
-            part2 = gl.zeros((ROWS, NARROW), gl.float32, layout2)
+            layout2: gl.constexpr = _mma_layout(NARROW, CTAS)
+            acc2 = gl.zeros((CROWS, NARROW), gl.float32, layout2)
+            part2 = gl.zeros((CROWS, NARROW), gl.float32, layout2)
         if SMEM_SCALES:
             chunk = gl.zeros((ROWS, CHUNK), gl.float32, CHUNK_LAYOUT)  # loaded at the tile's first step
         for kk in range(steps):
@@ -261,7 +308,7 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn
                 part, part2 = warpgroup_mma_wait(0, deps=[part, part2])
             else:
                 part = warpgroup_mma_wait(0, deps=[part])
-            mbarrier.arrive(empty.index(s))  # the slot is read: the loader may refill it
+            _release(empty, pair, s, CTAS)  # the slot is read: the loader may refill it
             acc = _promote(acc, part, a_s, s0, s1, off_n, WIDE, ONE_BLOCK, layout)
             if TWO_PARTS:
                 acc2 = _promote(acc2, part2, gl.convert_layout(a_s, gl.SliceLayout(1, layout2)), t0, t1,
@@ -283,14 +330,15 @@ def _tile_rows(t, a_scale_ptr, M, N, stride_asm, BLOCK_M: gl.constexpr, BLOCK_N:
                GROUP_M: gl.constexpr, WHO: gl.constexpr, layout: gl.constexpr):
     """Tile t's first row for warpgroup WHO, first column, and its rows' A scale pointers (rows
     past M clipped to the last: TMA zero-fills them and the C store drops them)."""
-    pid_m, pid_n = tile_of(t, gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N), GROUP_M)
-    off_m = pid_m * BLOCK_M + ROWS * WHO
-    rows = gl.minimum(off_m + gl.arange(0, ROWS, gl.SliceLayout(1, layout)), M - 1)
+    CTAS: gl.constexpr = gl.num_ctas()
+    pid_m, pid_n = tile_of(t, gl.cdiv(M, BLOCK_M * CTAS), gl.cdiv(N, BLOCK_N), GROUP_M)
+    off_m = pid_m * BLOCK_M * CTAS + ROWS * CTAS * WHO
+    rows = gl.minimum(off_m + gl.arange(0, ROWS * CTAS, gl.SliceLayout(1, layout)), M - 1)
     return off_m, pid_n * BLOCK_N, a_scale_ptr + rows * stride_asm
 
 
 @gluon.jit
-def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
+def _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, c_smem, c2_smem, a_scale_ptr,
                       b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                       STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, ORDER: gl.constexpr):
@@ -415,7 +463,7 @@ def _step_mma(a_bufs, b_bufs, ready, part, step, real, STAGES: gl.constexpr, W: 
 
 
 @gluon.jit
-def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
+def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
                         stride_asm, stride_ask, stride_bsn, stride_bsk,
                         BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                         STAGES: gl.constexpr, WHO: gl.constexpr, SMEM_SCALES: gl.constexpr):
@@ -433,18 +481,19 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a
     more). Where a tile's steps are odd its first runs alone. A step's scales load right after its
     MMAs are issued. Accumulator and two partials of 64 x BLOCK_N fp32 live in registers: BLOCK_N a
     power of two up to 128, inside one B scale block, at most two consumers (rules pipe_config)."""
+    CTAS: gl.constexpr = gl.num_ctas()
+    CROWS: gl.constexpr = ROWS * CTAS
     W: gl.constexpr = BLOCK_M // ROWS
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                     instr_shape=[16, BLOCK_N, 32])
+    layout: gl.constexpr = _mma_layout(BLOCK_N, CTAS)
     steps = gl.cdiv(K, BLOCK_K)
     alone = steps % 2  # the first step runs alone where the steps are odd
     step = 0
-    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
+    for t in range(gl.program_id(0), gl.cdiv(M, BLOCK_M * CTAS) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):
         off_m, off_n, a_scale_rows = _tile_rows(t, a_scale_ptr, M, N, stride_asm, BLOCK_M, BLOCK_N, GROUP_M, WHO,
                                                 layout)
         b_scale_col = b_scale_ptr + (off_n // SCALE) * stride_bsn
-        acc = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
-        p0 = gl.zeros((ROWS, BLOCK_N), gl.float32, layout)
+        acc = gl.zeros((CROWS, BLOCK_N), gl.float32, layout)
+        p0 = gl.zeros((CROWS, BLOCK_N), gl.float32, layout)
         if SMEM_SCALES:
             chunk = gl.zeros((ROWS, CHUNK), gl.float32, CHUNK_LAYOUT)  # loaded at the tile's first step
         if alone:
@@ -456,12 +505,12 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a
                 a0 = gl.load(a_scale_rows)
             b0 = gl.load(b_scale_col)
             p0 = warpgroup_mma_wait(0, deps=[p0])
-            mbarrier.arrive(empty.index(step % STAGES))  # the slot is read: the loader may refill it
+            _release(empty, pair, step % STAGES, CTAS)  # the slot is read: the loader may refill it
             acc = acc + p0 * (a0 * b0)[:, None]
             step += 1
         # step `alone` into p1 (past the last where the tile had one step); then pairs
         last = steps - 1
-        p1 = _step_mma(a_bufs, b_bufs, ready, gl.zeros((ROWS, BLOCK_N), gl.float32, layout), step, alone < steps,
+        p1 = _step_mma(a_bufs, b_bufs, ready, gl.zeros((CROWS, BLOCK_N), gl.float32, layout), step, alone < steps,
                        STAGES, W, WHO)
         if SMEM_SCALES:
             a1, chunk = _chunk_scale(sc_smem, chunk, gl.minimum(alone, last), alone < steps, a_scale_ptr, off_m, M,
@@ -478,7 +527,7 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a
             else:
                 a0 = gl.load(a_scale_rows + (k + 1) * stride_ask)
             b0 = gl.load(b_scale_col + (k + 1) * stride_bsk)
-            mbarrier.arrive(empty.index(step % STAGES))
+            _release(empty, pair, step % STAGES, CTAS)
             acc = acc + done * (a1 * b1)[:, None]
             p0 = warpgroup_mma_wait(0, deps=[p0])  # step k + 1
             p1 = _step_mma(a_bufs, b_bufs, ready, done, step + 2, k + 2 < steps, STAGES, W, WHO)
@@ -488,7 +537,7 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a
             else:
                 a1 = gl.load(a_scale_rows + gl.minimum(k + 2, last) * stride_ask)
             b1 = gl.load(b_scale_col + gl.minimum(k + 2, last) * stride_bsk)
-            mbarrier.arrive(empty.index((step + 1) % STAGES))
+            _release(empty, pair, (step + 1) % STAGES, CTAS)
             acc = acc + p0 * (a0 * b0)[:, None]
             step += 2
         p1 = warpgroup_mma_wait(0, deps=[p1])  # the step past the last, unread
@@ -500,7 +549,7 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a
 
 
 @gluon.jit
-def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_smem, c_smem, c2_smem, a_scale_ptr,
+def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_smem, c_smem, c2_smem, a_scale_ptr,
               b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
               STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, WHO: gl.constexpr, OVERLAP: gl.constexpr,
@@ -512,16 +561,16 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_s
     ORDER: gl.constexpr = ORDERED and BLOCK_M > ROWS
     if PIPE:
         gl.static_assert(not TWO_PARTS and not OVERLAP and not ORDERED, "PIPE: one tile part, no OVERLAP or ORDERED")
-        _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, sc_smem, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
+        _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
                             stride_asm, stride_ask, stride_bsn, stride_bsk,
                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WHO, SMEM_SCALES)
     elif OVERLAP:
         gl.static_assert(not SMEM_SCALES, "SMEM_SCALES: the plain and PIPE consumers")
-        _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_smem, c2_smem, a_scale_ptr,
+        _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, c_smem, c2_smem, a_scale_ptr,
                           b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER)
     else:
-        _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_smem, c_smem, c2_smem,
+        _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_smem, c_smem, c2_smem,
                         a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER, SMEM_SCALES)
 
@@ -550,13 +599,25 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         c2_bufs = c_bufs
     # SMEM_SCALES: each consumer's chunk of A scales, K-major (a one-row stand-in otherwise)
     SC_ROWS: gl.constexpr = CHUNK if SMEM_SCALES else 1
-    sc_bufs = gl.allocate_shared_memory(gl.float32, [W, SC_ROWS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    CTAS: gl.constexpr = gl.num_ctas()
+    if CTAS == 1:
+        sc_bufs = gl.allocate_shared_memory(gl.float32, [W, SC_ROWS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [W, 1], mbarrier.MBarrierLayout())  # ORDERED: consumer i's turn
+        pair = empty  # a stand-in: no cluster
+    else:  # a cluster: one barrier a CTA
+        gl.static_assert(not SMEM_SCALES and not OVERLAP and not ORDERED, "a cluster: no SMEM_SCALES, OVERLAP, ORDERED")
+        sc_bufs = c_bufs  # a stand-in: unused without SMEM_SCALES
+        ready = mbarrier.allocate_mbarrier(batch=STAGES)
+        empty = mbarrier.allocate_mbarrier(batch=STAGES)
+        pair = mbarrier.allocate_mbarrier(batch=STAGES, two_ctas=True)  # CTA 0's: both CTAs' consumers
+        turn = mbarrier.allocate_mbarrier(batch=W)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=W)  # each consumer releases the slot
-    turn = gl.allocate_shared_memory(gl.int64, [W, 1], mbarrier.MBarrierLayout())  # ORDERED: consumer i's turn
+        mbarrier.init(empty.index(i), count=W)  # each consumer releases the slot (_release)
+        if CTAS > 1:  # W arrivals a CTA (Gluon counts a pair's barrier per CTA: 2 x W in all)
+            mbarrier.init(pair.index(i), count=W)
     for i in gl.static_range(W):
         mbarrier.init(turn.index(i), count=1)
     fence_async_shared()
@@ -567,22 +628,22 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     # (the argument tuples are written out: constexprs joined into a tuple lose their constexpr-ness)
     if W == 1:
         gl.warp_specialize([
-            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(0), c_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0), c_bufs.index(0),
                          c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4], [REGS_1])
     elif W == 2:
         gl.warp_specialize([
-            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(0), c_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0), c_bufs.index(0),
                          c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(1), c_bufs.index(1),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1), c_bufs.index(1),
                          c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
@@ -590,17 +651,17 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     else:
         gl.static_assert(W == 3, "one, two or three consumer warpgroups (BLOCK_M 64, 128, 192)")
         gl.warp_specialize([
-            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(0), c_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0), c_bufs.index(0),
                          c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(1), c_bufs.index(1),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1), c_bufs.index(1),
                          c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, turn, sc_bufs.index(2), c_bufs.index(2),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(2), c_bufs.index(2),
                          c2_bufs.index(2), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
+
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, shared_memory,
                           split_k_rules, tile_rules)
@@ -96,6 +100,39 @@ def _smem_scales_config(c, s, t):
     return bool(c.get("SMEM_SCALES")) and (not warp_specialized(c) or bool(c.get("OVERLAP")))
 
 
+def _cluster_config(c, s, t):
+    # num_ctas 2 (a cluster of two CTAs: a tile of 2 x BLOCK_M rows, B multicast to both) is the WS
+    # kernel's plain and PIPE consumers; with clusters Gluon stacks shared buffers in powers of two
+    # only: the ring's slots (num_stages) and the consumers (BLOCK_M 64 or 128)
+    ctas = c.get("num_ctas", 1)
+    if ctas == 1:
+        return False
+    stages = c["num_stages"]
+    return (ctas != 2 or not warp_specialized(c) or c["BLOCK_M"] not in (64, 128) or stages & (stages - 1) != 0
+            or bool(c.get("SMEM_SCALES")) or bool(c.get("OVERLAP")) or bool(c.get("ORDERED")))
+
+
+def _cluster_needs_multicast(c, s, t):
+    # the host's Triton builds the cluster kernel only where Gluon's TMA load multicasts (3.9 does,
+    # 3.6 does not)
+    return c.get("num_ctas", 1) > 1 and not gluon_multicast()
+
+
+@functools.lru_cache(maxsize=None)
+def gluon_multicast() -> bool:
+    """Whether the installed Triton's Gluon TMA load takes ``multicast`` (read from its source, so
+    that pruning does not import Triton)."""
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.origin:
+        return False
+    path = os.path.join(os.path.dirname(spec.origin), "experimental", "gluon", "language", "nvidia", "hopper", "tma.py")
+    try:
+        with open(path) as f:
+            return "multicast" in f.read()
+    except OSError:
+        return False
+
+
 def ws_shared_bytes(c) -> int:
     """Shared memory of the WS kernel: num_stages ring slots of A (BLOCK_M x 128 fp8) and B (BLOCK_N x
     128 fp8), the bf16 C tile, SMEM_SCALES' SCALE_CHUNK steps of fp32 A scales, and 1 KiB for the
@@ -168,6 +205,10 @@ GPU_RULES = [
          "of two, BLOCK_M 192, OVERLAP or ORDERED", _pipe_config),
     Rule("smem_scales_config", "SMEM_SCALES = 1 (A scales staged in shared memory) without WS = 1 or with "
          "OVERLAP = 1", _smem_scales_config),
+    Rule("cluster_config", "num_ctas 2 (B multicast to a cluster of two CTAs) without WS = 1, with BLOCK_M 192, "
+         "num_stages not a power of two, SMEM_SCALES, OVERLAP or ORDERED", _cluster_config),
+    Rule("cluster_needs_multicast", "num_ctas 2 where this host's Triton has no Gluon TMA multicast (3.9 has)",
+         _cluster_needs_multicast),
     Rule("ws_shared_memory", "WS = 1 whose ring of num_stages A and B slots and C tile exceed the shared memory",
          _ws_shared_memory),
     Rule("tile_in_parts_needs_ws", "BLOCK_N (80, 96, 160, 192) or BLOCK_M (192) not a power of two without WS = 1",

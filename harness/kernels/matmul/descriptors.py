@@ -26,10 +26,16 @@ class Descriptor:
     shape: Tuple[str, str]   # the run-time values that size the view, e.g. ("K", "M")
     strides: Tuple[str, str]  # the run-time strides of those dimensions (the last is 1)
     block: Tuple[int, int]   # the tile one load or store moves
+    # how a cluster's CTAs share the block (Gluon's cga_layout bases; none without clusters):
+    # ((1, 0),) splits its rows between two CTAs, ((0, 0),) gives each the whole block (multicast)
+    cga: Tuple[Tuple[int, int], ...] = ()
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "operand": self.operand, "shape": list(self.shape),
-                "strides": list(self.strides), "block": list(self.block)}
+        out = {"name": self.name, "operand": self.operand, "shape": list(self.shape),
+               "strides": list(self.strides), "block": list(self.block)}
+        if self.cga:
+            out["cga"] = [list(basis) for basis in self.cga]
+        return out
 
 
 def _a(name: str, rows: int, bk: int, a_t: bool) -> Descriptor:
