@@ -435,6 +435,43 @@ def test_aiter_blockscale_triton_json_reads_back_as_aiter_reads_it(tmp_path):
     assert lines == []
 
 
+# the keyword arguments aiter's Triton kernel takes besides its run-time ones
+# (aiter/ops/triton/_triton_kernels/gemm_a8w8_blockscale.py: _gemm_a8w8_blockscale_kernel's constexprs)
+AITER_A8W8_BLOCKSCALE_CONSTEXPRS = {"GROUP_K", "GROUP_N", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M",
+                                    "NUM_KSPLIT", "SPLITK_BLOCK_SIZE", "EVEN_K", "GRID_MN", "cache_modifier"}
+
+
+def test_aiter_triton_json_has_only_keys_aiters_launch_takes(tmp_path):
+    """aiter launches its kernel with ``**config``, and Triton refuses any keyword that is neither a
+    kernel argument nor a compile option ("Keyword argument ... was specified but unrecognised"):
+    the harness's own switches of the CUDA space (TMA, WS, OVERLAP, ORDERED, PIPE, SMEM_SCALES), at 0
+    in a winner that aiter's kernel can run, stay out of the file."""
+    amd = pytest.importorskip("triton.backends.amd.compiler")
+    from harness.report import triton_json
+
+    names = list(fk.KERNEL.space_for(_targets()["gpu-node"]))
+    assert {"WS", "OVERLAP", "ORDERED", "PIPE", "SMEM_SCALES", "num_ctas"} <= set(names)
+    writer = ResultsWriter(str(tmp_path / "results.csv"), contract.results_header(names, []))
+    M, N, K = 4096, 7168, 2048
+    cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=0, WS=0,
+               OVERLAP=0, ORDERED=0, PIPE=0, SMEM_SCALES=0, num_ctas=1)
+    row = {"schema_version": contract.RESULTS_SCHEMA, "target": "h200", "kernel": "fp8_blockscale", "variant_id": "v1",
+           "shape_id": "%dx%dx%d_fp8e4m3fn" % (M, N, K), "M": M, "N": N, "K": K, "dtype": "fp8e4m3fn", "layout": "",
+           "device": "NVIDIA H200", "status": contract.OK, "time_ns_median": 1e5, "time_ns_min": 1e5,
+           "iterations": 10, "tflops": 1.0, "gbps": 1.0, "rel_err": 1e-3, "max_abs_err": 0.01, "err_ratio": 0.0,
+           "profiler": "events"}
+    writer.write(dict(row, **{contract.CONFIG_PREFIX + k: v for k, v in cfg.items()}))
+    writer.close()
+    paths = triton_json.write_triton_json(pd.read_csv(tmp_path / "results.csv"), None, META, tmp_path / "triton")
+    takes = AITER_A8W8_BLOCKSCALE_CONSTEXPRS | set(amd.HIPOptions.__dataclass_fields__)
+    for path in paths:
+        for key, config in triton_json.read_triton_json(path).items():
+            assert set(config) <= takes, (path.name, key, sorted(set(config) - takes))
+            assert config["BLOCK_SIZE_M"] == 128 and config["num_warps"] == 8
+    assert triton_json.accept_for("fp8_blockscale")(dict(cfg, TMA=1, WS=1)) == (
+        "uses TMA, WS, which aiter's Triton GEMM does not have")
+
+
 def test_aiter_blockscale_csv_refusals(tmp_path):
     from harness.report.aiter_csv import aiter_split_k
 

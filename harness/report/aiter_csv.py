@@ -44,7 +44,7 @@ import pandas as pd
 from remote_agent.contract import OK, PRUNED
 
 from ..errors import HarnessError
-from .common import Meta, config_of, deciding_time, deciding_times, kernel_name, kernel_rows, plain
+from .common import HARNESS_ONLY, Meta, config_of, deciding_time, deciding_times, kernel_name, kernel_rows, plain
 from .common import safe_frame  # CSV cells a spreadsheet would take for formulas
 from .pick import is_power_of_two, pick_rows, say_default
 
@@ -56,8 +56,6 @@ ALL_EXTRA = ["status"]
 LIBTYPE = "triton"
 TORCH_NAMES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 AITER_LAYOUT = "NT"  # Y = X @ W^T, X M x K and W N x K row-major
-# harness switches aiter's Triton GEMM does not have: a config using one is not aiter's kernel
-HARNESS_ONLY = ("SWAP_AB", "TMA", "PERSISTENT", "STREAM_K")
 
 
 def columns(extra_columns=()) -> list:

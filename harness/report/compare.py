@@ -65,7 +65,7 @@ def read_entries(path, kernel, target) -> list:
     names = list(kernel.space_for(target))
     if suffix in (".yaml", ".yml"):  # tune_gemm's keys the kernel lacks, and its switches the YAML lacks
         from ..shapes.tune_gemm_yaml import harness_config
-        from .tune_gemm_yaml import HARNESS_ONLY
+        from .common import HARNESS_ONLY
 
         for e in entries:
             e.config = harness_config(e.config, names, e.where)

@@ -50,14 +50,13 @@ import pandas as pd
 from remote_agent.contract import OK
 
 from ..errors import HarnessError
-from .common import TRITON_NAMES, Meta, config_key, config_of, deciding_time, kernel_rows
+from .common import HARNESS_ONLY, TRITON_NAMES, Meta, config_key, config_of, deciding_time, kernel_rows
 from .pick import pick_rows, say_default
 
 BOUNDS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)  # aiter's STANDARD_M_BOUNDS
 JSON_NAMES = dict(TRITON_NAMES, SPLIT_K="NUM_KSPLIT")
 META_KEY = "_harness"
 REQUIRED = {"waves_per_eu": 0, "matrix_instr_nonkdim": 16, "kpack": 1, "cache_modifier": None, "NUM_KSPLIT": 1}
-HARNESS_ONLY = ("SWAP_AB", "TMA", "PERSISTENT", "STREAM_K")
 DEFAULT_DIR = "default"
 
 

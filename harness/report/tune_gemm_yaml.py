@@ -37,12 +37,11 @@ import yaml
 
 from ..errors import HarnessError
 from ..shapes.tune_gemm_yaml import TUNE_GEMM_DEFAULTS, major_value
-from .common import TRITON_NAMES, Meta, config_of, deciding_time, kernel_rows
+from .common import HARNESS_ONLY, TRITON_NAMES, Meta, config_of, deciding_time, kernel_rows
 from .pick import pick_rows, say_default
 
 HEADER = "# harness tuned configs"
 _META = re.compile(r"^#\s*(arch|device|cu_num|driver|toolchain|triton|filled)\s*:\s*(.*?)\s*$")
-HARNESS_ONLY = ("SWAP_AB", "TMA", "PERSISTENT", "STREAM_K")
 
 
 def accept(config: dict):

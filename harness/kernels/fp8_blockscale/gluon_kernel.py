@@ -561,13 +561,13 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn
     ORDER: gl.constexpr = ORDERED and BLOCK_M > ROWS
     if PIPE:
         gl.static_assert(not TWO_PARTS and not OVERLAP and not ORDERED, "PIPE: one tile part, no OVERLAP or ORDERED")
-        _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_smem, a_scale_ptr, b_scale_ptr, M, N, K,
-                            stride_asm, stride_ask, stride_bsn, stride_bsk,
+        _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_smem, a_scale_ptr, b_scale_ptr,
+                            M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                             BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, WHO, SMEM_SCALES)
     elif OVERLAP:
         gl.static_assert(not SMEM_SCALES, "SMEM_SCALES: the plain and PIPE consumers")
-        _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, c_smem, c2_smem, a_scale_ptr,
-                          b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+        _consumer_overlap(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, c_smem, c2_smem,
+                          a_scale_ptr, b_scale_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, WHO, ORDER)
     else:
         _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_smem, c_smem, c2_smem,
@@ -630,8 +630,8 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0), c_bufs.index(0),
-                         c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0),
+                         c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4], [REGS_1])
@@ -639,12 +639,12 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0), c_bufs.index(0),
-                         c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0),
+                         c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1), c_bufs.index(1),
-                         c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1),
+                         c_bufs.index(1), c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4, 4], [REGS_2, REGS_2])
@@ -653,16 +653,16 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
                        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0), c_bufs.index(0),
-                         c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0),
+                         c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1), c_bufs.index(1),
-                         c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1),
+                         c_bufs.index(1), c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(2), c_bufs.index(2),
-                         c2_bufs.index(2), a_scale_ptr, b_scale_ptr,
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(2),
+                         c_bufs.index(2), c2_bufs.index(2), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4, 4, 4], [REGS_3, REGS_3, REGS_3])
