@@ -781,6 +781,56 @@ def test_cluster_kernel_compiles_for_sm90_with_b_multicast(tmp_path, block_m, bl
     assert "QGMMA" in sass and "SYNCS.ARRIVE.TRANS64.RED" in sass  # the remote arrive on CTA 0's barrier
 
 
+def _unresolved_module_attributes(module):
+    """``module.name`` references in the Gluon functions of ``module`` whose module lacks the name:
+    Triton 3.6 looks up every global a kernel names when it hashes the kernel, in branches a config
+    does not build too (3.9 only where it builds), so one is a failed compile on the node."""
+    import ast
+    import inspect
+    import textwrap
+    import types
+
+    missing = []
+    for fn in vars(module).values():
+        source_fn = getattr(fn, "fn", None)
+        if source_fn is None or getattr(source_fn, "__module__", None) != module.__name__:
+            continue
+        for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(source_fn)))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                owner = vars(module).get(node.value.id)
+                if isinstance(owner, types.ModuleType) and not hasattr(owner, node.attr):
+                    missing.append("%s: %s.%s" % (source_fn.__name__, node.value.id, node.attr))
+    return missing
+
+
+def test_ws_kernel_builds_where_gluon_has_no_cluster_barriers(tmp_path, monkeypatch):
+    """The node's Triton 3.6 has neither Gluon's allocate_mbarrier nor TMA multicast: with
+    allocate_mbarrier gone (the module reloaded without it) the WS kernel names no module attribute
+    that is missing, and a one-CTA config still compiles, in this process."""
+    pytest.importorskip("triton")
+    import importlib
+
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+    from harness.compile.triton_gpu import TritonGpuCompiler, _compile_in_process
+    from harness.kernels.fp8_blockscale import gluon_kernel
+    from harness.shapes import parse_shape_list
+
+    shape = parse_shape_list("4096x7168x7168:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
+    job = TritonGpuCompiler(fk.KERNEL, _targets()["gpu-node"], tmp_path)._job_for(dict(WS, PIPE=1), shape)
+    job["out"] = str(tmp_path / "ws.cubin")
+    monkeypatch.delattr(mbarrier, "allocate_mbarrier")
+    try:
+        module = importlib.reload(gluon_kernel)
+        assert _unresolved_module_attributes(module) == []
+        assert _compile_in_process(job)["status"] == "ok"
+    finally:
+        monkeypatch.undo()
+        importlib.reload(gluon_kernel)
+    assert gluon_kernel.cluster_barriers is mbarrier.allocate_mbarrier
+    assert (tmp_path / "ws.cubin.tmp").stat().st_size > 0
+
+
 def test_ws_seeds_for_prefill_shapes_fill_the_waves(tmp_path):
     """The WS seeds of prefill shapes, and every seed (completed with the space's first values,
     WS = 0 ones included) is a config the sm90 compiler takes."""

@@ -169,6 +169,14 @@ def _scale_chunk(a_scale_ptr, off_m, kk, M, steps, stride_asm, stride_ask):
                    other=0.0)
 
 
+if hasattr(mbarrier, "allocate_mbarrier"):  # Triton 3.9: one barrier a CTA of the cluster (or CTA 0's, two_ctas)
+    cluster_barriers = mbarrier.allocate_mbarrier
+else:  # Triton 3.6 (the name must resolve: Triton looks up every global a kernel names, built or not)
+    @gluon.jit
+    def cluster_barriers(batch: gl.constexpr = None, two_ctas: gl.constexpr = False):
+        gl.static_assert(False, "clusters need Triton 3.9's Gluon (rules cluster_needs_multicast)")
+
+
 ROW_LAYOUT = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [0]))
 if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name
     @gluon.jit
@@ -609,10 +617,10 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     else:  # a cluster: one barrier a CTA
         gl.static_assert(not SMEM_SCALES and not OVERLAP and not ORDERED, "a cluster: no SMEM_SCALES, OVERLAP, ORDERED")
         sc_bufs = c_bufs  # a stand-in: unused without SMEM_SCALES
-        ready = mbarrier.allocate_mbarrier(batch=STAGES)
-        empty = mbarrier.allocate_mbarrier(batch=STAGES)
-        pair = mbarrier.allocate_mbarrier(batch=STAGES, two_ctas=True)  # CTA 0's: both CTAs' consumers
-        turn = mbarrier.allocate_mbarrier(batch=W)
+        ready = cluster_barriers(batch=STAGES)
+        empty = cluster_barriers(batch=STAGES)
+        pair = cluster_barriers(batch=STAGES, two_ctas=True)  # CTA 0's: both CTAs' consumers
+        turn = cluster_barriers(batch=W)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=W)  # each consumer releases the slot (_release)
