@@ -1040,9 +1040,13 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
 
 def test_ceiling_probe_patches_still_apply_to_the_kernel():
     """bench/probes/fp8_ws_ceiling.py patches the WS kernel's source at run time: each of its copies
-    still finds what it replaces (it exits with a message when the kernel has changed) and is
-    valid Python that differs from the kernel in the way its mode says."""
+    still finds what it replaces (it exits with a message when the kernel has changed), is valid
+    Python that differs from the kernel in the way its mode says, and loads as a module of its own
+    (no relative import left)."""
     from bench.probes import fp8_ws_ceiling as ceiling
+
+    pytest.importorskip("triton")
+    assert callable(ceiling.load_kernel(True, "const", tempfile.mkdtemp()))
 
     kernel = open(ceiling.KERNEL_FILE).read()
     for noload in (False, True):

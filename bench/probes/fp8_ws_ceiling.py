@@ -48,8 +48,9 @@ def _sub(src: str, old: str, new: str, count: int = 1) -> str:
 def patched_source(noload: bool, promo: str) -> str:
     """gluon_kernel.py with the loader and promotion changed as the variant says."""
     src = open(KERNEL_FILE).read()
+    # the copy is loaded as a module of its own: its relative imports made absolute
     src = _sub(src, "from ..matmul.gluon_kernel import", "from harness.kernels.matmul.gluon_kernel import")
-    src = _sub(src, "from .fp8 import", "from harness.kernels.fp8_blockscale.fp8 import")
+    src = re.sub(r"^from \.(\w+) import", r"from harness.kernels.fp8_blockscale.\1 import", src, flags=re.M)
     if noload:  # after its first STAGES slots the loader only arrives on the ready barrier
         loop = re.search(r"( {12}k = kk \* BLOCK_K\n)(.*?)( {12}step \+= 1\n)", src, re.S)
         body = "".join("    " + line + "\n" for line in (loop.group(1) + loop.group(2)).splitlines())
