@@ -333,12 +333,17 @@ def test_driver_calls_reach_each_vendors_functions():
     # a cluster launch (kernels built with num_ctas): cuLaunchKernelEx with CUlaunchConfig and two
     # CUlaunchAttribute, laid out as cuda.h has them (72 and 56 bytes)
     from remote_agent.runners.cuda import LaunchAttribute, LaunchConfig
+    from remote_agent.runners.gpu_api import GpuError
 
     api = CudaApi.__new__(CudaApi)
     api.lib, api.stream = Lib(), None
     api.launch_cluster(1, (66, 1, 1), 2, (384, 1, 1), 0, (ctypes.c_void_p * 1)())
     assert api.lib.called == ["cuLaunchKernelEx"] and "cuLaunchKernelEx" in CudaApi.SIGNATURES
     assert (ctypes.sizeof(LaunchAttribute), ctypes.sizeof(LaunchConfig)) == (72, 56)
+    api.lib = type("OldDriver", (), {})()  # a driver before CUDA 12.0: the launch is refused in one line
+    with pytest.raises(GpuError, match="no cuLaunchKernelEx") as refused:
+        api.launch_cluster(1, (66, 1, 1), 2, (384, 1, 1), 0, (ctypes.c_void_p * 1)())
+    assert refused.value.load
     assert LaunchConfig.stream.offset == 32 and LaunchAttribute.value.offset == 8
 
 

@@ -171,6 +171,9 @@ class CudaApi(DriverApi):
     def launch_cluster(self, fn, grid, ctas, block, shared, params, stream=None):
         """Launch ``fn`` in clusters of ``ctas`` CTAs along x (a kernel built with num_ctas):
         grid[0] clusters of them, spread over the GPCs as Triton's launcher asks."""
+        if getattr(self.lib, "cuLaunchKernelEx", None) is None:
+            raise GpuError("a kernel built for clusters of %d CTAs; this driver has no cuLaunchKernelEx "
+                           "(CUDA 12.0 and later)" % ctas, load=True)
         attrs = (LaunchAttribute * 2)()
         attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attrs[0].value[0], attrs[0].value[1], attrs[0].value[2] = ctas, 1, 1
