@@ -42,6 +42,7 @@ _i = ctypes.c_int
 _u = ctypes.c_uint
 _sz = ctypes.c_size_t
 
+
 class LaunchAttribute(ctypes.Structure):
     """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value (the union's size)."""
     _fields_ = [("id", _i), ("pad", ctypes.c_char * 4), ("value", _u * 16)]
@@ -167,7 +168,6 @@ class CudaApi(DriverApi):
                 "max_threads": self.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
                 "memory_bytes": total, "driver": version.value}
 
-    # on the worker's stream, as DriverApi.dtod says
     def launch_cluster(self, fn, grid, ctas, block, shared, params, stream=None):
         """Launch ``fn`` in clusters of ``ctas`` CTAs along x (a kernel built with num_ctas):
         grid[0] clusters of them, spread over the GPCs as Triton's launcher asks."""
@@ -183,6 +183,7 @@ class CudaApi(DriverApi):
                               self.stream if stream is None else stream, attrs, 2)
         self._call("cuLaunchKernelEx", ctypes.byref(config), fn, params, None)
 
+    # on the worker's stream, as DriverApi.dtod says
     def memset32(self, ptr, value, count):
         self._call("cuMemsetD32Async", ptr, value, int(count), self.stream)
 
