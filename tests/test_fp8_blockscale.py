@@ -711,6 +711,18 @@ def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
     assert descriptors.tensor_descriptors(dict(WS, WS=0)) == []
 
 
+def _cuobjdump(artifact, what: str) -> str:
+    """Triton's cuobjdump on a cubin: ``-sass`` (the machine code) or ``-res-usage`` (registers, stack,
+    local memory)."""
+    import os
+    import subprocess
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return subprocess.run([tool, what, str(artifact)], capture_output=True, text=True, check=True).stdout
+
+
 def test_cluster_rules_grid_and_descriptors(monkeypatch):
     """num_ctas 2: the WS kernel in clusters of two CTAs (a tile of 2 x BLOCK_M rows, B multicast).
     Its rules (plain and PIPE consumers, one or two of them, a ring of a power of two slots: Gluon
@@ -750,11 +762,6 @@ def test_cluster_kernel_compiles_for_sm90_with_b_multicast(tmp_path, block_m, bl
     blocks, B whole; in the cubin B's TMA loads multicast (one a part), the consumers arrive on the
     pair's barrier in the other CTA (a remote arrive), fp8 wgmma, no local memory."""
     pytest.importorskip("triton")
-    import os
-    import subprocess
-
-    import triton
-
     from harness.compile.triton_gpu import TritonGpuCompiler
     from harness.kernels.fp8_blockscale import rules
     from harness.shapes import parse_shape_list
@@ -770,12 +777,9 @@ def test_cluster_kernel_compiles_for_sm90_with_b_multicast(tmp_path, block_m, bl
     blocks = {p["name"]: p["block"] for p in res.launch["params"] if p.get("type") == "tensormap"}
     assert blocks["a_desc"] == [64, 128] and blocks["b_desc"] == [128, 128]  # a CTA's rows of A; all of B
     assert blocks["c_desc"][0] == 64
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", str(res.artifact)], capture_output=True,
-                           text=True, check=True).stdout
+    usage = _cuobjdump(res.artifact, "-res-usage")
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
-    sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(res.artifact)], capture_output=True,
-                          text=True, check=True).stdout
+    sass = _cuobjdump(res.artifact, "-sass")
     parts = 1 + (block_n & (block_n - 1) != 0)
     assert sass.count("UTMALDG.2D.MULTICAST") == parts
     assert "QGMMA" in sass and "SYNCS.ARRIVE.TRANS64.RED" in sass  # the remote arrive on CTA 0's barrier
@@ -912,11 +916,6 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
     memory (LDS), staged 8 steps at a time from loads issued 8 steps ahead, after the MMAs' issue: more
     shared-memory loads than the same tile without."""
     pytest.importorskip("triton")
-    import os
-    import subprocess
-
-    import triton
-
     from harness.compile.triton_gpu import TritonGpuCompiler
     from harness.shapes import parse_shape_list
 
@@ -931,12 +930,9 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
     assert [p.get("type") for p in res.launch["params"] if p["name"] == "a_desc"] == ["tensormap"]
     assert ("b2_desc" in names) == (block_n == 160)
     assert 0 < res.launch["shared"] <= 232448
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", str(res.artifact)], capture_output=True,
-                           text=True, check=True).stdout
+    usage = _cuobjdump(res.artifact, "-res-usage")
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
-    sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(res.artifact)], capture_output=True,
-                          text=True, check=True).stdout
+    sass = _cuobjdump(res.artifact, "-sass")
     assert "QGMMA" in sass and "USETMAXREG" in sass
     lines = sass.splitlines()
     waits = [i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR" in line]
@@ -949,8 +945,7 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
         assert not any("LDG" in line for line in lines[i:end]), "\n".join(lines[i:end])
     if staged:  # the same tile without: fewer shared-memory loads
         plain = comp.compile(dict(cfg, SMEM_SCALES=0), shape, 300)
-        plain_sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", str(plain.artifact)],
-                                    capture_output=True, text=True, check=True).stdout
+        plain_sass = _cuobjdump(plain.artifact, "-sass")
         assert sass.count("LDS") > plain_sass.count("LDS"), (sass.count("LDS"), plain_sass.count("LDS"))
     consumers, parts = block_m // 64, 1 + (block_n & (block_n - 1) != 0)
     sites = 4 if pipe else 1 + overlap  # a consumer's MMA sites
