@@ -134,9 +134,8 @@ def rates(root: Path, target) -> dict:
     rate = dict(DEFAULT_RATES[kind])
     rate["compile_s"] *= DEFAULT_COMPILE_CORES[kind] / max(1, os.cpu_count() or 1)
     if target.is_gpu:
-        devices = [d for d in str(getattr(target, "devices", None) or "").split(",") if d.strip()]
         for name in DEVICE_RATES:
-            rate[name] /= max(1, len(devices))
+            rate[name] /= target.device_count()
     try:
         seen = json.loads(_rates_path(root).read_text()).get(target.name, {})
     except (OSError, ValueError):

@@ -32,6 +32,7 @@ from remote_agent.contract import OK, PRUNED
 from . import state, ui
 from .errors import HarnessError
 from .library import is_library_id
+from .targets import count_devices
 
 
 @dataclass
@@ -213,10 +214,9 @@ class Session:
         the target's ``devices`` (one where it lists none) on each machine."""
         if self._agents is not None and self._agents.stats.devices:
             return sum(self._agents.stats.devices.values())
-        devices = self.run_options.devices or getattr(self.target, "devices", None)
-        per_machine = len([d for d in str(devices).split(",") if d.strip()]) if devices else 1
+        per_machine = count_devices(self.run_options.devices or getattr(self.target, "devices", None))
         hosts = self.target.host_list() if self.target.is_remote and hasattr(self.target, "host_list") else []
-        return max(1, per_machine) * max(1, len(hosts))
+        return per_machine * max(1, len(hosts))
 
     def timing(self) -> dict:
         """Where the time went so far (``ui.throughput_line``)."""

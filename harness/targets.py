@@ -111,10 +111,19 @@ class Target:
     def is_gpu(self) -> bool:
         return self.backend in ("cuda", "hip")
 
+    def device_count(self) -> int:
+        """Devices a machine of the target measures on: those ``devices:`` lists, one where it lists none."""
+        return count_devices(self.devices)
+
     @property
     def deciding_estimator(self) -> str:
         """``estimator:`` where set, else min on CPU targets (native or under qemu), median on GPUs."""
         return self.estimator or measure.default_estimator(self.backend)
+
+
+def count_devices(devices) -> int:
+    """The devices a ``devices`` list names ("0,1,2", or a run's override), one where it names none."""
+    return max(1, len([d for d in str(devices or "").split(",") if d.strip()]))
 
 
 # key -> (python types, required)
