@@ -9,7 +9,8 @@ rotating each round (A B C, B C A, C A B, ...), all on one device so that their 
 and the winner must beat the next by more than the spread, else the tie rule decides
 (``strategies.winner.pick_winner``). A shape whose winner's noise is over
 ``winner.NOISY_WINNER``, or whose tie went to a candidate ``winner.TIE_WON_BEHIND`` or more behind
-the fastest, gets ``repeats`` more rounds, once. Every job is timed for at least
+the fastest, gets ``repeats`` more rounds, once, of the candidates they can still order (``contenders``:
+the others were beaten by more than the spread). Every job is timed for at least
 ``REMEASURE_MIN_TIME_MS`` however briefly the search measured. Before the finalists of a CPU
 search are picked, its doubtful configs get two more processes (``sift``).
 
@@ -69,6 +70,8 @@ def remeasure_winners(session, space: dict, histories: Dict[str, list], top: int
     noisy = [sid for sid, groups in samples.items() if unsure_winner(groups)]
     if noisy:
         say_unsure(noisy, repeats)
+        for sid in noisy:
+            plans[sid][repeats:] = more_rounds(cands[sid], samples[sid], repeats)
         measure(noisy, repeats)
     rows_added = list(range(first_row, len(session.rows())))
     entries = {}
@@ -247,6 +250,7 @@ class ShapeRemeasures:
             if unsure_winner(state.samples):
                 with self.lock:
                     self.noisy.append(state.sid)
+                state.plan[self.repeats:] = more_rounds(state.cands, state.samples, self.repeats)
                 self._rounds(state, self.repeats)
         except BaseException as exc:  # raised by finish(), on the tune's thread
             state.error = exc
@@ -371,6 +375,28 @@ def unsure_winner(groups: dict) -> bool:
         return pick_winner(groups).unsure
     except ValueError:
         return False
+
+
+def contenders(groups: dict) -> frozenset:
+    """The candidates an unsure winner's more rounds measure (config ids): the winner, the
+    fastest, those tied with them and the runner-up, which the rounds are to order. The others were
+    each beaten by more than the larger spread in every one of the first rounds' reckoning; timing
+    them again would lengthen the rounds that run on one device after a tune's search. The winner
+    is then picked as before (``winner.pick_winner``), from every candidate's samples."""
+    from .strategies.winner import pick_winner
+
+    win = pick_winner(groups)
+    return frozenset(c for c in [win.id, win.leader, win.runner_up, *win.tied] if c is not None)
+
+
+def more_rounds(cands: list, groups: dict, repeats: int) -> list:
+    """An unsure winner's ``repeats`` more rounds: its ``contenders`` among ``cands``, the order
+    rotating."""
+    from .strategies import config_id
+    from .strategies.winner import interleaved_rounds
+
+    keep = contenders(groups)
+    return interleaved_rounds([c for c in cands if config_id(c) in keep], repeats)
 
 
 def winner_entry(sid: str, groups: dict, cands: list, variant_of: dict, repeats: int) -> Optional[dict]:

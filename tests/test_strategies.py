@@ -520,6 +520,84 @@ def test_a_candidate_slower_in_every_round_is_behind_however_wide_the_drift_make
     assert pick_winner({"v_a_slow": trials(slow), "v_b_fast": trials(fast)}).decided == "tie"
 
 
+def test_an_unsure_winners_more_rounds_measure_only_the_candidates_still_in_contention():
+    from harness.remeasure import contenders, more_rounds, unsure_winner
+
+    cfgs = [{"BLOCK_M": m} for m in (16, 32, 64, 128)]
+    a, b, c, d = (config_id(cfg) for cfg in cfgs)
+    # a and b tied within 3 % noise (the winner is unsure); c and d 20 and 30 % behind in every round
+    groups = {a: [100.0, 103.0, 97.0, 101.0, 99.0], b: [101.0, 100.0, 102.0, 98.0, 103.0],
+              c: [120.0, 121.0, 119.0, 120.0, 122.0], d: [130.0, 131.0, 129.0, 132.0, 130.0]}
+    assert unsure_winner(groups)
+    win = pick_winner(groups)
+    assert contenders(groups) == {a, b} == set(win.tied) | {win.id}
+    rounds = more_rounds(cfgs, groups, 5)
+    assert [[config_id(cfg) for cfg in rnd] for rnd in rounds] == [[a, b], [b, a], [a, b], [b, a], [a, b]]
+    # a clear winner whose samples were noisy (5 % each): more rounds of it and its runner-up
+    noisy = lambda ts: [Trial({}, "ok", t, None, 1, 0.05, "median") for t in ts]  # noqa: E731
+    clear = {a: noisy([100.0, 101.0, 99.0, 100.0, 101.0]), c: noisy([120.0, 121.0, 119.0, 120.0, 122.0]),
+             d: noisy([130.0, 131.0, 129.0, 132.0, 130.0])}
+    w = pick_winner(clear)
+    assert w.decided == "clear" and w.unsure and contenders(clear) == {a, c}
+
+
+class _NoisySession:
+    """What the winners' re-measure asks of a tune's Session: answers each job with config
+    BLOCK_M's time in ns, BLOCK_M 16 and 32 tied within 3 %, every sample 5 % noisy (so the
+    winner is unsure), and keeps which configs each round measured."""
+
+    TIMES = {16: [100.0, 103.0, 97.0, 101.0, 99.0], 32: [101.0, 100.0, 102.0, 98.0, 103.0], 64: [150.0], 128: [200.0]}
+
+    def __init__(self, tmp_path):
+        from types import SimpleNamespace
+
+        from harness.run import RunOptions
+
+        self.shapes = [SimpleNamespace(id="s")]
+        self.target = SimpleNamespace(is_gpu=True)
+        self.library, self.results_path = False, tmp_path / "results.csv"
+        self.run_options = RunOptions()
+        self.rounds, self._rows = [], []
+
+    def pinned_devices(self):
+        return 1
+
+    def rows(self):
+        return self._rows
+
+    def submit(self, pairs, fidelity, library, pin=False, timing=None):
+        self.rounds.append(sorted(cfg["BLOCK_M"] for cfg, _ in pairs))
+        return pairs
+
+    def collect(self, pairs):
+        def ns(m):
+            times = self.TIMES[m]
+            return times[sum(m in r for r in self.rounds[:-1]) % len(times)]
+        rows = [{"shape_id": shape.id, "variant_id": "v%d" % cfg["BLOCK_M"], "status": "ok", "estimator": "median",
+                 "time_ns": ns(cfg["BLOCK_M"]), "noise": 0.05, "cfg_BLOCK_M": cfg["BLOCK_M"]} for cfg, shape in pairs]
+        self._rows += rows
+        return rows
+
+
+@pytest.mark.parametrize("streams", [False, True])
+def test_an_unsure_shape_s_more_rounds_leave_out_the_candidates_beaten_beyond_the_spread(tmp_path, streams):
+    """Both re-measures (after the search, and a stream's as its search ends): five rounds of the
+    four finalists, then five more of the two still tied."""
+    from harness.remeasure import ShapeRemeasures, remeasure_winners
+
+    space = {"BLOCK_M": [16, 32, 64, 128]}
+    history = [Trial({"BLOCK_M": m}, "ok", float(m)) for m in (16, 32, 64, 128)]
+    session = _NoisySession(tmp_path)
+    if streams:
+        remeasures = ShapeRemeasures(session, space, top=4, repeats=5)
+        assert remeasures.start("s", history)
+        entries = remeasures.finish()
+    else:
+        entries = remeasure_winners(session, space, {"s": history}, top=4, repeats=5)
+    assert session.rounds == [[16, 32, 64, 128]] * 5 + [[16, 32]] * 5
+    assert entries["s"]["config"] == {"BLOCK_M": 16} and entries["s"]["repeats"] == 10
+
+
 def test_clear_winner_when_the_gap_exceeds_the_spread():
     truth = {"v_z": 100.0, "v_a": 104.0, "v_m": 110.0}
     for seed in range(20):
