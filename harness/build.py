@@ -13,6 +13,7 @@ from typing import Optional
 from remote_agent.contract import DTYPE_BYTES
 
 from . import state, ui
+from .compile import cache
 from .errors import HarnessError
 from .limits import check_shapes
 from .bundle import (FailedPair, Job, Manifest, PrunedEntry, ShapeEntry, Variant, bundle_dir, sha256_file,
@@ -182,6 +183,9 @@ def compile_bundle(kernel, target, shapes, root: Path, options: BuildOptions) ->
             artifact=rel, sha256=sha256_file(res.artifact) if res.artifact else None,
             message=res.message, launch=res.launch, compile_seconds=round(res.seconds, 3)))
     summary.reused_across_shapes = len(jobs) - len(variants)
+    # the configs each shape took: a later tune of these shapes searches them first (Problem.prefer)
+    cache.note_built(kernel.name, target, [(shape.id, variants[vid][0]) for vid, shape in jobs
+                                           if results[vid].status != "compile_timeout"])
     manifest_shapes = write_test_data(kernel, target, shapes, out, options.seed)
     summary.manifest = Manifest(
         kernel=kernel.name,

@@ -30,6 +30,7 @@ from typing import Callable, Optional
 from remote_agent.contract import OK, PRUNED
 
 from . import state, ui
+from .compile import cache
 from .errors import HarnessError
 from .library import is_library_id
 from .targets import count_devices
@@ -479,6 +480,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
     rows = session.rows()
     skip = not_search_rows(session.results_path)
     tuned = read_tuned(Path(session.root) / "tuned" / tgt.name / ("%s.json" % kern.name)) if warm_start else []
+    built = cache.built_for(kern.name, tgt, [s.id for s in session.shapes])  # an earlier tune's configs: first
     searches = []
     for shape in session.shapes:
         try:
@@ -489,7 +491,7 @@ def search(session: Session, space: dict, strategy_name: str, seed: int = 0, bat
             strategy = Seeded(strategy, seeds_for(kern, tgt, shape, tuned))
         history = shape_history(rows, shape.id, space, skip)
         searches.append(ShapeSearch(strategy, pruning_predicate(rules, [shape], tgt, compiler.resource_rule),
-                                    history, shape=shape, resumed=len(history)))
+                                    history, shape=shape, resumed=len(history), prefer=built[shape.id]))
     have_lib = {r.get("shape_id") for r in rows if is_library_id(r.get("variant_id"))}
     library_todo = [s.shape for s in searches if s.shape.id not in have_lib] if session.library else []
 

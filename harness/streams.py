@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
 from .strategies.base import Trial, prepare_problems
-from .strategies.driver import (PENDING, STOP_FINISHED, STOP_TIME, _evaluations_that_fit, _tell, batch_limit,
-                                ShapeSearch)
+from .strategies.driver import (PENDING, STOP_FINISHED, STOP_TIME, ShapeSearch, _evaluations_that_fit, _tell,
+                                apply_preferences, batch_limit)
 
 AHEAD_MIN = 2  # batches in flight per shape at least: one measured while the next is built
 AHEAD_MAX = 8
@@ -139,6 +139,7 @@ def drive_streams(searches: List[ShapeSearch], space: dict, evaluator, budget: O
     live = [st.search for st in streams.values()]
     began = clock()
     prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
+    apply_preferences(live, space)
     stats.pruning += clock() - began
     seeded = [st for st in streams.values() if st.flights]
     ask = lambda st, most=None: _ask(st, space, budget, time_limit, ahead, clock() - start, stats,  # noqa: E731

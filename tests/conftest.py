@@ -34,11 +34,19 @@ os.environ["HARNESS_CACHE_DIR"] = os.environ["HARNESS_TEST_COMPILE_CACHE"]
 
 @pytest.fixture(autouse=True)
 def compile_cache(request, tmp_path, monkeypatch):
-    """The run's shared compile cache, or (marker ``fresh_compile_cache``) an empty one of the test's own."""
+    """The run's shared compile cache, or (marker ``fresh_compile_cache``) an empty one of the test's own.
+    Only the artifacts are shared (the ``compile`` folder, linked): the record of the configs each
+    shape's builds took, which a tune searches first (``harness.compile.cache.built_for``), is the
+    test's own, so that no test's search follows another's."""
     if request.node.get_closest_marker("fresh_compile_cache"):
         monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "compile-cache"))
     else:
-        monkeypatch.setenv("HARNESS_CACHE_DIR", os.environ["HARNESS_TEST_COMPILE_CACHE"])
+        shared = Path(os.environ["HARNESS_TEST_COMPILE_CACHE"]) / "compile"
+        shared.mkdir(exist_ok=True)
+        mine = tmp_path / "harness-cache"
+        mine.mkdir()
+        (mine / "compile").symlink_to(shared)
+        monkeypatch.setenv("HARNESS_CACHE_DIR", str(mine))
 
 
 @pytest.fixture(scope="session")

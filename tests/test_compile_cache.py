@@ -3,7 +3,9 @@ building the same configs compiles nothing and says how many it reused; a change
 option misses. Real compiles: g++ for the C++ path, Triton's sm90 AOT compile (no GPU needed).
 """
 
+import csv
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,44 @@ def test_a_second_project_compiles_nothing_and_says_so(tmp_path):
     # and the cache can be turned off
     fourth = project(tmp_path / "d", "off")
     assert "compiles: 2 compiled, 0 reused from the compile cache (off" in tune(fourth)
+
+
+TWELVE = "MR: [1, 2, 4]\nNR: [16, 32]\nKC: [64]\nMC: [16]\nNC: [64]\nPACK_B: [1, 0]\n"
+
+
+@pytest.mark.slow
+def test_a_second_search_of_a_shape_asks_what_the_first_built_and_compiles_nothing(tmp_path):
+    """The default genetic search is adaptive: a second tune whose seed (or measurements) differ
+    would ask other configs. The cache records which configs each shape's builds took
+    (built/<kernel>-<machine>.jsonl beside the artifacts), and a tune of that shape searches those
+    first: the second project compiles nothing while its budget fits in what the first built."""
+    store = tmp_path / "store"
+    first, second = project(tmp_path / "a", store), project(tmp_path / "b", store)
+    for ws in (first, second):
+        (ws.path / "space.yaml").write_text(TWELVE)
+
+    def search(ws, seed):
+        return ws.harness("tune", "matmul", "--target", TARGET, "--space", "space.yaml", "--shapes", "32x16x32",
+                          "--strategy", "genetic", "--budget", "4", "--seed", seed, "--no-warm-start", "--iters", "2",
+                          "--warmup", "1", "--top", "0", *ANSWERS_ONLY).stdout
+
+    out = search(first, "1")
+    assert "compiles: 4 compiled, 0 reused" in out, out
+    record = list((store / "built").glob("matmul-cpu-*.jsonl"))
+    built = [json.loads(line) for line in record[0].read_text().splitlines()]
+    assert len(record) == 1
+    assert len(built) == 4 and {b["shape"] for b in built} == {"32x16x32_fp32_NN"}
+    measured = lambda ws: {r["variant_id"] for r in csv.DictReader(  # noqa: E731
+        open(ws.path / "results" / TARGET / "matmul" / "results.csv"))}
+    out = search(second, "2")  # another seed: another random order, which starts with the four built
+    assert "compiles: 0 compiled, 4 reused from the compile cache" in out, out
+    assert measured(second) == measured(first)
+    # with the record gone, the same second search asks others (it follows its own seed)
+    (store / "built").rename(tmp_path / "gone")
+    third = project(tmp_path / "c", store)
+    (third.path / "space.yaml").write_text(TWELVE)
+    assert "compiles: 0 compiled" not in search(third, "2")
+    assert measured(third) != measured(first)
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):

@@ -459,6 +459,34 @@ def test_incumbent_uses_the_latest_measurement(recordings):
     assert evaluations_to_target(hist, rec, 0.03) == 3
 
 
+@pytest.mark.parametrize("name", ["genetic", "random", "halving"])
+def test_a_strategy_asks_the_preferred_configs_first_and_the_rest_once_they_are_spent(name):
+    """Problem.prefer (the configs an earlier tune built for the shape): the seeded order starts
+    with them and the genetic search repairs its children to them, so a budget that fits in them
+    asks nothing else; once they are all asked, the search goes on over the whole space."""
+    space = {"A": list(range(8)), "B": list(range(8))}
+    is_pruned = lambda c: False  # noqa: E731
+    strategy = get_strategy(name, seed=3, batch_size=4)
+    problem = strategy.problem(space, is_pruned)
+    preferred = [{"A": a, "B": b} for a in (0, 1, 6) for b in (2, 5, 7)] + [{"A": 9, "B": 0}]  # (the last: outside)
+    problem.prefer(preferred)
+    assert int(problem.preferred.sum()) == 9
+    wanted = {key(c) for c in preferred[:9]}
+    history, asked = [], []
+    while len(asked) < 16:
+        batch = strategy.next_batch(history, space, is_pruned)
+        if not batch.configs:
+            break
+        for cfg in batch.configs:
+            asked.append(key(cfg))
+            history.append(Trial(cfg, "ok", 1.0 + abs(cfg["A"] - 3) + abs(cfg["B"] - 4), None, 1))
+    assert set(asked[:9]) == wanted and not set(asked[9:]) & wanted and len(set(asked)) == len(asked)
+    # nothing preferred: the order of before
+    plain = get_strategy(name, seed=3, batch_size=4)
+    plain.problem(space, is_pruned).prefer([{"A": 9, "B": 9}])
+    assert plain.problem(space, is_pruned).preferred is None
+
+
 # --- the noise-aware winner -------------------------------------------------------------------
 
 def test_interleaved_plan():

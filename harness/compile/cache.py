@@ -10,6 +10,12 @@ sidecar (status, launch facts) are copied into the cache after a compile and cop
 another bundle instead of compiling. Failed compiles are kept too (a compile error stays one),
 timeouts are not (a longer timeout may succeed).
 
+Beside the artifacts' folder, ``../built/<kernel>-<machine>.jsonl`` records which configs each
+shape's builds took (``note_built``). A later tune of the same shape searches those first
+(``built_for``; the strategies prefer them: ``Problem.prefer``), so a second tune of the same space
+compiles nothing, where its adaptive search would otherwise ask other configs than those the first
+tune's measurements led it to.
+
 Where: ``$HARNESS_CACHE_DIR/compile/`` when ``HARNESS_CACHE_DIR`` is set, else
 ``$XDG_CACHE_HOME/harness/compile/`` or ``~/.cache/harness/compile/``; ``HARNESS_CACHE_DIR=off``
 turns it off. Entries live in ``<first two hex digits>/<name>``; emptying the folder is always
@@ -113,3 +119,66 @@ def keep(artifact: Path) -> None:
         _copy(_sidecar(Path(artifact)), _sidecar(entry))
     except OSError:
         pass
+
+
+BUILT = "built"  # the folder of the configs each shape's builds took, per kernel and machine
+_built_lock = threading.Lock()
+_built_noted = set()  # (file, line) this process wrote: a tune's later rounds build the same pairs again
+
+
+def _built_file(kernel: str, target) -> Optional[Path]:
+    """Where the configs ``kernel``'s builds took for ``target``'s kind of machine are recorded (the
+    backend and GPU architecture, or the CPU architecture: the target's name may differ between
+    projects on one machine); None when the cache is off."""
+    root = cache_root()
+    if root is None:
+        return None
+    machine = "%s-%s" % (target.backend, target.gpu_arch or target.arch)
+    return root.parent / BUILT / ("%s-%s.jsonl" % (kernel, machine))
+
+
+def note_built(kernel: str, target, pairs) -> None:
+    """Record the (shape id, config) ``pairs`` a build took (compiled or reused), one JSON line
+    each, appended; a cache that cannot be written is no error."""
+    path = _built_file(kernel, target)
+    if path is None:
+        return
+    import json
+
+    with _built_lock:
+        lines = []
+        for sid, cfg in pairs:
+            line = json.dumps({"shape": sid, "config": cfg}, sort_keys=True) + "\n"
+            if (path, line) not in _built_noted:
+                _built_noted.add((path, line))
+                lines.append(line)
+        if not lines:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as f:  # (one write: other processes' lines do not interleave)
+                f.write("".join(lines))
+        except OSError:
+            pass
+
+
+def built_for(kernel: str, target, shape_ids) -> dict:
+    """{shape id: [config, ...]}: the configs earlier builds took for each of ``shape_ids`` on this
+    kind of machine (each once, in the order first recorded); a damaged line is skipped."""
+    import json
+
+    path = _built_file(kernel, target)
+    out = {sid: {} for sid in shape_ids}
+    try:
+        text = path.read_text() if path is not None else ""
+    except OSError:  # none yet, or unreadable: nothing to prefer
+        text = ""
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+            sid, cfg = entry["shape"], entry["config"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if sid in out and isinstance(cfg, dict):
+            out[sid].setdefault(json.dumps(cfg, sort_keys=True), cfg)
+    return {sid: list(cfgs.values()) for sid, cfgs in out.items()}

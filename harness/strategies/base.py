@@ -91,6 +91,22 @@ class Problem:
         self.candidates, self.index, self.codes = self._at(feasible)
         sizes = np.array([max(1, len(self.space[n]) - 1) for n in self.names], dtype=np.float64)
         self._scale = 1.0 / sizes  # distances in units of a parameter's whole range
+        self.preferred = None  # a mask of the candidates to search first (``prefer``), or None
+
+    def prefer(self, configs) -> None:
+        """Search ``configs`` first (those the compile cache holds for this shape: an earlier tune
+        built them, harness.compile.cache.built_for): the seeded order starts with them
+        (``Strategy._permutation``) and a strategy that repairs a proposal repairs it to one of them
+        while any is free (``nearest_free``), so a second tune of a space compiles nothing while
+        its budget fits in what the first built. Configs outside the space are ignored."""
+        import numpy as np
+
+        mask = np.zeros(len(self.candidates), dtype=bool)
+        for cfg in configs:
+            i = self.index.get(key(cfg))
+            if i is not None:
+                mask[i] = True
+        self.preferred = mask if mask.any() else None
 
     def _at(self, feasible):
         """(candidates, index, codes) of the configs at ``feasible``, indices in expand(space), in
@@ -125,9 +141,17 @@ class Problem:
     def contains(self, config: dict) -> bool:
         return key(config) in self.index
 
+    def outside_preferred(self, config: dict) -> bool:
+        """Some configs are preferred (``prefer``) and ``config`` is not one of them."""
+        if self.preferred is None:
+            return False
+        i = self.index.get(key(config))
+        return i is None or not self.preferred[i]
+
     def nearest_free(self, code: Sequence[int], taken: set, rng: random.Random) -> Optional[dict]:
         """The feasible candidate not in ``taken`` (a set of keys) nearest to ``code`` (L1 over
-        value indices, each parameter scaled to its range); ties are broken by ``rng``."""
+        value indices, each parameter scaled to its range), a preferred one while any is free
+        (``prefer``); ties are broken by ``rng``."""
         import numpy as np
 
         if not len(self.candidates):
@@ -139,6 +163,8 @@ class Problem:
                 free[i] = False
         if not free.any():
             return None
+        if self.preferred is not None and (free & self.preferred).any():
+            free &= self.preferred
         dist = (np.abs(self.codes - np.asarray(code, dtype=np.int32)) * self._scale).sum(axis=1)
         dist = np.where(free, dist, np.inf)
         best = np.flatnonzero(dist <= dist.min() + 1e-12)
@@ -282,14 +308,18 @@ class Strategy:
 
     # helpers shared by strategies
     def _permutation(self, problem: Problem) -> list:
-        """Candidate indices in a seeded random order (the same for every round, so made once per
-        problem: a shuffle of 20,000 indices at every ask was 2 % of a GPU tune's host time)."""
+        """Candidate indices in a seeded random order, the preferred ones first (``Problem.prefer``;
+        the same order for every round, so made once per problem: a shuffle of 20,000 indices at
+        every ask was 2 % of a GPU tune's host time)."""
         made = getattr(self, "_order", None)
-        if made is None or made[0] is not problem:
+        if made is None or made[0] is not problem or made[1] is not problem.preferred:
             order = list(range(len(problem)))
             rng_for(self.seed, self.name, "perm", len(problem)).shuffle(order)
-            made = self._order = (problem, order)
-        return made[1]
+            if problem.preferred is not None:
+                first = problem.preferred
+                order = [i for i in order if first[i]] + [i for i in order if not first[i]]
+            made = self._order = (problem, problem.preferred, order)
+        return made[2]
 
     def _unmeasured_in_order(self, order, problem: Problem, measured: set, limit: int) -> list:
         out = []

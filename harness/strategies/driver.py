@@ -93,10 +93,18 @@ class ShapeSearch:
     stopped: Optional[str] = None
     round_sizes: List[int] = field(default_factory=list)
     pending: List[dict] = field(default_factory=list)  # configs submitted and not yet told (drive ahead)
+    prefer: List[dict] = field(default_factory=list)  # configs to search first (Problem.prefer)
 
     @property
     def best(self) -> Optional[Trial]:
         return best_trial(self.history)
+
+
+def apply_preferences(searches: Sequence[ShapeSearch], space: dict) -> None:
+    """Give each search's Problem the configs it is to search first (``ShapeSearch.prefer``)."""
+    for s in searches:
+        if s.prefer:
+            s.strategy.problem(space, s.is_pruned).prefer(s.prefer)
 
 
 @dataclass
@@ -158,6 +166,7 @@ def drive(searches: Sequence[ShapeSearch], space: dict, evaluate: Callable, budg
                 s.pending += [dict(c) for c in b.configs]
             in_flight.append((number, 1, asks, evaluate.submit(asks, 1)))
     prepare_problems([s.strategy for s in live], space, [s.is_pruned for s in live])
+    apply_preferences(live, space)
     told = 0  # ahead: rounds told
     while True:
         waiting = {id(s) for _, _, group, _ in in_flight for s, _ in group}

@@ -6,7 +6,8 @@ have run, it samples in a seeded random order. A child is made from two parents 
 tournament; each gene comes from either parent, and mutates with probability ``1/len(genes)``
 (or at least once, when the child equals a parent): usually one step up or down the parameter's
 ordered values, sometimes any value. A child that is pruned, already measured or already in the
-batch is repaired to the nearest feasible unmeasured config. A fraction of each batch are random
+batch is repaired to the nearest feasible unmeasured config (a preferred one while any is free:
+``Problem.prefer``, the configs an earlier tune built for the shape). A fraction of each batch are random
 immigrants, which keeps it from settling in one valley.
 """
 
@@ -52,7 +53,7 @@ class Genetic(Strategy):
                 code = [a[i] if rng.random() < 0.5 else b[i] for i in range(len(sizes))]
                 self._mutate(code, sizes, rng, force=tuple(code) in (a, b))
             cfg = problem.decode(code)
-            if key(cfg) in taken or not problem.contains(cfg):
+            if key(cfg) in taken or not problem.contains(cfg) or problem.outside_preferred(cfg):
                 cfg = problem.nearest_free(code, taken, rng)
                 if cfg is None:
                     break
