@@ -6,9 +6,9 @@ have run, it samples in a seeded random order. A child is made from two parents 
 tournament; each gene comes from either parent, and mutates with probability ``1/len(genes)``
 (or at least once, when the child equals a parent): usually one step up or down the parameter's
 ordered values, sometimes any value. A child that is pruned, already measured or already in the
-batch is repaired to the nearest feasible unmeasured config (a preferred one while any is free:
-``Problem.prefer``, the configs an earlier tune built for the shape). A fraction of each batch are random
-immigrants, which keeps it from settling in one valley.
+batch is repaired to the nearest feasible unmeasured config; so is one outside the preferred
+configs while any of them is free (``Problem.prefer``: those an earlier tune built for the shape).
+A fraction of each batch are random immigrants, which keeps it from settling in one valley.
 """
 
 from __future__ import annotations
