@@ -481,6 +481,10 @@ def test_a_strategy_asks_the_preferred_configs_first_and_the_rest_once_they_are_
             asked.append(key(cfg))
             history.append(Trial(cfg, "ok", 1.0 + abs(cfg["A"] - 3) + abs(cfg["B"] - 4), None, 1))
     assert set(asked[:9]) == wanted and not set(asked[9:]) & wanted and len(set(asked)) == len(asked)
+    # a config read back from JSON (a tuple value is a list there) is found all the same
+    pairs = get_strategy(name, seed=3, batch_size=4).problem({"P": [(1, 2), (3, 4)], "B": [0, 1]}, is_pruned)
+    pairs.prefer([{"P": [3, 4], "B": 1}])
+    assert [pairs.candidates[i] for i in pairs.preferred.nonzero()[0]] == [{"P": (3, 4), "B": 1}]
     # nothing preferred: the order of before
     plain = get_strategy(name, seed=3, batch_size=4)
     plain.problem(space, is_pruned).prefer([{"A": 9, "B": 9}])

@@ -102,8 +102,8 @@ class Problem:
         import numpy as np
 
         mask = np.zeros(len(self.candidates), dtype=bool)
-        for cfg in configs:
-            i = self.index.get(key(cfg))
+        for cfg in configs:  # (read back from JSON: a tuple value came back a list)
+            i = self.index.get(key({n: _hashable(v) for n, v in cfg.items()}))
             if i is not None:
                 mask[i] = True
         self.preferred = mask if mask.any() else None
