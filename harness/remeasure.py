@@ -9,8 +9,8 @@ rotating each round (A B C, B C A, C A B, ...), all on one device so that their 
 and the winner must beat the next by more than the spread, else the tie rule decides
 (``strategies.winner.pick_winner``). A shape whose winner's noise is over
 ``winner.NOISY_WINNER``, or whose tie went to a candidate ``winner.TIE_WON_BEHIND`` or more behind
-the fastest, gets ``repeats`` more rounds, once, of the candidates they can still order (``contenders``:
-the others were beaten by more than the spread). Every job is timed for at least
+the fastest, gets ``repeats`` more rounds, once, of the candidates they can still order
+(``contenders``: the others were beaten by more than the spread). Every job is timed for at least
 ``REMEASURE_MIN_TIME_MS`` however briefly the search measured. Before the finalists of a CPU
 search are picked, its doubtful configs get two more processes (``sift``).
 
@@ -379,10 +379,10 @@ def unsure_winner(groups: dict) -> bool:
 
 def contenders(groups: dict) -> frozenset:
     """The candidates an unsure winner's more rounds measure (config ids): the winner, the
-    fastest, those tied with them and the runner-up, which the rounds are to order. The others were
-    each beaten by more than the larger spread in every one of the first rounds' reckoning; timing
-    them again would lengthen the rounds that run on one device after a tune's search. The winner
-    is then picked as before (``winner.pick_winner``), from every candidate's samples."""
+    fastest, those tied with them and the runner-up, which the rounds are to order. The others
+    were each beaten by more than the larger spread in the first rounds; timing them again would
+    lengthen the rounds that run on one device after a tune's search. The winner is then picked
+    as before (``winner.pick_winner``), from every candidate's samples."""
     from .strategies.winner import pick_winner
 
     win = pick_winner(groups)
