@@ -71,7 +71,7 @@ def remeasure_winners(session, space: dict, histories: Dict[str, list], top: int
     if noisy:
         say_unsure(noisy, repeats)
         for sid in noisy:
-            plans[sid][repeats:] = more_rounds(cands[sid], samples[sid], repeats)
+            plans[sid][repeats:] = more_rounds(plans[sid][repeats:], samples[sid])
         measure(noisy, repeats)
     rows_added = list(range(first_row, len(session.rows())))
     entries = {}
@@ -250,7 +250,7 @@ class ShapeRemeasures:
             if unsure_winner(state.samples):
                 with self.lock:
                     self.noisy.append(state.sid)
-                state.plan[self.repeats:] = more_rounds(state.cands, state.samples, self.repeats)
+                state.plan[self.repeats:] = more_rounds(state.plan[self.repeats:], state.samples)
                 self._rounds(state, self.repeats)
         except BaseException as exc:  # raised by finish(), on the tune's thread
             state.error = exc
@@ -389,14 +389,13 @@ def contenders(groups: dict) -> frozenset:
     return frozenset(c for c in [win.id, win.leader, win.runner_up, *win.tied] if c is not None)
 
 
-def more_rounds(cands: list, groups: dict, repeats: int) -> list:
-    """An unsure winner's ``repeats`` more rounds: its ``contenders`` among ``cands``, the order
-    rotating."""
+def more_rounds(planned: list, groups: dict) -> list:
+    """An unsure winner's more rounds: the ``planned`` rounds (their order rotating on from the
+    first rounds') with only its ``contenders``."""
     from .strategies import config_id
-    from .strategies.winner import interleaved_rounds
 
     keep = contenders(groups)
-    return interleaved_rounds([c for c in cands if config_id(c) in keep], repeats)
+    return [[c for c in rnd if config_id(c) in keep] for rnd in planned]
 
 
 def winner_entry(sid: str, groups: dict, cands: list, variant_of: dict, repeats: int) -> Optional[dict]:
