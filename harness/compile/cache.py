@@ -123,7 +123,7 @@ def keep(artifact: Path) -> None:
 
 BUILT = "built"  # the folder of the configs each shape's builds took, per kernel and machine
 _built_lock = threading.Lock()
-_built_noted = set()  # (file, line) this process wrote: a tune's later rounds build the same pairs again
+_built_lines = {}  # file -> the lines it holds: read once per process, then what this process added
 
 
 def _built_file(kernel: str, target) -> Optional[Path]:
@@ -137,21 +137,32 @@ def _built_file(kernel: str, target) -> Optional[Path]:
     return root.parent / BUILT / ("%s-%s.jsonl" % (kernel, machine))
 
 
+def _read_lines(path: Path) -> list:
+    try:
+        return path.read_text().splitlines()
+    except OSError:  # none yet, or unreadable
+        return []
+
+
 def note_built(kernel: str, target, pairs) -> None:
-    """Record the (shape id, config) ``pairs`` a build took (compiled or reused), one JSON line
-    each, appended; a cache that cannot be written is no error."""
+    """Record the (shape id, config) ``pairs`` a build took (compiled or reused) that the record
+    lacks, one JSON line each, appended (a tune's rounds, and its next tunes, build the same pairs
+    again: the record holds each once); a cache that cannot be written is no error."""
     path = _built_file(kernel, target)
     if path is None:
         return
     import json
 
     with _built_lock:
+        known = _built_lines.get(path)
+        if known is None or not path.exists():
+            known = _built_lines[path] = set(_read_lines(path))
         lines = []
         for sid, cfg in pairs:
-            line = json.dumps({"shape": sid, "config": cfg}, sort_keys=True) + "\n"
-            if (path, line) not in _built_noted:
-                _built_noted.add((path, line))
-                lines.append(line)
+            line = json.dumps({"shape": sid, "config": cfg}, sort_keys=True)
+            if line not in known:
+                known.add(line)
+                lines.append(line + "\n")
         if not lines:
             return
         try:
@@ -169,11 +180,7 @@ def built_for(kernel: str, target, shape_ids) -> dict:
 
     path = _built_file(kernel, target)
     out = {sid: {} for sid in shape_ids}
-    try:
-        text = path.read_text() if path is not None else ""
-    except OSError:  # none yet, or unreadable: nothing to prefer
-        text = ""
-    for line in text.splitlines():
+    for line in _read_lines(path) if path is not None else []:
         try:
             entry = json.loads(line)
             sid, cfg = entry["shape"], entry["config"]
