@@ -280,11 +280,8 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair
     steps = gl.cdiv(K, BLOCK_K)
     step = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-        pid_m, pid_n = tile_of(t, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BLOCK_M * CTAS + CROWS * WHO
-        off_n = pid_n * BLOCK_N
-        rows = gl.minimum(off_m + gl.arange(0, CROWS, gl.SliceLayout(1, layout)), M - 1)
-        a_scale_rows = a_scale_ptr + rows * stride_asm
+        off_m, off_n, a_scale_rows = _tile_rows(t, a_scale_ptr, M, N, stride_asm, BLOCK_M, BLOCK_N, GROUP_M, WHO,
+                                                layout)
         acc = gl.zeros((CROWS, WIDE), gl.float32, layout)
         part = gl.zeros((CROWS, WIDE), gl.float32, layout)
         if TWO_PARTS:
