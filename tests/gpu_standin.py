@@ -96,6 +96,9 @@ class StandinApi(GpuApi):
     def dtoh(self, src, nbytes):
         return bytes(self._buf(src)[:int(nbytes)])
 
+    def htod(self, dst, data):
+        self._buf(dst)[:len(data)] = data
+
     def dtod(self, dst, src, nbytes):
         self._buf(dst)[:int(nbytes)] = self._buf(src)[:int(nbytes)]
 
@@ -344,19 +347,22 @@ class StandinApi(GpuApi):
         codes = self._array(v[name], t[name], rows * cols).reshape(rows, cols)
         return fp8.decode(codes, FP8_FORMATS[t[name]])
 
-    def _fp8_product(self, v, t):
+    def _fp8_product(self, v, t, a_scale=None):
+        """C of the fp8 GEMM in float64; ``a_scale``: A's scales as the kernel read them (default: the
+        a_scale operand, row-major)."""
         from harness.kernels.fp8_blockscale import fp8
 
         M, N, K = int(v["M"]), int(v["N"]), int(v["K"])
         sk, sn = fp8.cdiv(K, 128), fp8.cdiv(N, 128)
-        a = self._fp8(v, t, "a_ptr", M, K) * fp8.expand_scales(
-            self._array(v["a_scale_ptr"], "*fp32", M * sk).reshape(M, sk), M, K, 1, 128)
+        if a_scale is None:
+            a_scale = self._array(v["a_scale_ptr"], "*fp32", M * sk).reshape(M, sk)
+        a = self._fp8(v, t, "a_ptr", M, K) * fp8.expand_scales(a_scale, M, K, 1, 128)
         b = self._fp8(v, t, "b_ptr", N, K) * fp8.expand_scales(
             self._array(v["b_scale_ptr"], "*fp32", sn * sk).reshape(sn, sk), N, K, 128, 128)
         return M, N, a @ b.T
 
-    def _fp8_blockscale_kernel(self, facts, v, t, grid):
-        M, N, C = self._fp8_product(v, t)
+    def _fp8_blockscale_kernel(self, facts, v, t, grid, a_scale=None):
+        M, N, C = self._fp8_product(v, t, a_scale)
         out = self._array(v["c_ptr"], t["c_ptr"], M * N)
         out[:] = _f32_to_bf16(C.ravel()) if t["c_ptr"] == "*bf16" else C.ravel().astype(out.dtype)
 
@@ -364,16 +370,23 @@ class StandinApi(GpuApi):
 
     def _fp8_blockscale_ws_kernel(self, facts, v, t, grid):
         """The fp8 GEMM's warp-specialized Gluon kernel (harness/kernels/fp8_blockscale/gluon_kernel.py):
-        each tensor descriptor must view its operand (A, B: 1-byte codes; C: bf16) where its pointer
-        is, the grid is at most one program per tile; C is computed as the Triton kernel's."""
+        each tensor descriptor must view its operand (A, B: 1-byte codes; C: bf16; A's scales M-major:
+        fp32) where its pointer is, the grid is at most one program per tile; C is computed as the
+        Triton kernel's, with A's scales read through ``as_desc`` where the kernel has it
+        (SMEM_SCALES 2), so that a wrong copy of them gives a wrong answer here too."""
         views = {"a_desc": ("a_ptr", 1), "b_desc": ("b_ptr", 1), "b2_desc": ("b_ptr", 1), "c_desc": ("c_ptr", 2),
-                 "c2_desc": ("c_ptr", 2)}
+                 "c2_desc": ("c_ptr", 2), "as_desc": (None, 4)}  # a_scale_t: no pointer argument of its own
         for name, (ptr, size) in views.items():
             d = v.get(name)
-            if isinstance(d, dict) and (d["base"] != v[ptr] or d["elem_size"] != size):
+            if isinstance(d, dict) and ((ptr and d["base"] != v[ptr]) or d["elem_size"] != size):
                 raise GpuError("stand-in: %s views %#x (%d-byte elements), not %s" % (name, d["base"], d["elem_size"],
                                                                                        ptr))
-        self._fp8_blockscale_kernel(facts, v, t, grid)
+        a_scale = None
+        d = v.get("as_desc")
+        if isinstance(d, dict):  # KS x M, row pitch strides[0] elements
+            (ks, m), pitch = d["shape"], d["strides"][0]
+            a_scale = self._array(d["base"], "*fp32", ks * pitch).reshape(ks, pitch)[:, :m].T
+        self._fp8_blockscale_kernel(facts, v, t, grid, a_scale)
 
 
 class StandinLibraryApi(StandinApi):

@@ -530,7 +530,11 @@ def test_bundle_declares_the_fp8_operands_and_its_own_reference(sm90_bundle):
     shape = m["shapes"][0]
     ops = {o["name"]: (o["dtype"], o["shape"]) for o in shape["operands"]}
     assert ops == {"a": ("fp8e4m3fn", [48, 300]), "b": ("fp8e4m3fn", [200, 300]), "c": ("bf16", [48, 200]),
-                   "a_scale": ("fp32", [48, 3]), "b_scale": ("fp32", [2, 3]), "ref": ("fp32", [48, 200])}
+                   "a_scale": ("fp32", [48, 3]), "b_scale": ("fp32", [2, 3]), "ref": ("fp32", [48, 200]),
+                   "a_scale_t": ("fp32", [48, 3])}
+    # A's scales again, M-major: a copy the device makes of a_scale (SMEM_SCALES 2 reads it by TMA)
+    copy = next(o for o in shape["operands"] if o["name"] == "a_scale_t")
+    assert copy["strides"] == [1, 48] and copy["copy_of"] == "a_scale" and copy["role"] == "input"
     support = m["toolchain"]["support"]
     assert sorted(support) == ["error_bf16", "error_fp32", "fill_fp32", "fill_fp8e4m3fn", "reference_fp8e4m3fn"]
     assert support["reference_fp8e4m3fn"]["launch"]["entry"].startswith("reference_kernel")
@@ -685,13 +689,23 @@ def test_ws_rules_for_tall_narrow_overlapped_and_decode_tiles():
     assert rules.ws_shared_bytes(staged) - 200992 in range(0, 1024)
     assert _why(dict(staged, OVERLAP=1), big, gpu) == "smem_scales_config"
     assert _why(dict(staged, WS=0, num_warps=8, num_stages=4), big, gpu) == "smem_scales_config"
+    ring = dict(staged, SMEM_SCALES=2)  # A's scales copied into each slot by TMA: 512 bytes a slot
+    assert _why(ring, big, gpu) is None and _why(dict(ring, PIPE=1), big, gpu) is None
+    assert _why(dict(tall, SMEM_SCALES=2), big, gpu) is None
+    assert rules.ws_shared_bytes(ring) - 199424 in range(0, 1024)  # as built
+    assert _why(dict(ring, num_stages=6), big, gpu) == "ws_shared_memory"  # 232712 bytes built
+    assert _why(dict(ring, OVERLAP=1), big, gpu) == "smem_scales_config"
+    assert _why(dict(ring, num_stages=4, num_ctas=2), big, gpu) == "cluster_config"
+    # the M-major copy's rows (M fp32) must be 16-byte multiples for TMA
+    assert _why(ring, make_shape(4098, 7168, 7168), gpu) == "smem_scales_unaligned"
+    assert _why(staged, make_shape(4098, 7168, 7168), gpu) is None
     decode = make_shape(16, 10240, 5120)
     assert _why(dict(WS, BLOCK_M=64, BLOCK_N=80, GROUP_M=1, num_stages=6), decode, gpu) is None
     assert _why(dict(WS, GROUP_M=1, num_stages=4), decode, gpu) == "tile_m_exceeds_dim"  # 128 rows: not the WS floor
     assert _why(dict(WS, BLOCK_M=64, GROUP_M=1, WS=0, TMA=0), decode, gpu) == "tile_m_exceeds_dim"
     space = fk.KERNEL.space_for(gpu)
     assert 192 in space["BLOCK_M"] and 80 in space["BLOCK_N"]
-    assert space["OVERLAP"] == space["ORDERED"] == space["PIPE"] == space["SMEM_SCALES"] == [0, 1]
+    assert space["OVERLAP"] == space["ORDERED"] == space["PIPE"] == [0, 1] and space["SMEM_SCALES"] == [0, 1, 2]
     hip = fk.KERNEL.space_for(targets["mi300"])
     assert 192 not in hip["BLOCK_M"] and 80 not in hip["BLOCK_N"] and "OVERLAP" not in hip and "PIPE" not in hip
     assert "SMEM_SCALES" not in hip
@@ -709,6 +723,9 @@ def test_ws_grid_is_persistent_and_descriptors_follow_the_tile():
     assert two == {"a_desc": (64, 128), "b_desc": (128, 128), "c_desc": (64, 128), "b2_desc": (32, 128),
                    "c2_desc": (64, 32)}
     assert descriptors.tensor_descriptors(dict(WS, WS=0)) == []
+    ring = {d.name: (d.operand, d.block) for d in descriptors.tensor_descriptors(dict(WS, SMEM_SCALES=2))}
+    assert ring["as_desc"] == ("a_scale_t", (1, 64))  # a K step's scales of a consumer's 64 rows
+    assert fk.strides(make_shape(4096, 7168, 7168))["KS"] == 56
 
 
 def _cuobjdump(artifact, what: str) -> str:
@@ -867,18 +884,22 @@ def test_ws_seeds_for_prefill_shapes_fill_the_waves(tmp_path):
 
     def piped(spec):
         s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
-        return [(c["BLOCK_M"], c["BLOCK_N"]) for c in fk.KERNEL.seed_configs(s, gpu) if c.get("PIPE")]
+        return [(c["BLOCK_M"], c["BLOCK_N"], c["SMEM_SCALES"]) for c in fk.KERNEL.seed_configs(s, gpu) if c.get("PIPE")]
 
-    # PIPE's extra MMA step a tile costs 1 / steps: seeded from 32 steps of K (4096) up
-    assert piped("4096x7168x16384") == piped("4096x4096x4096") == [(128, 128)]
+    # PIPE's extra MMA step a tile costs 1 / steps: seeded from 32 steps of K (4096) up, with A's
+    # scales from global memory and through the ring (SMEM_SCALES 2)
+    assert piped("4096x7168x16384") == piped("4096x4096x4096") == [(128, 128, 0), (128, 128, 2)]
     assert piped("4096x7168x2048") == piped("4096x4096x3968") == []
 
     def staged(spec):
         s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
-        return [(c["BLOCK_M"], c["BLOCK_N"]) for c in fk.KERNEL.seed_configs(s, gpu) if c.get("SMEM_SCALES")]
+        return [(c["BLOCK_M"], c["BLOCK_N"], c["PIPE"], c["SMEM_SCALES"]) for c in fk.KERNEL.seed_configs(s, gpu)
+                if c.get("SMEM_SCALES")]
 
-    # staged scales: a tile's first steps wait for theirs; seeded from the same 32 steps
-    assert staged("4096x7168x16384") == staged("1024x4096x7296") == [(192, 128), (128, 128)]
+    # scales in shared memory: staged (1: a tile's first steps wait for theirs) and through the ring
+    # (2); seeded from the same 32 steps
+    assert staged("4096x7168x16384") == staged("1024x4096x7296") == [(192, 128, 0, 1), (128, 128, 0, 1),
+                                                                      (128, 128, 1, 2), (192, 128, 0, 2)]
     assert staged("4096x7168x2048") == []
 
 
@@ -900,7 +921,8 @@ def test_ws_decode_seed_is_the_narrowest_tile_in_one_wave():
 
 @pytest.mark.parametrize("block_m,block_n,stages,overlap,ordered,pipe,staged", [
     (128, 128, 5, 0, 0, 0, 0), (128, 128, 5, 0, 1, 0, 0), (128, 160, 4, 0, 0, 0, 0), (192, 128, 4, 1, 1, 0, 0),
-    (128, 128, 5, 0, 0, 1, 0), (192, 128, 4, 0, 0, 0, 1), (128, 128, 5, 0, 0, 1, 1)])
+    (128, 128, 5, 0, 0, 1, 0), (192, 128, 4, 0, 0, 0, 1), (128, 128, 5, 0, 0, 1, 1), (128, 128, 5, 0, 0, 1, 2),
+    (192, 128, 4, 0, 0, 0, 2)])
 def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, stages, overlap, ordered, pipe,
                                                     staged):
     """Through the harness's compiler (host descriptors, Gluon signature with fp8 layouts): fp8
@@ -914,7 +936,9 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
     loop, two in the loop) and ptxas keeps them asynchronous: one wgmma wait a site, not one after
     every MMA (what its serialization, C7514, looks like). SMEM_SCALES = 1 reads A's scales from shared
     memory (LDS), staged 8 steps at a time from loads issued 8 steps ahead, after the MMAs' issue: more
-    shared-memory loads than the same tile without."""
+    shared-memory loads than the same tile without. SMEM_SCALES = 2 has the loader copy them into
+    each ring slot (one TMA copy more) and the consumers read them there: fewer global loads, more
+    shared-memory loads."""
     pytest.importorskip("triton")
     from harness.compile.triton_gpu import TritonGpuCompiler
     from harness.shapes import parse_shape_list
@@ -947,6 +971,10 @@ def test_ws_kernel_compiles_for_sm90_without_spills(tmp_path, block_m, block_n, 
         plain = comp.compile(dict(cfg, SMEM_SCALES=0), shape, 300)
         plain_sass = _cuobjdump(plain.artifact, "-sass")
         assert sass.count("LDS") > plain_sass.count("LDS"), (sass.count("LDS"), plain_sass.count("LDS"))
+        if staged == 2:
+            assert sass.count("LDG") < plain_sass.count("LDG"), (sass.count("LDG"), plain_sass.count("LDG"))
+            assert sass.count("UTMALDG") == plain_sass.count("UTMALDG") + block_m // 64  # a copy a consumer
+            assert "as_desc" in names
     consumers, parts = block_m // 64, 1 + (block_n & (block_n - 1) != 0)
     sites = 4 if pipe else 1 + overlap  # a consumer's MMA sites
     assert sum("QGMMA" in line for line in lines) == consumers * parts * 4 * sites  # 4 MMAs of K 32
@@ -984,15 +1012,18 @@ def test_ws_probe_variants_are_configs_the_tune_builds():
     assert probe.variant_config("128x128x5x8ds")["SMEM_SCALES"] == 1 and probe.variant_config("128x128x5x8d")[
         "SMEM_SCALES"] == 0
     assert probe.m_major("128x128x6x8t") and not probe.m_major("128x128x6x8")
+    assert probe.variant_config("128x128x5x8dm")["SMEM_SCALES"] == 2
     assert probe.main(["--variant", "128x128x5x8od"]) == 2
     assert probe.main(["--variant", "128x160"]) == 2
     assert probe.main(["--variant", "128x160x4x8x"]) == 2 and probe.main(["--variant", "128x160x4x8po"]) == 2
 
 
 def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, monkeypatch):
-    """A real sm90 bundle of two WS configs (one tile part and two; host descriptors, persistent
-    grid), run by the GPU worker on the CPU stand-in: the agent encodes each fp8 and bf16 tensor
-    map over its operand, launches one program per tile at most, and every answer is checked."""
+    """A real sm90 bundle of three WS configs (one tile part, two, and A's scales through the ring;
+    host descriptors, persistent grid), run by the GPU worker on the CPU stand-in: the agent encodes
+    each fp8, bf16 and fp32 tensor map over its operand, fills A's M-major scales as the copy of
+    a_scale they are declared (the stand-in computes that config's C from them), launches one
+    program per tile at most, and every answer is checked."""
     pytest.importorskip("triton")
     import csv
     import os
@@ -1008,7 +1039,8 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
     target = _targets()["gpu-node"]
     shapes = parse_shape_list("64x256x384", "fp8e4m3fn", problem=fk.KERNEL.problem)
     configs = [dict(WS, BLOCK_M=64, BLOCK_N=128, GROUP_M=1, num_stages=4),
-               dict(WS, BLOCK_M=64, BLOCK_N=160, GROUP_M=1, num_stages=4)]
+               dict(WS, BLOCK_M=64, BLOCK_N=160, GROUP_M=1, num_stages=4),
+               dict(WS, BLOCK_M=64, BLOCK_N=128, GROUP_M=1, num_stages=4, SMEM_SCALES=2)]
     if rules.gluon_multicast():  # and a cluster config: the stand-in refuses it launched without clusters
         configs.append(dict(WS, BLOCK_M=64, BLOCK_N=128, GROUP_M=1, num_stages=4, num_ctas=2))
     summary = build(fk.KERNEL, target, shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=configs))
@@ -1016,9 +1048,9 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
     launches = [v["launch"] for v in m["variants"]]
     assert [l["entry"].split("_ws_")[0] for l in launches] == ["fp8_blockscale"] * len(configs)
     maps = [[p["name"] for p in l["params"] if p.get("type") == "tensormap"] for l in launches]
-    # a_desc, b_desc, c_desc (+ b2_desc, c2_desc for 160 = 128 + 32)
-    assert sorted(map(len, maps)) == [3] * (len(configs) - 1) + [5]
-    assert sorted(l["num_ctas"] for l in launches) == [1, 1, 2][:len(configs)]
+    # a_desc, b_desc, c_desc (+ b2_desc, c2_desc for 160 = 128 + 32; + as_desc for SMEM_SCALES 2)
+    assert sorted(map(len, maps)) == [3] * (len(configs) - 2) + [4, 5]
+    assert sorted(l["num_ctas"] for l in launches) == [1, 1, 1, 2][:len(configs)]
     monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(

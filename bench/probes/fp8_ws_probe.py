@@ -106,18 +106,23 @@ def ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, group_m, sms, overlap=0,
     N = b.shape[0]
     cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, WS=1)
     stored = {"a": (a, gl.float8e4nv), "b": (b, gl.float8e4nv), "c": (c, gl.bfloat16)}
-    descs = {name: None for name in ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc")}
+    descs = {name: None for name in ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc", "as_desc")}
     for d in descriptors.tensor_descriptors(cfg):
         t, dt = stored[d.operand]
         block = list(d.block)
         descs[d.name] = TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, dt))
     sk = a_s.shape[1]
+    m_major = m_major or smem_scales == 2
     a_scales, stride_asm, stride_ask = (a_s.t().contiguous(), 1, M) if m_major else (a_s, sk, 1)
+    if smem_scales == 2:  # A's scales through the ring by TMA: a K step's 64 rows a load, from the M-major copy
+        block = [1, descriptors.WS_ROWS]
+        descs["as_desc"] = TensorDescriptor.from_tensor(a_scales, block,
+                                                        gl.NVMMASharedLayout.get_default_for(block, gl.float32))
     grid = (min(sms, cdiv(M, bm) * cdiv(N, bn)),)
     kernel = kernel or fp8_blockscale_ws_kernel
     return lambda: kernel[grid](
         a, b, c, a_scales, b_s, M, N, K, K, 1, K, 1, N, 1, stride_asm, stride_ask, sk, 1,
-        descs["a_desc"], descs["b_desc"], descs["b2_desc"], descs["c_desc"], descs["c2_desc"],
+        descs["a_desc"], descs["b_desc"], descs["b2_desc"], descs["c_desc"], descs["c2_desc"], descs["as_desc"],
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, STAGES=stages, OVERLAP=overlap,
         ORDERED=ordered, PIPE=pipe, SMEM_SCALES=smem_scales, num_warps=4)
 
@@ -141,7 +146,7 @@ def measure(torch, name, launch, c, ref, flop, base_ms, graph=False):
                 speedup=(base_ms / ms) if base_ms else 1.0)
 
 
-FLAGS = "opdts"  # a variant's trailing letters
+FLAGS = "opdtsm"  # a variant's trailing letters
 
 
 def _flags(variant: str) -> str:
@@ -156,7 +161,7 @@ def variant_config(variant: str) -> dict:
     bm, bn, stages, group_m = (int(x) for x in variant.rstrip(FLAGS).split("x"))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
                 TMA=1, WS=1, OVERLAP=int("o" in flags), ORDERED=int("p" in flags), PIPE=int("d" in flags),
-                SMEM_SCALES=int("s" in flags))
+                SMEM_SCALES=2 if "m" in flags else int("s" in flags))
 
 
 def m_major(variant: str) -> bool:
@@ -167,7 +172,7 @@ def m_major(variant: str) -> bool:
 def valid_variant(v: str) -> bool:
     flags = _flags(v)
     parts = v.rstrip(FLAGS).split("x")
-    return flags.replace("t", "").replace("s", "") in ("", "o", "p", "op", "d") and len(parts) == 4 and all(x.isdigit() for x in parts)
+    return flags.replace("t", "").replace("s", "").replace("m", "") in ("", "o", "p", "op", "d") and len(parts) == 4 and all(x.isdigit() for x in parts)
 
 
 def run(args):

@@ -630,7 +630,8 @@ def _compile_in_process(job: dict) -> dict:
 
 
 # the element types of Gluon kernels' tensor descriptors (Triton's name -> Gluon's type)
-GLUON_DTYPES = {"fp16": lambda gl: gl.float16, "bf16": lambda gl: gl.bfloat16, "fp8e4nv": lambda gl: gl.float8e4nv}
+GLUON_DTYPES = {"fp16": lambda gl: gl.float16, "bf16": lambda gl: gl.bfloat16, "fp8e4nv": lambda gl: gl.float8e4nv,
+                "fp32": lambda gl: gl.float32}
 
 
 def _gluon_signature(job: dict) -> dict:

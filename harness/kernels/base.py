@@ -27,13 +27,17 @@ class Operand:
     dimension names or numbers (``("M", "K")``), or a function of the shape giving numbers.
     ``dtype``: ``"problem"`` (the shape's dtype), a dtype name, or a function of the shape's dtype.
     ``transposed``: a function of the shape, true when the operand is stored with its last two
-    dimensions swapped (matmul's layout ``TN`` stores A as K x M); else it is row-major."""
+    dimensions swapped (matmul's layout ``TN`` stores A as K x M); else it is row-major.
+    ``copy_of``: an input that holds the named input's values in its own layout (the same
+    logical shape and dtype): the device fills that one and copies it here, a build writes it
+    from the same array."""
 
     name: str
     role: str
     dims: Union[tuple, Callable]
     dtype: Union[str, Callable] = "problem"
     transposed: Optional[Callable] = None
+    copy_of: Optional[str] = None
 
     def dims_of(self, shape) -> tuple:
         if callable(self.dims):
@@ -74,9 +78,12 @@ class Operand:
     def describe(self, shape) -> dict:
         """The manifest's record of this operand for one shape (docs/contracts.md)."""
         dtype = self.dtype_of(shape.dtype)
-        return {"name": self.name, "role": self.role, "dtype": dtype, "shape": list(self.dims_of(shape)),
-                "strides": list(self.strides_of(shape)), "elements": self.elements(shape),
-                "bytes": self.elements(shape) * DTYPE_BYTES[dtype]}
+        out = {"name": self.name, "role": self.role, "dtype": dtype, "shape": list(self.dims_of(shape)),
+               "strides": list(self.strides_of(shape)), "elements": self.elements(shape),
+               "bytes": self.elements(shape) * DTYPE_BYTES[dtype]}
+        if self.copy_of:
+            out["copy_of"] = self.copy_of
+        return out
 
 
 @dataclass(frozen=True)

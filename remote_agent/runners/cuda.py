@@ -68,6 +68,7 @@ _SIGNATURES = {
     "cuMemFree_v2": [_u64],
     "cuMemGetInfo_v2": [ctypes.POINTER(_sz), ctypes.POINTER(_sz)],
     "cuMemcpyDtoH_v2": [_p, _u64, _sz],
+    "cuMemcpyHtoD_v2": [_u64, _p, _sz],
     "cuMemcpyDtoDAsync_v2": [_u64, _u64, _sz, _p],
     "cuMemsetD16Async": [_u64, ctypes.c_ushort, _sz, _p],
     "cuMemsetD32Async": [_u64, _u, _sz, _p],
@@ -93,7 +94,8 @@ _SIGNATURES = {
 
 CALLS = {
     "device_count": "cuDeviceGetCount", "device_name": "cuDeviceGetName", "mem_info": "cuMemGetInfo_v2",
-    "alloc": "cuMemAlloc_v2", "free": "cuMemFree_v2", "dtoh": "cuMemcpyDtoH_v2", "dtod": "cuMemcpyDtoDAsync_v2",
+    "alloc": "cuMemAlloc_v2", "free": "cuMemFree_v2", "dtoh": "cuMemcpyDtoH_v2", "htod": "cuMemcpyHtoD_v2",
+    "dtod": "cuMemcpyDtoDAsync_v2",
     "memset16": "cuMemsetD16Async", "load_module": "cuModuleLoadData", "unload_module": "cuModuleUnload",
     "get_function": "cuModuleGetFunction", "launch": "cuLaunchKernel", "synchronize": "cuCtxSynchronize",
     "record": "cuEventRecord", "event_synchronize": "cuEventSynchronize", "elapsed": "cuEventElapsedTime",

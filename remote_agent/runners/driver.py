@@ -64,6 +64,10 @@ class DriverApi(GpuApi):
         self._op("dtoh", buf, src, int(nbytes))
         return buf.raw
 
+    def htod(self, dst, data):
+        buf = ctypes.create_string_buffer(bytes(data), len(data))
+        self._op("htod", dst, buf, len(data))
+
     # Copies and memsets go on the worker's stream, in order with its launches: the plain
     # memset/copy calls run on the legacy stream, which a non-blocking stream does not wait for.
     def dtod(self, dst, src, nbytes):

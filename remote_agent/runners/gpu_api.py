@@ -68,6 +68,10 @@ class GpuApi(object):
         """``nbytes`` bytes copied from device pointer ``src``, as bytes."""
         raise NotImplementedError
 
+    def htod(self, dst, data):
+        """Copy the bytes ``data`` to device pointer ``dst`` (synchronous: the legacy stream)."""
+        raise NotImplementedError
+
     def dtod(self, dst, src, nbytes):
         """Copy ``nbytes`` bytes between device pointers."""
         raise NotImplementedError

@@ -4,6 +4,8 @@ the argument values that point at them, NaN poison for the outputs, and torch vi
 buffers (no copy) where the node has torch.
 Standard library only (torch only when the caller passes it)."""
 
+import array
+import itertools
 import zlib
 
 from ..contract import DTYPE_BYTES, NAN_BITS
@@ -28,6 +30,51 @@ def workspace_need(config, grid, out_elements):
     if config.get("STREAM_K", 0):
         return programs * config["BLOCK_M"] * config["BLOCK_N"], programs
     return None
+
+
+# array typecodes of unsigned integers by width: a copy moves elements as bits
+_WORDS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def relayout(raw, width, shape, src_strides, dst_strides, dst_elements):
+    """The elements of ``raw`` (``width`` bytes each, logical ``shape`` at element strides
+    ``src_strides``) laid out at ``dst_strides`` instead, as bytes of ``dst_elements`` elements
+    (elements no logical index reaches stay zero). numpy where present, else plain Python."""
+    try:
+        import numpy as np
+
+        word = np.dtype("u%d" % width)
+        src = np.lib.stride_tricks.as_strided(np.frombuffer(raw, dtype=word), shape,
+                                              [s * width for s in src_strides])
+        out = np.zeros(dst_elements, dtype=word)
+        np.lib.stride_tricks.as_strided(out, shape, [s * width for s in dst_strides])[...] = src
+        return out.tobytes()
+    except ImportError:
+        pass
+    src = array.array(_WORDS[width])
+    src.frombytes(raw)
+    out = array.array(_WORDS[width], bytes(dst_elements * width))
+    for index in itertools.product(*[range(n) for n in shape]):
+        out[sum(i * s for i, s in zip(index, dst_strides))] = src[sum(i * s for i, s in zip(index, src_strides))]
+    return out.tobytes()
+
+
+def copy_of(api, data, op):
+    """Fill input ``op``, declared a copy of input ``op["copy_of"]`` (the same logical shape) in its
+    own layout (its strides), from that operand's first copy: through the host, once, then to
+    each of the input's copies on the device (a scale matrix in the other major order, say)."""
+    src = data.operands[op["copy_of"]]
+    if src["shape"] != op["shape"] or src["dtype"] != op["dtype"]:
+        raise GpuError("operand %s is declared a copy of %s, whose shape or dtype differs" % (op["name"], src["name"]),
+                       load=True)
+    api.synchronize()  # the source's fill ran on the worker's stream; the copy to the host does not wait
+    width = DTYPE_BYTES[op["dtype"]]
+    raw = api.dtoh(data.ptr(src["name"]), src["bytes"])
+    first = data.ptr(op["name"])
+    api.htod(first, relayout(raw, width, op["shape"], src.get("strides") or _row_major(src["shape"]),
+                             op.get("strides") or _row_major(op["shape"]), op["elements"]))
+    for i in range(1, data.sets):
+        api.dtod(data.ptr(op["name"], i), first, op["bytes"])
 
 
 def input_bytes(shape):

@@ -27,7 +27,7 @@ from .gpu_api import GpuError
 from .gpu_backends import api_for
 from .gpu_launch import Kernel, cdiv, specialization_problem
 from .gpu_library import run_library
-from .gpu_memory import ShapeData, data_seed, input_bytes
+from .gpu_memory import ShapeData, copy_of, data_seed, input_bytes
 from .gpu_plugin import load_device_plugin
 from .gpu_reference import check_reference_kernel, compute_reference, pick_reference
 from .gpu_flush import L2Flush
@@ -182,12 +182,15 @@ class Worker(object):
         data = ShapeData(self.api, shape, sets)
         seed = int(self.manifest.get("seed", 0))
         for op in shape["operands"]:
-            if op["role"] != "input":
+            if op["role"] != "input" or op.get("copy_of"):
                 continue
             first = data.ptr(op["name"])
             self.fill(first, op["elements"], op["dtype"], data_seed(seed, shape, op["name"]))
             for i in range(1, sets):
                 self.api.dtod(data.ptr(op["name"], i), first, op["bytes"])
+        for op in shape["operands"]:
+            if op["role"] == "input" and op.get("copy_of"):
+                copy_of(self.api, data, op)
         compute_reference(self, data)
         self.api.synchronize()
         data.nbytes = need

@@ -33,6 +33,7 @@ _SIGNATURES = {
     "hipFree": [_p],
     "hipMemGetInfo": [ctypes.POINTER(_sz), ctypes.POINTER(_sz)],
     "hipMemcpyDtoH": [_p, _p, _sz],
+    "hipMemcpyHtoD": [_p, _p, _sz],
     "hipMemcpyDtoDAsync": [_p, _p, _sz, _p],
     "hipMemsetD16Async": [_p, ctypes.c_ushort, _sz, _p],
     "hipMemsetD32Async": [_p, _i, _sz, _p],
@@ -50,7 +51,8 @@ _SIGNATURES = {
 }
 CALLS = {
     "device_count": "hipGetDeviceCount", "device_name": "hipDeviceGetName", "mem_info": "hipMemGetInfo",
-    "alloc": "hipMalloc", "free": "hipFree", "dtoh": "hipMemcpyDtoH", "dtod": "hipMemcpyDtoDAsync",
+    "alloc": "hipMalloc", "free": "hipFree", "dtoh": "hipMemcpyDtoH", "htod": "hipMemcpyHtoD",
+    "dtod": "hipMemcpyDtoDAsync",
     "memset16": "hipMemsetD16Async", "load_module": "hipModuleLoadData", "unload_module": "hipModuleUnload",
     "get_function": "hipModuleGetFunction", "launch": "hipModuleLaunchKernel", "synchronize": "hipDeviceSynchronize",
     "record": "hipEventRecord", "event_synchronize": "hipEventSynchronize", "elapsed": "hipEventElapsedTime",

@@ -40,10 +40,11 @@ GPU_SPACE = {
 # OVERLAP: the WS kernel's epilogue under the next tile's first MMA (gluon_kernel._consumer_overlap);
 # ORDERED: its consumers issue each K step's MMAs in turn (gluon_kernel._take_turn); PIPE: each
 # consumer's promotion under its next step's MMA (two partials, gluon_kernel._consumer_pipelined);
-# SMEM_SCALES: A's scales staged in shared memory 8 K steps at a time (gluon_kernel._chunk_scale)
+# SMEM_SCALES: A's scales staged in shared memory 8 K steps at a time (1, gluon_kernel._chunk_scale) or
+# copied by TMA into each ring slot from their M-major copy (2, gluon_kernel._ring_scales)
 # num_ctas 2: the WS kernel in clusters of two CTAs, B multicast to both (gluon_kernel._loader)
 GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1], "OVERLAP": [0, 1], "ORDERED": [0, 1], "PIPE": [0, 1],
-                  "SMEM_SCALES": [0, 1], "num_ctas": [1, 2],
+                  "SMEM_SCALES": [0, 1, 2], "num_ctas": [1, 2],
                   "BLOCK_M": GPU_SPACE["BLOCK_M"] + [192], "BLOCK_N": sorted(GPU_SPACE["BLOCK_N"] + [80])}
 WS_SOURCE = "harness.kernels.fp8_blockscale.gluon_kernel:fp8_blockscale_ws_kernel"
 GPU_SPACE_HIP = {
@@ -54,11 +55,12 @@ GPU_SPACE_HIP = {
 
 
 def strides(shape) -> dict:
-    """Element strides of A (M x K), B (N x K), C (M x N) and the two scale matrices."""
+    """Element strides of A (M x K), B (N x K), C (M x N), the two scale matrices and A's scales
+    M-major (``a_scale_t``), and KS, the scale blocks along K (that copy's rows)."""
     sk = cdiv(shape.K, SCALE_BLOCK)
     return {"stride_am": shape.K, "stride_ak": 1, "stride_bn": shape.K, "stride_bk": 1,
             "stride_cm": shape.N, "stride_cn": 1, "stride_asm": sk, "stride_ask": 1,
-            "stride_bsn": sk, "stride_bsk": 1}
+            "stride_bsn": sk, "stride_bsk": 1, "stride_atm": 1, "stride_atk": shape.M, "KS": sk}
 
 
 def make_data(shape, seed: int) -> dict:
@@ -70,7 +72,8 @@ def make_data(shape, seed: int) -> dict:
     a, a_scale = fp8.quantize_rows(rng.uniform(-1, 1, (M, K)), fmt)
     b, b_scale = fp8.quantize_blocks(rng.uniform(-1, 1, (N, K)), fmt)
     ref = reference(a, a_scale, b, b_scale, fmt)
-    return {"a": a, "a_scale": a_scale, "b": b, "b_scale": b_scale, "ref": ref.astype(np.float32)}
+    return {"a": a, "a_scale": a_scale, "b": b, "b_scale": b_scale, "ref": ref.astype(np.float32),
+            "a_scale_t": np.ascontiguousarray(a_scale.T)}
 
 
 def reference(a, a_scale, b, b_scale, fmt: str = "fp8e4m3fn") -> np.ndarray:
@@ -106,6 +109,10 @@ OPERANDS = (  # in the order the Triton kernel takes its pointers
     Operand("a_scale", "input", lambda s: (s.M, cdiv(s.K, SCALE_BLOCK)), dtype="fp32"),
     Operand("b_scale", "input", lambda s: (cdiv(s.N, SCALE_BLOCK), cdiv(s.K, SCALE_BLOCK)), dtype="fp32"),
     Operand("ref", "reference", ("M", "N"), dtype="fp32"),
+    # A's scales again, M-major (as cuBLAS and DeepGEMM take them): the WS kernel's SMEM_SCALES 2
+    # loads a K step's scales of a tile's rows with one TMA copy from here
+    Operand("a_scale_t", "input", lambda s: (s.M, cdiv(s.K, SCALE_BLOCK)), dtype="fp32", transposed=lambda s: True,
+            copy_of="a_scale"),
 )
 # DeepSeek-V3's linear layers: decode (M = 16) and prefill sizes
 DEFAULT_SHAPES = {"gpu": "16x7168x2048,16x2112x7168,128x24576x1536,1024x7168x16384,4096x4096x7168,4096x2112x7168"}

@@ -43,6 +43,8 @@ def tensor_descriptors(config: dict, a_t: bool = False, b_t: bool = True) -> Lis
     out = [Descriptor("a_desc", "a", ("M", "K"), ("stride_am", "stride_ak"), (rows, bk), split),
            Descriptor("b_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (wide, bk), whole),
            Descriptor("c_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (rows, wide), split)]
+    if config.get("SMEM_SCALES") == 2:  # A's scales M-major (KS x M): a K step's 64 rows a copy
+        out.append(Descriptor("as_desc", "a_scale_t", ("KS", "M"), ("stride_atk", "stride_atm"), (1, WS_ROWS)))
     if narrow:
         out += [Descriptor("b2_desc", "b", ("N", "K"), ("stride_bn", "stride_bk"), (narrow, bk), whole),
                 Descriptor("c2_desc", "c", ("M", "N"), ("stride_cm", "stride_cn"), (rows, narrow), split)]

@@ -53,7 +53,7 @@ thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 LANGUAGE = "gluon"  # built through GluonASTSource, each descriptor's shared layout in its signature
 # The tensor descriptor arguments, made on the host (descriptors.py in this folder); b2_desc and
 # c2_desc only where BLOCK_N is in two parts (otherwise None)
-DESCRIPTOR_ARGS = ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc")
+DESCRIPTOR_ARGS = ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc", "as_desc")
 # The run-time arguments (the pointers of A, B and C are there so that every artifact of the
 # kernel takes them alike; the kernel reads A, B and C through the descriptors)
 ARGS = ("a_ptr", "b_ptr", "c_ptr", "a_scale_ptr", "b_scale_ptr", "M", "N", "K",
@@ -103,9 +103,9 @@ def _release(empty, pair, s, CTAS: gl.constexpr):
 
 
 @gluon.jit
-def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
+def _loader(a_desc, b_desc, b2_desc, as_desc, a_bufs, b_bufs, b2_bufs, sa_bufs, ready, empty, pair, M, N, K,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-            STAGES: gl.constexpr, TWO_PARTS: gl.constexpr):
+            STAGES: gl.constexpr, TWO_PARTS: gl.constexpr, RING_SCALES: gl.constexpr):
     """Every TMA load of the ring. In a cluster of two CTAs (num_ctas 2: a tile of 2 x BLOCK_M rows,
     each CTA its BLOCK_M) each CTA loads its own rows of A and CTA 0 multicasts B to both."""
     CTAS: gl.constexpr = gl.num_ctas()
@@ -113,7 +113,8 @@ def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair
     WIDE: gl.constexpr = b_desc.block_type.shape[0]
     # the bytes that land in this CTA's slot: its 64-row A blocks and all of B
     a_bytes: gl.constexpr = W * ROWS * BLOCK_K * a_desc.dtype.primitive_bitwidth // 8
-    nbytes: gl.constexpr = a_bytes + b_desc.block_type.nbytes + (b2_desc.block_type.nbytes if TWO_PARTS else 0)
+    nbytes: gl.constexpr = (a_bytes + b_desc.block_type.nbytes + (b2_desc.block_type.nbytes if TWO_PARTS else 0)
+                            + (W * as_desc.block_type.nbytes if RING_SCALES else 0))
     num_pid_m = gl.cdiv(M, BLOCK_M * CTAS)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     steps = gl.cdiv(K, BLOCK_K)
@@ -136,6 +137,9 @@ def _loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair
             mbarrier.expect(bar, nbytes)
             for w in gl.static_range(W):
                 tma_load(a_desc, [off_m + ROWS * CTAS * w, k], bar, a_bufs.index(s * W + w))
+            if RING_SCALES:  # A's scales of this K step, a consumer's 64 rows a copy (M-major: one row)
+                for w in gl.static_range(W):
+                    tma_load(as_desc, [kk, off_m + ROWS * w], bar, sa_bufs.index(s * W + w))
             if CTAS == 1:
                 tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
                 if TWO_PARTS:
@@ -183,11 +187,29 @@ if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name
     def _step_rows(sc_smem):
         """The chunk buffer as CHUNK rows of one step's 64 scales (a layout that one index takes)."""
         return sc_smem.reinterpret(gl.float32, [CHUNK, ROWS], ROW_LAYOUT)
+    @gluon.jit
+    def _as_view(buf, shape: gl.constexpr, layout: gl.constexpr):
+        """The fp32 buffer ``buf`` seen as ``shape`` in ``layout``."""
+        return buf.reinterpret(gl.float32, shape, layout)
 else:  # Triton 3.6's
+    @gluon.jit
+    def _as_view(buf, shape: gl.constexpr, layout: gl.constexpr):
+        """The fp32 buffer ``buf`` seen as ``shape`` in ``layout``."""
+        return buf._reinterpret(gl.float32, shape, layout)
+
     @gluon.jit
     def _step_rows(sc_smem):
         """The chunk buffer as CHUNK rows of one step's 64 scales (a layout that one index takes)."""
         return sc_smem._reinterpret(gl.float32, [CHUNK, ROWS], ROW_LAYOUT)
+
+
+@gluon.jit
+def _ring_scales(sa_bufs, s, W: gl.constexpr, WHO: gl.constexpr, layout: gl.constexpr):
+    """SMEM_SCALES 2: consumer WHO's 64 A scales of the K step in ring slot s, where the loader's
+    TMA copied them (one M-major row of 64) with the step's A and B: one per row of the MMA's
+    accumulator, read with two shared-memory loads a thread, no global load."""
+    rows = _as_view(sa_bufs, [sa_bufs.shape[0], ROWS], ROW_LAYOUT)  # (slots x W, 1, 64) as rows of 64
+    return rows.index(s * W + WHO).load(gl.SliceLayout(1, layout))
 
 
 @gluon.jit
@@ -289,7 +311,7 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair
             layout2: gl.constexpr = _mma_layout(NARROW, CTAS)
             acc2 = gl.zeros((CROWS, NARROW), gl.float32, layout2)
             part2 = gl.zeros((CROWS, NARROW), gl.float32, layout2)
-        if SMEM_SCALES:
+        if SMEM_SCALES == 1:
             chunk = gl.zeros((ROWS, CHUNK), gl.float32, CHUNK_LAYOUT)  # loaded at the tile's first step
         for kk in range(steps):
             s = step % STAGES
@@ -302,7 +324,9 @@ def _consumer_steps(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair
             _pass_turn(turn, WHO, W, ORDER)
             # this step's scales load while its MMAs run (loaded a step ahead, before the MMAs'
             # issue, the one-part tiles were 0 to 8 % slower on an H200)
-            if SMEM_SCALES:
+            if SMEM_SCALES == 2:
+                a_s = _ring_scales(sc_smem, s, W, WHO, layout)
+            elif SMEM_SCALES == 1:
                 a_s, chunk = _chunk_scale(sc_smem, chunk, kk, True, a_scale_ptr, off_m, M, steps, stride_asm,
                                           stride_ask, layout)
             else:
@@ -499,11 +523,13 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_s
         b_scale_col = b_scale_ptr + (off_n // SCALE) * stride_bsn
         acc = gl.zeros((CROWS, BLOCK_N), gl.float32, layout)
         p0 = gl.zeros((CROWS, BLOCK_N), gl.float32, layout)
-        if SMEM_SCALES:
+        if SMEM_SCALES == 1:
             chunk = gl.zeros((ROWS, CHUNK), gl.float32, CHUNK_LAYOUT)  # loaded at the tile's first step
         if alone:
             p0 = _step_mma(a_bufs, b_bufs, ready, p0, step, True, STAGES, W, WHO)
-            if SMEM_SCALES:
+            if SMEM_SCALES == 2:
+                a0 = _ring_scales(sc_smem, step % STAGES, W, WHO, layout)
+            elif SMEM_SCALES == 1:
                 a0, chunk = _chunk_scale(sc_smem, chunk, 0, True, a_scale_ptr, off_m, M, steps, stride_asm,
                                          stride_ask, layout)
             else:
@@ -517,7 +543,9 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_s
         last = steps - 1
         p1 = _step_mma(a_bufs, b_bufs, ready, gl.zeros((CROWS, BLOCK_N), gl.float32, layout), step, alone < steps,
                        STAGES, W, WHO)
-        if SMEM_SCALES:
+        if SMEM_SCALES == 2:
+            a1 = _ring_scales(sc_smem, step % STAGES, W, WHO, layout)
+        elif SMEM_SCALES == 1:
             a1, chunk = _chunk_scale(sc_smem, chunk, gl.minimum(alone, last), alone < steps, a_scale_ptr, off_m, M,
                                      steps, stride_asm, stride_ask, layout)
         else:
@@ -526,7 +554,9 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_s
         for k in range(alone, steps, 2):  # p1 holds step k; k + 1 into p0, k + 2 into p1
             done = warpgroup_mma_wait(0, deps=[p1])  # step k
             p0 = _step_mma(a_bufs, b_bufs, ready, p0, step + 1, True, STAGES, W, WHO)
-            if SMEM_SCALES:  # the scales load while the MMAs run
+            if SMEM_SCALES == 2:  # the scales load while the MMAs run
+                a0 = _ring_scales(sc_smem, (step + 1) % STAGES, W, WHO, layout)
+            elif SMEM_SCALES == 1:
                 a0, chunk = _chunk_scale(sc_smem, chunk, k + 1, True, a_scale_ptr, off_m, M, steps, stride_asm,
                                          stride_ask, layout)
             else:
@@ -536,7 +566,9 @@ def _consumer_pipelined(c_desc, a_bufs, b_bufs, ready, empty, pair, sc_smem, c_s
             acc = acc + done * (a1 * b1)[:, None]
             p0 = warpgroup_mma_wait(0, deps=[p0])  # step k + 1
             p1 = _step_mma(a_bufs, b_bufs, ready, done, step + 2, k + 2 < steps, STAGES, W, WHO)
-            if SMEM_SCALES:
+            if SMEM_SCALES == 2:  # past the last step: a stale slot's scales, unread like its MMA
+                a1 = _ring_scales(sc_smem, (step + 2) % STAGES, W, WHO, layout)
+            elif SMEM_SCALES == 1:
                 a1, chunk = _chunk_scale(sc_smem, chunk, gl.minimum(k + 2, last), k + 2 < steps, a_scale_ptr, off_m,
                                          M, steps, stride_asm, stride_ask, layout)
             else:
@@ -584,7 +616,7 @@ def _consumer(c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn
 def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N, K,
                              stride_am, stride_ak, stride_bn, stride_bk, stride_cm, stride_cn,
                              stride_asm, stride_ask, stride_bsn, stride_bsk,
-                             a_desc, b_desc, b2_desc, c_desc, c2_desc,
+                             a_desc, b_desc, b2_desc, c_desc, c2_desc, as_desc,
                              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                              GROUP_M: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr = 0,
                              ORDERED: gl.constexpr = 0, PIPE: gl.constexpr = 0, SMEM_SCALES: gl.constexpr = 0):
@@ -603,8 +635,11 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         b2_bufs = b_bufs
         c2_bufs = c_bufs
     # SMEM_SCALES: each consumer's chunk of A scales, K-major (a one-row stand-in otherwise)
-    SC_ROWS: gl.constexpr = CHUNK if SMEM_SCALES else 1
+    SC_ROWS: gl.constexpr = CHUNK if SMEM_SCALES == 1 else 1
+    RING_SCALES: gl.constexpr = SMEM_SCALES == 2
     CTAS: gl.constexpr = gl.num_ctas()
+    if RING_SCALES:  # SMEM_SCALES 2: each slot's A scales, 64 rows a consumer (as_desc: 1 x 64 of the M-major copy)
+        sa_bufs = gl.allocate_shared_memory(gl.float32, [STAGES * W] + as_desc.block_type.shape, as_desc.layout)
     if CTAS == 1:
         sc_bufs = gl.allocate_shared_memory(gl.float32, [W, SC_ROWS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -618,6 +653,8 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
         empty = cluster_barriers(batch=STAGES)
         pair = cluster_barriers(batch=STAGES, two_ctas=True)  # CTA 0's: both CTAs' consumers
         turn = cluster_barriers(batch=W)
+    if not RING_SCALES:
+        sa_bufs = sc_bufs  # a stand-in: unused
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=W)  # each consumer releases the slot (_release)
@@ -633,22 +670,22 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     # (the argument tuples are written out: constexprs joined into a tuple lose their constexpr-ness)
     if W == 1:
         gl.warp_specialize([
-            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
-                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0),
+            (_loader, (a_desc, b_desc, b2_desc, as_desc, a_bufs, b_bufs, b2_bufs, sa_bufs, ready, empty, pair, M, N,
+                       K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, RING_SCALES)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(0),
                          c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4], [REGS_1])
     elif W == 2:
         gl.warp_specialize([
-            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
-                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0),
+            (_loader, (a_desc, b_desc, b2_desc, as_desc, a_bufs, b_bufs, b2_bufs, sa_bufs, ready, empty, pair, M, N,
+                       K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, RING_SCALES)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(0),
                          c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(1),
                          c_bufs.index(1), c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
@@ -656,17 +693,17 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     else:
         gl.static_assert(W == 3, "one, two or three consumer warpgroups (BLOCK_M 64, 128, 192)")
         gl.warp_specialize([
-            (_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, M, N, K,
-                       BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(0),
+            (_loader, (a_desc, b_desc, b2_desc, as_desc, a_bufs, b_bufs, b2_bufs, sa_bufs, ready, empty, pair, M, N,
+                       K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, RING_SCALES)),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(0),
                          c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(1),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(1),
                          c_bufs.index(1), c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc_bufs.index(2),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(2),
                          c_bufs.index(2), c2_bufs.index(2), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),

@@ -95,9 +95,15 @@ def _pipe_config(c, s, t):
 
 
 def _smem_scales_config(c, s, t):
-    # SMEM_SCALES (A's scales staged in shared memory) is the WS kernel's, in its plain and PIPE
-    # consumers (not OVERLAP's)
+    # SMEM_SCALES (A's scales in shared memory: 1 staged by the consumers, 2 copied into the ring by
+    # TMA) is the WS kernel's, in its plain and PIPE consumers (not OVERLAP's)
     return bool(c.get("SMEM_SCALES")) and (not warp_specialized(c) or bool(c.get("OVERLAP")))
+
+
+def _smem_scales_unaligned(c, s, t):
+    # SMEM_SCALES 2 reads A's scales M-major by TMA: a row of that copy (M fp32) must be a multiple
+    # of 16 bytes
+    return c.get("SMEM_SCALES") == 2 and s.M % 4 != 0
 
 
 def _cluster_config(c, s, t):
@@ -135,10 +141,12 @@ def gluon_multicast() -> bool:
 
 def ws_shared_bytes(c) -> int:
     """Shared memory of the WS kernel: num_stages ring slots of A (BLOCK_M x 128 fp8) and B (BLOCK_N x
-    128 fp8), the bf16 C tile, SMEM_SCALES' SCALE_CHUNK steps of fp32 A scales, and 1 KiB for the
-    barriers and the compiler's own (the sm90 builds: 128 x 128 x 6 takes 229640 bytes, 192 x 128 x 4
-    213244, 192 x 128 x 4 with SMEM_SCALES 219436)."""
-    scales = 4 * SCALE_CHUNK * c["BLOCK_M"] if c.get("SMEM_SCALES") else 0
+    128 fp8), the bf16 C tile, the fp32 A scales of SMEM_SCALES (1: SCALE_CHUNK steps; 2: one step a
+    slot), and 1 KiB for the barriers and the compiler's own (the sm90 builds: 128 x 128 x 6 takes
+    229640 bytes, 192 x 128 x 4 213244, 192 x 128 x 4 with SMEM_SCALES 1 219436, 128 x 128 x 5 with
+    SMEM_SCALES 2 199424)."""
+    mode = c.get("SMEM_SCALES", 0)
+    scales = 4 * c["BLOCK_M"] * (SCALE_CHUNK if mode == 1 else c["num_stages"] if mode == 2 else 0)
     return (c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * SCALE_BLOCK + 2 * c["BLOCK_M"] * c["BLOCK_N"] + scales
             + 1024)
 
@@ -203,8 +211,10 @@ GPU_RULES = [
          "(BLOCK_M 64)", _ordered_needs_consumers),
     Rule("pipe_config", "PIPE = 1 (two partials a consumer) without WS = 1, with BLOCK_N over 128 or not a power "
          "of two, BLOCK_M 192, OVERLAP or ORDERED", _pipe_config),
-    Rule("smem_scales_config", "SMEM_SCALES = 1 (A scales staged in shared memory) without WS = 1 or with "
+    Rule("smem_scales_config", "SMEM_SCALES 1 or 2 (A scales in shared memory) without WS = 1 or with "
          "OVERLAP = 1", _smem_scales_config),
+    Rule("smem_scales_unaligned", "SMEM_SCALES = 2 (A scales M-major by TMA) where M is not a multiple of 4 "
+         "(a row of M fp32 must be a multiple of 16 bytes)", _smem_scales_unaligned),
     Rule("cluster_config", "num_ctas 2 (B multicast to a cluster of two CTAs) without WS = 1, with BLOCK_M 192, "
          "num_stages not a power of two, SMEM_SCALES, OVERLAP or ORDERED", _cluster_config),
     Rule("cluster_needs_multicast", "num_ctas 2 where this host's Triton has no Gluon TMA multicast (3.9 has)",

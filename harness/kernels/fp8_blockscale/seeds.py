@@ -24,7 +24,8 @@ step more than its K has, a cost of 1 / steps: on an H200 PIPE was 2 to 7 % fast
 steps and 4 % slower at 16) and 192 x 128 and 128 x 128 with SMEM_SCALES = 1 (A's scales staged
 in shared memory: on an H200, staged 16 steps at a time, 4 to 15 % faster than the same tiles
 without at 57 and 128 steps, within 1.5 % at 56 and 2 to 5 % slower at 12 and 16, where a tile's
-first chunk of scales is waited for). OVERLAP = 1 and ORDERED = 1 stay in
+first chunk of scales is waited for), and those two (PIPE and 192 x 128) with SMEM_SCALES = 2
+(A's scales copied into each ring slot by TMA, from their M-major copy). OVERLAP = 1 and ORDERED = 1 stay in
 the space but seed nothing: on an H200 OVERLAP ran 4 to 15 % slower than the same tiles without it
 on six prefill shapes, ORDERED 2 to 8 % slower on eleven of twelve tile-and-shape pairs
 (docs/notes/2026-11-27-fp8-promotion.md). Decode shapes get one 64-row WS
@@ -86,6 +87,10 @@ PIPE_MIN_STEPS = 32  # K steps from which PIPE's one extra MMA step a tile (1 / 
 WS_SMEM_SCALES = [dict(WS_TALL, SMEM_SCALES=1),
                   dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, WS=1,
                        SMEM_SCALES=1)]
+# A's scales copied into each ring slot by TMA from their M-major copy: PIPE 128 x 128 and the tall
+# tile, seeded from the same 32 steps (an H200, one call: up to 16 % faster than the same tiles
+# without on five shapes of 56 to 128 steps, in all but one of 15 pairs; up to 7 % slower at 12 and 16)
+WS_RING_SCALES = [dict(WS_PIPE, SMEM_SCALES=2), dict(WS_TALL, SMEM_SCALES=2)]
 WS_DECODE_WIDTHS = (64, 80, 96, 128)  # 64-row WS tiles for M <= 64: the narrowest in one wave
 
 
@@ -104,7 +109,7 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     kind = shape_class(shape, multiprocessors)
     if kind == "large":
         long_k = cdiv(shape.K, 128) >= PIPE_MIN_STEPS
-        long_k_seeds = [dict(WS_PIPE)] + [dict(c) for c in WS_SMEM_SCALES] if long_k else []
+        long_k_seeds = [dict(WS_PIPE)] + [dict(c) for c in WS_SMEM_SCALES + WS_RING_SCALES] if long_k else []
         return ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + long_k_seeds + LARGE
     if kind == "medium":
         out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
