@@ -188,14 +188,14 @@ if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton 3.9's name
         """The chunk buffer as CHUNK rows of one step's 64 scales (a layout that one index takes)."""
         return sc_smem.reinterpret(gl.float32, [CHUNK, ROWS], ROW_LAYOUT)
     @gluon.jit
-    def _as_view(buf, shape: gl.constexpr, layout: gl.constexpr):
-        """The fp32 buffer ``buf`` seen as ``shape`` in ``layout``."""
-        return buf.reinterpret(gl.float32, shape, layout)
+    def _slot_rows(sa_bufs):
+        """SMEM_SCALES 2: the ring's A scale buffers (slots x consumers, 1, 64) as rows of 64."""
+        return sa_bufs.reinterpret(gl.float32, [sa_bufs.shape[0], ROWS], ROW_LAYOUT)
 else:  # Triton 3.6's
     @gluon.jit
-    def _as_view(buf, shape: gl.constexpr, layout: gl.constexpr):
-        """The fp32 buffer ``buf`` seen as ``shape`` in ``layout``."""
-        return buf._reinterpret(gl.float32, shape, layout)
+    def _slot_rows(sa_bufs):
+        """SMEM_SCALES 2: the ring's A scale buffers (slots x consumers, 1, 64) as rows of 64."""
+        return sa_bufs._reinterpret(gl.float32, [sa_bufs.shape[0], ROWS], ROW_LAYOUT)
 
     @gluon.jit
     def _step_rows(sc_smem):
@@ -208,8 +208,7 @@ def _ring_scales(sa_bufs, s, W: gl.constexpr, WHO: gl.constexpr, layout: gl.cons
     """SMEM_SCALES 2: consumer WHO's 64 A scales of the K step in ring slot s, where the loader's
     TMA copied them (one M-major row of 64) with the step's A and B: one per row of the MMA's
     accumulator, read with two shared-memory loads a thread, no global load."""
-    rows = _as_view(sa_bufs, [sa_bufs.shape[0], ROWS], ROW_LAYOUT)  # (slots x W, 1, 64) as rows of 64
-    return rows.index(s * W + WHO).load(gl.SliceLayout(1, layout))
+    return _slot_rows(sa_bufs).index(s * W + WHO).load(gl.SliceLayout(1, layout))
 
 
 @gluon.jit
