@@ -324,7 +324,7 @@ def test_driver_calls_reach_each_vendors_functions():
         api = cls.__new__(cls)
         api.lib, api.stream = Lib(), None
         api.device_count(), api.device_name(0), api.mem_info(), api.alloc(16), api.free(1), api.dtoh(0, 4)
-        api.dtod(1, 2, 4), api.memset16(1, 0, 4), api.unload_module(api.load_module(b""))
+        api.htod(0, b"abcd"), api.dtod(1, 2, 4), api.memset16(1, 0, 4), api.unload_module(api.load_module(b""))
         api.get_function(1, "f"), api.synchronize(), api.record(1), api.elapsed_ms(1, 2), api.destroy_event(1)
         api.launch(1, (1, 1, 1), (32, 1, 1), 0, (ctypes.c_void_p * 1)())
         assert sorted(set(api.lib.called)) == sorted(cls.CALLS.values()), cls

@@ -18,8 +18,10 @@ decode variants; the Triton kernel's row is for prefill shapes only (its tuned d
 
 A variant is BMxBNxSTAGESxGROUP_M, with a trailing ``o`` for OVERLAP = 1 (the epilogue under the
 next tile's first MMA), ``p`` for ORDERED = 1 (the consumers' MMAs in turn) or ``d`` for PIPE = 1
-(two partials a consumer), ``s`` for SMEM_SCALES = 1 (A's scales staged in shared memory), and ``t``
-to give the kernel A's scales M-major (the copy the library row gets, made outside the timing); a
+(two partials a consumer), ``s`` for SMEM_SCALES = 1 (A's scales staged in shared memory), ``m`` for
+SMEM_SCALES = 2 (A's scales copied into the ring by TMA from an M-major copy, made outside the
+timing as the agent makes ``a_scale_t``), and ``t`` to give the kernel A's scales M-major (the copy
+the library row gets, made outside the timing); a
 variant that fails to build or run prints its error and the probe goes on.
 """
 import argparse
@@ -154,9 +156,10 @@ def _flags(variant: str) -> str:
 
 
 def variant_config(variant: str) -> dict:
-    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p][d][s][t] (what `harness tune` would
+    """The harness config of a variant BMxBNxSTAGESxGROUP_M[o][p][d][s|m][t] (what `harness tune` would
     build): o for OVERLAP = 1, p for ORDERED = 1, d for PIPE = 1 (two partials a consumer), s for
-    SMEM_SCALES = 1 (A scales staged in shared memory); t is not in the config (m_major)."""
+    SMEM_SCALES = 1 (A scales staged in shared memory), m for SMEM_SCALES = 2 (through the ring by TMA);
+    t is not in the config (m_major)."""
     flags = _flags(variant)
     bm, bn, stages, group_m = (int(x) for x in variant.rstrip(FLAGS).split("x"))
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=group_m, SPLIT_K=1, num_warps=4, num_stages=stages,
@@ -230,15 +233,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable); default: %s" % DEFAULT_SHAPES)
     ap.add_argument("--variant", action="append", default=[],
-                    help="BMxBNxSTAGESxGROUP_M[o][p][d][s][t] of the WS kernel (repeatable; o: OVERLAP = 1, "
-                    "p: ORDERED = 1, d: PIPE = 1, s: SMEM_SCALES = 1, t: A's scales M-major); "
+                    help="BMxBNxSTAGESxGROUP_M[o][p][d][s|m][t] of the WS kernel (repeatable; o: OVERLAP = 1, "
+                    "p: ORDERED = 1, d: PIPE = 1, s: SMEM_SCALES = 1, m: SMEM_SCALES = 2, t: A's scales M-major); "
                     "default: %s, "
                     "decode shapes %s" % (DEFAULT_VARIANTS, DECODE_VARIANTS))
     ap.add_argument("--json", help="write every measurement here")
     args = ap.parse_args(argv)
     for v in args.variant:
         if not valid_variant(v):
-            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p][d][s][t], e.g. 128x160x4x8 or "
+            print("fp8_ws_probe: --variant %r: want BMxBNxSTAGESxGROUP_M[o][p][d][s|m][t], e.g. 128x160x4x8 or "
                   "128x128x6x8d" % v,
                   file=sys.stderr)
             return 2

@@ -20,7 +20,10 @@ the CUDA cores promote. This kernel does what DeepGEMM does instead:
   consumer loads its 64 rows' scales of the next 8 K steps while the present 8 run, and stages
   them K-major at a chunk's first step, so a step reads its 64 scales with one shared-memory load:
   on an H100, 52 % of the plain kernel's warp stalls waited on its per-row global scale loads
-  (Nsight Compute), an eighth of whose sectors missed L1;
+  (Nsight Compute), an eighth of whose sectors missed L1. With SMEM_SCALES 2 (DeepGEMM's form)
+  the loader copies a K step's A scales into the step's ring slot by TMA too, 64 rows a consumer
+  from the M-major copy of A's scales (the ``a_scale_t`` operand), and each consumer reads its
+  rows there with two shared-memory loads a thread: no global load for them at all;
 * B's scale is one scalar a step where the tile lies inside one 128-wide scale block (BLOCK_N a
   power of two up to 128), else two scalars a part and a select by column: a part that
   straddles two scale blocks (96, 160, 192 and 256 wide tiles) is promoted right;
