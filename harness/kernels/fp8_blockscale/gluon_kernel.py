@@ -66,7 +66,8 @@ CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 OPTION_CONSTEXPRS = {"STAGES": "num_stages"}
 # OVERLAP 1: the epilogue under the next tile's first MMA (_consumer_overlap); ORDERED 1: the
 # consumers issue each K step's MMAs in turn (_take_turn); PIPE 1: each promotion under the next
-# step's MMA (_consumer_pipelined); SMEM_SCALES 1: A's scales staged in shared memory (_chunk_scale)
+# step's MMA (_consumer_pipelined); SMEM_SCALES 1: A's scales staged in shared memory (_chunk_scale),
+# 2: copied into each ring slot by TMA (_ring_scales)
 OPTIONAL_CONSTEXPRS = {"OVERLAP": 0, "ORDERED": 0, "PIPE": 0, "SMEM_SCALES": 0}
 # constexprs the config gives as compile options
 # what every config of this kernel has (rules.ws_config); the compiler checks them
@@ -212,6 +213,17 @@ def _ring_scales(sa_bufs, s, W: gl.constexpr, WHO: gl.constexpr, layout: gl.cons
     TMA copied them (one M-major row of 64) with the step's A and B: one per row of the MMA's
     accumulator, read with two shared-memory loads a thread, no global load."""
     return _slot_rows(sa_bufs).index(s * W + WHO).load(gl.SliceLayout(1, layout))
+
+
+@gluon.jit
+def _scale_smem(sc_bufs, sa_bufs, WHO: gl.constexpr, RING: gl.constexpr):
+    """The shared memory of consumer WHO's A scales: the ring's scale buffers (SMEM_SCALES 2, RING)
+    or its own chunk buffer (SMEM_SCALES 1; a stand-in otherwise)."""
+    if RING:
+        out = sa_bufs
+    else:
+        out = sc_bufs.index(WHO)
+    return out
 
 
 @gluon.jit
@@ -640,7 +652,7 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     SC_ROWS: gl.constexpr = CHUNK if SMEM_SCALES == 1 else 1
     RING_SCALES: gl.constexpr = SMEM_SCALES == 2
     CTAS: gl.constexpr = gl.num_ctas()
-    if RING_SCALES:  # SMEM_SCALES 2: each slot's A scales, 64 rows a consumer (as_desc: 1 x 64 of the M-major copy)
+    if RING_SCALES:  # SMEM_SCALES 2: each slot's A scales, 64 rows a consumer (as_desc: 1 x 64, M-major)
         sa_bufs = gl.allocate_shared_memory(gl.float32, [STAGES * W] + as_desc.block_type.shape, as_desc.layout)
     if CTAS == 1:
         sc_bufs = gl.allocate_shared_memory(gl.float32, [W, SC_ROWS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
@@ -671,41 +683,47 @@ def fp8_blockscale_ws_kernel(a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, M, N
     # (65536 / 384 threads: 168) and spill its accumulator, partial and scales.
     # (the argument tuples are written out: constexprs joined into a tuple lose their constexpr-ness)
     if W == 1:
+        sc0 = _scale_smem(sc_bufs, sa_bufs, 0, RING_SCALES)
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, as_desc, a_bufs, b_bufs, b2_bufs, sa_bufs, ready, empty, pair, M, N,
                        K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, RING_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc0,
                          c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4], [REGS_1])
     elif W == 2:
+        sc0 = _scale_smem(sc_bufs, sa_bufs, 0, RING_SCALES)
+        sc1 = _scale_smem(sc_bufs, sa_bufs, 1, RING_SCALES)
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, as_desc, a_bufs, b_bufs, b2_bufs, sa_bufs, ready, empty, pair, M, N,
                        K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, RING_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc0,
                          c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(1),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc1,
                          c_bufs.index(1), c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
         ], [4, 4], [REGS_2, REGS_2])
     else:
         gl.static_assert(W == 3, "one, two or three consumer warpgroups (BLOCK_M 64, 128, 192)")
+        sc0 = _scale_smem(sc_bufs, sa_bufs, 0, RING_SCALES)
+        sc1 = _scale_smem(sc_bufs, sa_bufs, 1, RING_SCALES)
+        sc2 = _scale_smem(sc_bufs, sa_bufs, 2, RING_SCALES)
         gl.warp_specialize([
             (_loader, (a_desc, b_desc, b2_desc, as_desc, a_bufs, b_bufs, b2_bufs, sa_bufs, ready, empty, pair, M, N,
                        K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, RING_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(0),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc0,
                          c_bufs.index(0), c2_bufs.index(0), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 0, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(1),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc1,
                          c_bufs.index(1), c2_bufs.index(1), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 1, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
-            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sa_bufs if RING_SCALES else sc_bufs.index(2),
+            (_consumer, (c_desc, c2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, pair, turn, sc2,
                          c_bufs.index(2), c2_bufs.index(2), a_scale_ptr, b_scale_ptr,
                          M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, TWO_PARTS, 2, OVERLAP, ORDERED, PIPE, SMEM_SCALES)),
