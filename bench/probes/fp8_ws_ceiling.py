@@ -18,7 +18,14 @@ If ``const`` under ``noload`` runs near ``chain`` under ``noload``, the multipro
 promotion's FFMAs with the MMAs and what is lost in the real kernel comes with the memory traffic;
 if it stays about a fifth below, the FFMAs and the MMAs do not overlap even without any.
 
-    python3 -m bench.probes.fp8_ws_ceiling [--shape 4096x7168x16384 ...] [--json OUT]
+With ``--tile BMxBNxSTAGES`` (repeatable; one-part tiles, 64-row consumers) it times ``chain``
+with and without the ring's loads for each tile instead, beside the shared-memory bytes a K step
+moves per clock of MMA (``smem_bytes_per_mma_clock``): what tests whether shared memory's
+bandwidth (128 bytes a clock a multiprocessor) is the frame's ceiling. Tiles past the kernel's
+rules (128 x 256: no promotion fits its registers) are built here all the same: chain needs no
+partial.
+
+    python3 -m bench.probes.fp8_ws_ceiling [--shape 4096x7168x16384 ...] [--tile 128x256x3 ...] [--json OUT]
 """
 import argparse
 import importlib.util
@@ -37,6 +44,15 @@ KERNEL_FILE = os.path.join(os.path.dirname(__file__), "..", "..", "harness", "ke
 VARIANTS = [(load + " " + promo + (" pipe" if pipe else ""), load, promo, pipe, 5 if pipe else 6)
             for load in ("load", "noload") for promo, pipe in (("real", 0), ("col0", 0), ("bcast", 0), ("const", 0),
                                                               ("chain", 0), ("real", 1), ("col0", 1), ("const", 1))]
+
+
+def smem_bytes_per_mma_clock(bm: int, bn: int, loads: bool = True) -> float:
+    """Shared-memory bytes a 128-wide K step moves per clock of fp8 MMA on sm90 (4096 MACs a clock
+    a multiprocessor): each 64-row consumer's wgmma reads its 64 rows of A and all of B, and the
+    ring's TMA writes A and B once (``loads``)."""
+    reads = (bm // 64) * (64 + bn) * 128
+    writes = (bm + bn) * 128 if loads else 0
+    return (reads + writes) / (bm * bn * 128 / 4096)
 
 
 def _sub(src: str, old: str, new: str, count: int = 1) -> str:
@@ -68,6 +84,7 @@ def patched_source(noload: bool, promo: str) -> str:
                    "            a_s = gl.load(a_scale_ptr + (rows - rows) + kk * stride_ask)")
     elif promo == "chain":  # the MMAs accumulate; nothing is promoted (plain consumer only)
         src = _sub(src, "        return acc + part * (a_s * s0)[:, None]", "        return part")
+        src = _sub(src, "        return acc + part * (a_s[:, None] * b_s[None, :])", "        return part")
         src = _sub(src, "            part = warpgroup_mma(a, b_bufs.index(s).permute((1, 0)), part, use_acc=False, "
                         "is_async=True)",
                    "            part = warpgroup_mma(a, b_bufs.index(s).permute((1, 0)), part, use_acc=kk > 0, "
@@ -98,6 +115,8 @@ def run(args):
     tmp = tempfile.mkdtemp()
     kernels = {}
     rows = []
+    if args.tile:
+        return run_tiles(args, torch, props, tmp, kernels)
     for spec in args.shape or DEFAULT_SHAPES:
         M, N, K = (int(x) for x in spec.split("x"))
         a, b, a_s, b_s = probe.make_inputs(torch, M, N, K)
@@ -123,9 +142,45 @@ def run(args):
             json.dump(rows, f, indent=1)
 
 
+def run_tiles(args, torch, props, tmp, kernels):
+    """``chain`` with and without the ring's loads for each --tile, beside its shared-memory model."""
+    rows = []
+    for spec in args.shape or DEFAULT_SHAPES:
+        M, N, K = (int(x) for x in spec.split("x"))
+        a, b, a_s, b_s = probe.make_inputs(torch, M, N, K)
+        ref = probe.reference(torch, a, b, a_s, b_s)
+        c = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+        flop = 2.0 * M * N * K
+        print("%s (%.2f TFLOP)" % (spec, flop / 1e12), flush=True)
+        for tile in args.tile:
+            bm, bn, stages = (int(x) for x in tile.split("x"))
+            for load in ("load", "noload"):
+                key = (load, "chain")
+                if key not in kernels:
+                    kernels[key] = load_kernel(load == "noload", "chain", tmp)
+                model = smem_bytes_per_mma_clock(bm, bn, load == "load")
+                name = "%s %s chain" % (tile, load)
+                try:
+                    launch = probe.ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, 8, props.multi_processor_count,
+                                             kernel=kernels[key])
+                    r = probe.measure(torch, name, launch, c, ref, flop, None)
+                    print("    shared memory %.0f bytes a clock of MMA (bound at 128: %.2f of the MMAs' rate)"
+                          % (model, min(1.0, 128 / model)), flush=True)
+                    rows.append(dict(r, shape=spec, tile=tile, loads=load == "load", smem_bytes_per_clock=model))
+                except Exception as exc:  # a probe: report and go on
+                    print("  %-22s failed: %s" % (name, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][
+                        :300]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable); default: %s" % DEFAULT_SHAPES)
+    ap.add_argument("--tile", action="append", default=[],
+                    help="BMxBNxSTAGES (repeatable): chain with and without loads for these tiles instead")
     ap.add_argument("--json", help="write every measurement here")
     run(ap.parse_args(argv))
     return 0
