@@ -29,8 +29,8 @@ class Operand:
     ``transposed``: a function of the shape, true when the operand is stored with its last two
     dimensions swapped (matmul's layout ``TN`` stores A as K x M); else it is row-major.
     ``copy_of``: an input that holds the named input's values in its own layout (the same
-    logical shape and dtype): the device fills that one and copies it here, a build writes it
-    from the same array."""
+    logical shape and dtype): a GPU worker fills the named input and copies it here; make_data
+    gives both."""
 
     name: str
     role: str

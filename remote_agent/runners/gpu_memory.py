@@ -32,8 +32,9 @@ def workspace_need(config, grid, out_elements):
     return None
 
 
-# array typecodes of unsigned integers by width: a copy moves elements as bits
-_WORDS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+# an array typecode of unsigned integers of each width (this platform's sizes): a copy moves
+# elements as bits
+_WORDS = {array.array(code).itemsize: code for code in "QLIHB"}
 
 
 def relayout(raw, width, shape, src_strides, dst_strides, dst_elements):
