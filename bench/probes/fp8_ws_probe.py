@@ -175,7 +175,9 @@ def m_major(variant: str) -> bool:
 def valid_variant(v: str) -> bool:
     flags = _flags(v)
     parts = v.rstrip(FLAGS).split("x")
-    return flags.replace("t", "").replace("s", "").replace("m", "") in ("", "o", "p", "op", "d") and len(parts) == 4 and all(x.isdigit() for x in parts)
+    scheduling = flags.replace("t", "").replace("s", "").replace("m", "")
+    return (scheduling in ("", "o", "p", "op", "d") and not ("s" in flags and "m" in flags) and len(parts) == 4
+            and all(x.isdigit() for x in parts))
 
 
 def run(args):
