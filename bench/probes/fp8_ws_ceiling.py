@@ -104,6 +104,34 @@ def load_kernel(noload: bool, promo: str, tmp: str):
     return module.fp8_blockscale_ws_kernel
 
 
+def _problem(torch, spec):
+    """(A, B, A scales, B scales, reference, C, flop) of shape ``spec`` on the GPU, announced."""
+    M, N, K = (int(x) for x in spec.split("x"))
+    a, b, a_s, b_s = probe.make_inputs(torch, M, N, K)
+    ref = probe.reference(torch, a, b, a_s, b_s)
+    c = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+    flop = 2.0 * M * N * K
+    print("%s (%.2f TFLOP)" % (spec, flop / 1e12), flush=True)
+    return a, b, a_s, b_s, ref, c, flop
+
+
+def _kernel(kernels, load, promo, tmp):
+    """The patched kernel of (``load``, ``promo``), built once."""
+    if (load, promo) not in kernels:
+        kernels[load, promo] = load_kernel(load == "noload", promo, tmp)
+    return kernels[load, promo]
+
+
+def _failed(name, exc):
+    print("  %-22s failed: %s" % (name, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]), flush=True)
+
+
+def _write_json(path, rows):
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
 def run(args):
     import torch
     import triton
@@ -118,61 +146,39 @@ def run(args):
     if args.tile:
         return run_tiles(args, torch, props, tmp, kernels)
     for spec in args.shape or DEFAULT_SHAPES:
-        M, N, K = (int(x) for x in spec.split("x"))
-        a, b, a_s, b_s = probe.make_inputs(torch, M, N, K)
-        ref = probe.reference(torch, a, b, a_s, b_s)
-        c = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
-        flop = 2.0 * M * N * K
-        print("%s (%.2f TFLOP)" % (spec, flop / 1e12), flush=True)
+        a, b, a_s, b_s, ref, c, flop = _problem(torch, spec)
         results = []
         for name, load, promo, pipe, stages in VARIANTS:
-            key = (load, promo)
-            if key not in kernels:
-                kernels[key] = load_kernel(load == "noload", promo, tmp)
             try:
                 launch = probe.ws_launch(torch, a, b, a_s, b_s, c, 128, 128, stages, 8, props.multi_processor_count,
-                                         pipe=pipe, kernel=kernels[key])
+                                         pipe=pipe, kernel=_kernel(kernels, load, promo, tmp))
                 results.append(probe.measure(torch, name, launch, c, ref, flop, None))
             except Exception as exc:  # a probe: report and go on
-                print("  %-22s failed: %s" % (name, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]),
-                      flush=True)
+                _failed(name, exc)
         rows.append(dict(shape=spec, results=results))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    _write_json(args.json, rows)
 
 
 def run_tiles(args, torch, props, tmp, kernels):
     """``chain`` with and without the ring's loads for each --tile, beside its shared-memory model."""
     rows = []
     for spec in args.shape or DEFAULT_SHAPES:
-        M, N, K = (int(x) for x in spec.split("x"))
-        a, b, a_s, b_s = probe.make_inputs(torch, M, N, K)
-        ref = probe.reference(torch, a, b, a_s, b_s)
-        c = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
-        flop = 2.0 * M * N * K
-        print("%s (%.2f TFLOP)" % (spec, flop / 1e12), flush=True)
+        a, b, a_s, b_s, ref, c, flop = _problem(torch, spec)
         for tile in args.tile:
             bm, bn, stages = (int(x) for x in tile.split("x"))
             for load in ("load", "noload"):
-                key = (load, "chain")
-                if key not in kernels:
-                    kernels[key] = load_kernel(load == "noload", "chain", tmp)
                 model = smem_bytes_per_mma_clock(bm, bn, load == "load")
                 name = "%s %s chain" % (tile, load)
                 try:
                     launch = probe.ws_launch(torch, a, b, a_s, b_s, c, bm, bn, stages, 8, props.multi_processor_count,
-                                             kernel=kernels[key])
+                                             kernel=_kernel(kernels, load, "chain", tmp))
                     r = probe.measure(torch, name, launch, c, ref, flop, None)
                     print("    shared memory %.0f bytes a clock of MMA (bound at 128: %.2f of the MMAs' rate)"
                           % (model, min(1.0, 128 / model)), flush=True)
                     rows.append(dict(r, shape=spec, tile=tile, loads=load == "load", smem_bytes_per_clock=model))
                 except Exception as exc:  # a probe: report and go on
-                    print("  %-22s failed: %s" % (name, (str(exc).strip().splitlines() or [type(exc).__name__])[-1][
-                        :300]), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+                    _failed(name, exc)
+    _write_json(args.json, rows)
     return rows
 
 

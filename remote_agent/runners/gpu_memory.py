@@ -61,9 +61,9 @@ def relayout(raw, width, shape, src_strides, dst_strides, dst_elements):
 
 
 def copy_of(api, data, op):
-    """Fill input ``op``, declared a copy of input ``op["copy_of"]`` (the same logical shape) in its
-    own layout (its strides), from that operand's first copy: through the host, once, then to
-    each of the input's copies on the device (a scale matrix in the other major order, say)."""
+    """Fill the first copy of input ``op``, declared a copy of input ``op["copy_of"]`` (the same
+    logical shape) in its own layout (its strides), from that operand's first copy, through the
+    host (a scale matrix in the other major order, say)."""
     src = data.operands[op["copy_of"]]
     if src["shape"] != op["shape"] or src["dtype"] != op["dtype"]:
         raise GpuError("operand %s is declared a copy of %s, whose shape or dtype differs" % (op["name"], src["name"]),
@@ -71,11 +71,9 @@ def copy_of(api, data, op):
     api.synchronize()  # the source's fill ran on the worker's stream; the copy to the host does not wait
     width = DTYPE_BYTES[op["dtype"]]
     raw = api.dtoh(data.ptr(src["name"]), src["bytes"])
-    first = data.ptr(op["name"])
-    api.htod(first, relayout(raw, width, op["shape"], src.get("strides") or _row_major(src["shape"]),
-                             op.get("strides") or _row_major(op["shape"]), op["elements"]))
-    for i in range(1, data.sets):
-        api.dtod(data.ptr(op["name"], i), first, op["bytes"])
+    laid_out = relayout(raw, width, op["shape"], src.get("strides") or _row_major(src["shape"]),
+                        op.get("strides") or _row_major(op["shape"]), op["elements"])
+    api.htod(data.ptr(op["name"]), laid_out)
 
 
 def input_bytes(shape):

@@ -181,16 +181,15 @@ class Worker(object):
             self.shapes.pop(next(iter(self.shapes))).release()
         data = ShapeData(self.api, shape, sets)
         seed = int(self.manifest.get("seed", 0))
-        for op in shape["operands"]:
-            if op["role"] != "input" or op.get("copy_of"):
-                continue
+        inputs = [op for op in shape["operands"] if op["role"] == "input"]
+        for op in sorted(inputs, key=lambda op: bool(op.get("copy_of"))):  # a copy after what it copies
             first = data.ptr(op["name"])
-            self.fill(first, op["elements"], op["dtype"], data_seed(seed, shape, op["name"]))
+            if op.get("copy_of"):
+                copy_of(self.api, data, op)
+            else:
+                self.fill(first, op["elements"], op["dtype"], data_seed(seed, shape, op["name"]))
             for i in range(1, sets):
                 self.api.dtod(data.ptr(op["name"], i), first, op["bytes"])
-        for op in shape["operands"]:
-            if op["role"] == "input" and op.get("copy_of"):
-                copy_of(self.api, data, op)
         compute_reference(self, data)
         self.api.synchronize()
         data.nbytes = need
