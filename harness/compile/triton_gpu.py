@@ -214,6 +214,8 @@ class TritonGpuCompiler:
         """What the compile process gets: signature, constants, divisibility attributes, options."""
         dtype = spec[0]
         source = self.source(config)
+        if source.language == "cuda":  # CUDA C++ (NVRTC): defines, no signature
+            return dict(source.job(config, self.arch), backend=self.backend, arch=self.arch)
         types = self.pointer_types(dtype, c_dtype)
         classes = {} if generic else self._spec_dict(spec)
         # A_T / B_T: the specialization made the M stride of A / the K stride of B 1
@@ -279,7 +281,12 @@ class TritonGpuCompiler:
         job = job or self._job(config, spec)
         h = next(s for s in list(self._sources.values()) if s.module_name == job["module"]).source_hash.copy()
         lineinfo = os.environ.get("HARNESS_TRITON_LINEINFO", "0")
-        for part in (json.dumps(job, sort_keys=True), self.version, self.ext, lineinfo):
+        compiler = self.version
+        if job.get("language") == "cuda":
+            from .cuda_cpp import nvrtc_version
+
+            compiler = "nvrtc " + nvrtc_version()
+        for part in (json.dumps(job, sort_keys=True), compiler, self.ext, lineinfo):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -332,7 +339,7 @@ class TritonGpuCompiler:
         if reused is not None:
             return reused
         result = run_compile_process(job, artifact, timeout)
-        if result.status == "ok":
+        if result.status == "ok" and job.get("language") != "cuda":
             result.launch["triton_version"] = self.version
         if result.status != "compile_timeout":  # a longer timeout may succeed: try again next build
             result.save_cached(artifact)
@@ -418,14 +425,22 @@ _kernel_sources: dict = {}  # spec -> KernelSource (a tune makes a compiler per 
 _kernel_sources_lock = threading.Lock()
 
 
-def kernel_source(spec: str) -> "KernelSource":
+def kernel_source(spec: str):
     """The KernelSource of ``spec``, made once per process: the hash of its module and of Triton's
     key of the function took a few per cent of a tune's host time, made again for every round.
-    (The module itself is imported once per process too.)"""
+    (The module itself is imported once per process too.) A module with LANGUAGE = "cuda" is a
+    CUDA C++ kernel (harness/compile/cuda_cpp.py)."""
     with _kernel_sources_lock:
         source = _kernel_sources.get(spec)
         if source is None:
-            source = _kernel_sources[spec] = KernelSource(spec)
+            module = importlib.import_module(spec.split(":")[0])
+            if getattr(module, "LANGUAGE", None) == "cuda":
+                from . import cuda_cpp
+
+                source = cuda_cpp.KernelSource(spec)
+            else:
+                source = KernelSource(spec)
+            _kernel_sources[spec] = source
         return source
 
 
@@ -570,6 +585,10 @@ def _error_text(err: str, returncode) -> str:
 
 # ---- the compile process ---------------------------------------------------------------------
 def _compile_in_process(job: dict) -> dict:
+    if job.get("language") == "cuda":
+        from .cuda_cpp import compile_job as compile_cuda
+
+        return compile_cuda(job)
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, shared_memory,
                           split_k_rules, tile_rules)
+from . import cuda_kernel as cuda
 from .descriptors import SCALE_CHUNK, tile_parts, warp_specialized
-from .fp8 import SCALE_BLOCK
+from .fp8 import SCALE_BLOCK, cdiv
 
 # AMD arches with fp8 matrix instructions, and the e4m3 format each takes (NVIDIA sm89+: e4m3fn)
 HIP_FP8 = {"gfx942": "fp8e4m3fnuz", "gfx950": "fp8e4m3fn"}
@@ -90,6 +92,8 @@ def _pipe_config(c, s, t):
     if not c.get("PIPE"):
         return False
     bn = c["BLOCK_N"]
+    if cuda.cuda_kernel(c):  # the CUDA kernel's PIPE: one 64-row wave (BLOCK_M 128), BLOCK_N up to 128
+        return c["BLOCK_M"] != 128 or bn > 128
     return (not warp_specialized(c) or bn > 128 or bn & (bn - 1) != 0 or c["BLOCK_M"] > 128
             or bool(c.get("OVERLAP")) or bool(c.get("ORDERED")))
 
@@ -111,7 +115,7 @@ def _cluster_config(c, s, t):
     # kernel's plain and PIPE consumers; with clusters Gluon stacks shared buffers in powers of two
     # only: the ring's slots (num_stages) and the consumers (BLOCK_M 64 or 128)
     ctas = c.get("num_ctas", 1)
-    if ctas == 1:
+    if ctas == 1 or cuda.cuda_kernel(c):  # the CUDA kernel's clusters: rule cuda_config
         return False
     stages = c["num_stages"]
     return (ctas != 2 or not warp_specialized(c) or c["BLOCK_M"] not in (64, 128) or stages & (stages - 1) != 0
@@ -121,7 +125,7 @@ def _cluster_config(c, s, t):
 def _cluster_needs_multicast(c, s, t):
     # the host's Triton builds the cluster kernel only where Gluon's TMA load multicasts (3.9 does,
     # 3.6 does not)
-    return c.get("num_ctas", 1) > 1 and not gluon_multicast()
+    return c.get("num_ctas", 1) > 1 and not cuda.cuda_kernel(c) and not gluon_multicast()
 
 
 @functools.lru_cache(maxsize=None)
@@ -161,7 +165,7 @@ def _tile_in_parts_needs_ws(c, s, t):
     # Triton's tensors are powers of two: only the warp-specialized kernel splits a tile in parts
     # (BLOCK_N 80, 96, 160, 192 as two MMAs; BLOCK_M 192 as three consumer warpgroups)
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]
-    return not warp_specialized(c) and (bn & (bn - 1) != 0 or bm & (bm - 1) != 0)
+    return not warp_specialized(c) and not cuda.cuda_kernel(c) and (bn & (bn - 1) != 0 or bm & (bm - 1) != 0)
 
 
 def _ws_unaligned(c, s, t):
@@ -175,8 +179,74 @@ def _ws_without_multiprocessors(c, s, t):
 
 
 def _accumulator_spills_one_program(c, s, t):
-    # the warp-specialized kernel spreads the accumulator over BLOCK_M / 64 warpgroups (rule ws_tile_n)
-    return not warp_specialized(c) and ACCUMULATOR_SPILLS.prunes(c, s, t)
+    # the warp-specialized and CUDA kernels spread the accumulator over BLOCK_M / 64 warpgroups (rules
+    # ws_tile_n, cuda_tile)
+    return not warp_specialized(c) and not cuda.cuda_kernel(c) and ACCUMULATOR_SPILLS.prunes(c, s, t)
+
+
+def _cuda_config(c, s, t):
+    # the CUDA C++ kernel (cuda_kernel.cu): sm90a, its own TMA loads, no split-K, one K step a scale
+    # block; the keys of the other kernels at their first value (num_warps 4: one config, not four)
+    if not cuda.cuda_kernel(c):
+        return False
+    arch = str(getattr(t, "gpu_arch", "") or "")
+    return (getattr(t, "backend", "") != "cuda" or arch != "90" or bool(c.get("WS")) or not c.get("TMA")
+            or c["SPLIT_K"] != 1 or c["BLOCK_K"] != SCALE_BLOCK or c["num_warps"] != 4 or bool(c.get("OVERLAP"))
+            or bool(c.get("ORDERED")) or bool(c.get("SMEM_SCALES")) or c["BLOCK_M"] not in (128, 256)
+            or c.get("num_ctas", 1) not in (1, 2))
+
+
+# the widest tile by BLOCK_M: a consumer's fp32 total (BLOCK_M / 128 waves of 64 x BLOCK_N) and its
+# partial in 232 registers (BLOCK_N / 2 a wave)
+CUDA_MAX_BLOCK_N = {128: 192, 256: 128}
+
+
+def _cuda_tile(c, s, t):
+    # BLOCK_N a multiple of 16 (a multicast half: whole 1024-byte swizzle periods); over 128 columns
+    # a tile must span at most two 128-column scale blocks wherever it starts (144, 160, 192)
+    if not cuda.cuda_kernel(c):
+        return False
+    bn = c["BLOCK_N"]
+    two_scale_blocks = bn <= SCALE_BLOCK or math.gcd(bn, SCALE_BLOCK) == bn - SCALE_BLOCK
+    return bn % 16 != 0 or bn > CUDA_MAX_BLOCK_N.get(c["BLOCK_M"], 0) or not two_scale_blocks
+
+
+def _share_a_config(c, s, t):
+    # SHARE_A (the cluster's CTAs share A instead of B) is the CUDA kernel's, with num_ctas 2
+    return bool(c.get("SHARE_A")) and (not cuda.cuda_kernel(c) or c.get("num_ctas", 1) != 2)
+
+
+def _cuda_shared_memory(c, s, t):
+    limit = shared_memory(t)
+    return cuda.cuda_kernel(c) and limit is not None and cuda.shared_bytes(c) > limit
+
+
+def _cuda_unaligned(c, s, t):
+    # tensor maps: rows of A and B (K bytes), of C (2N bytes) and of A's M-major scales (4M bytes)
+    # multiples of 16 bytes; the kernel keeps a tile's B scales for K up to 65536
+    return cuda.cuda_kernel(c) and (s.K % 16 != 0 or s.N % 8 != 0 or s.M % 4 != 0
+                                    or cdiv(s.K, SCALE_BLOCK) > cuda.MAX_KS)
+
+
+def _cuda_without_multiprocessors(c, s, t):
+    return cuda.cuda_kernel(c) and not getattr(t, "multiprocessors", None)
+
+
+def _cuda_needs_nvrtc(c, s, t):
+    return cuda.cuda_kernel(c) and not nvrtc_available()
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_available() -> bool:
+    """Whether this host can build the CUDA kernel (NVRTC loads)."""
+    from ...compile import cuda_cpp
+    from ...errors import HarnessError
+
+    try:
+        cuda_cpp.nvrtc()
+        return True
+    except HarnessError:
+        return False
 
 
 def _ws_floor_exempt(rule: Rule) -> Rule:
@@ -228,4 +298,17 @@ GPU_RULES = [
     Rule("ws_needs_multiprocessors", "WS = 1 (a persistent grid) on a target without `multiprocessors`",
          _ws_without_multiprocessors),
     Rule(ACCUMULATOR_SPILLS.name, ACCUMULATOR_SPILLS.why, _accumulator_spills_one_program),
+    Rule("cuda_config", "CUDA = 1 is the CUDA C++ kernel: sm90, WS = 0, TMA = 1, SPLIT_K 1, BLOCK_K 128, "
+         "num_warps 4, no OVERLAP, ORDERED or SMEM_SCALES, BLOCK_M 128 or 256, num_ctas 1 or 2", _cuda_config),
+    Rule("cuda_tile", "CUDA = 1 takes BLOCK_N a multiple of 16, at most 192 (128 with BLOCK_M 256: a consumer's "
+         "registers), over 128 only where a tile spans two scale blocks (144, 160, 192)", _cuda_tile),
+    Rule("share_a_config", "SHARE_A = 1 (the cluster shares A) without CUDA = 1 and num_ctas 2", _share_a_config),
+    Rule("cuda_shared_memory", "CUDA = 1 whose ring, B scales and C tile exceed the shared memory",
+         _cuda_shared_memory),
+    Rule("cuda_unaligned", "CUDA = 1 where a row of A or B (K bytes), C (2N bytes) or A's M-major scales (4M "
+         "bytes) is not a multiple of 16 bytes, or K is over 65536", _cuda_unaligned),
+    Rule("cuda_needs_multiprocessors", "CUDA = 1 (a persistent grid) on a target without `multiprocessors`",
+         _cuda_without_multiprocessors),
+    Rule("cuda_needs_nvrtc", "CUDA = 1 where this host has no NVRTC to build it (pip install nvidia-cuda-nvrtc-cu12)",
+         _cuda_needs_nvrtc),
 ]

@@ -12,7 +12,8 @@ Triton fp8 GEMMs: BLOCK_K 128, one scale per K step):
   tiles on 8 warps through TMA, and 64 x 128 on 4 warps;
 * **medium**: 64 x 128 and 128 x 128 tiles, with a split of K where the tiles are few.
 
-On sm90 the large and medium classes also get the persistent warp-specialized kernel (WS = 1,
+On sm90 the large class starts with the CUDA C++ kernel (CUDA = 1, cuda_kernel.cu: CUDA_LARGE),
+the medium class with its 128 x 128 tile. On sm90 the large and medium classes also get the persistent warp-specialized kernel (WS = 1,
 gluon_kernel.py), its BLOCK_N chosen by the waves it takes (ws_seeds): of 96, 128, 160 and 192
 columns (128 rows; 64 rows in the medium class), the two with the least estimated time, where a
 tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
@@ -91,6 +92,17 @@ WS_SMEM_SCALES = [dict(WS_TALL, SMEM_SCALES=1),
 # tile, seeded from the same 32 steps (an H200, one call: up to 16 % faster than the same tiles
 # without on five shapes of 56 to 128 steps, in all but one of 15 pairs; up to 7 % slower at 12 and 16)
 WS_RING_SCALES = [dict(WS_PIPE, SMEM_SCALES=2), dict(WS_TALL, SMEM_SCALES=2)]
+# the CUDA C++ kernel (cuda_kernel.cu), first in the large class: on an H200, best of its tiles per
+# shape over 18 prefill shapes (docs/fp8.md): 256 x 128 (alone, sharing A or sharing B in a cluster of
+# two) on 15, 128 x 128 on 3; PIPE 128 x 128 on one shape of 16 steps in another run
+CUDA_LARGE = [dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3, TMA=1, CUDA=1),
+              dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3, TMA=1, CUDA=1,
+                   num_ctas=2, SHARE_A=1),
+              dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3, TMA=1, CUDA=1,
+                   num_ctas=2),
+              dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, CUDA=1),
+              dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, CUDA=1,
+                   PIPE=1)]
 WS_DECODE_WIDTHS = (64, 80, 96, 128)  # 64-row WS tiles for M <= 64: the narrowest in one wave
 
 
@@ -110,9 +122,10 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
     if kind == "large":
         long_k = cdiv(shape.K, 128) >= PIPE_MIN_STEPS
         long_k_seeds = [dict(WS_PIPE)] + [dict(c) for c in WS_SMEM_SCALES + WS_RING_SCALES] if long_k else []
-        return ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + long_k_seeds + LARGE
+        cuda = [dict(c) for c in CUDA_LARGE]
+        return cuda + ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + long_k_seeds + LARGE
     if kind == "medium":
-        out = ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
+        out = [dict(CUDA_LARGE[3])] + ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
         split = nearest_split(tiles, multiprocessors)
         if split > 1:
@@ -130,9 +143,9 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
 
 
 def _for_hip(seeds: List[dict]) -> List[dict]:
-    """AMD: no tensor descriptors nor the warp-specialized kernel, the AMD pipeliner's two stages."""
+    """AMD: no tensor descriptors nor the warp-specialized or CUDA kernels, the AMD pipeliner's two stages."""
     return [dict({name: value for name, value in seed.items() if name != "TMA"}, num_stages=2) for seed in seeds
-            if not seed.get("WS")]
+            if not seed.get("WS") and not seed.get("CUDA")]
 
 
 def seed_configs(shape, target) -> List[dict]:
