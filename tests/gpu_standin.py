@@ -389,6 +389,24 @@ class StandinApi(GpuApi):
         self._fp8_blockscale_kernel(facts, v, t, grid, a_scale)
 
 
+    def _fp8_blockscale_cuda(self, facts, v, t, grid):
+        """The fp8 GEMM's CUDA C++ kernel (harness/kernels/fp8_blockscale/cuda_kernel.cu): its operands
+        come through tensor maps only (A, B: 1-byte codes; A's scales M-major fp32; C bf16, which must
+        view c_ptr) and B's scales by pointer; the grid is at most one CTA (or cluster) a tile. C is
+        computed from what the maps view, so a map over the wrong buffer gives a wrong answer here."""
+        views = {"tm_a": 1, "tm_b": 1, "tm_sa": 4, "tm_c": 2}
+        for name, size in views.items():
+            if v[name]["elem_size"] != size:
+                raise GpuError("stand-in: %s has %d-byte elements, not %d" % (name, v[name]["elem_size"], size))
+        if v["tm_c"]["base"] != v["c_ptr"]:
+            raise GpuError("stand-in: tm_c views %#x, not c_ptr %#x" % (v["tm_c"]["base"], v["c_ptr"]))
+        (ks, m), pitch = v["tm_sa"]["shape"], v["tm_sa"]["strides"][0]
+        a_scale = self._array(v["tm_sa"]["base"], "*fp32", ks * pitch).reshape(ks, pitch)[:, :m].T
+        codes = {"a_ptr": v["tm_a"]["base"], "b_ptr": v["tm_b"]["base"]}
+        self._fp8_blockscale_kernel(facts, dict(v, **codes), dict(t, a_ptr="*fp8e4nv", b_ptr="*fp8e4nv"), grid,
+                                    a_scale)
+
+
 class StandinLibraryApi(StandinApi):
     """The stand-in with a stand-in vendor library: ``torch.matmul`` computed with numpy on the
     stand-in memory (the real worker times torch.matmul; without this the worker looks for torch,

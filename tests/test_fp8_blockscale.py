@@ -872,8 +872,12 @@ def test_ws_seeds_for_prefill_shapes_fill_the_waves(tmp_path):
         assert len(ws) >= 2, spec
         assert all(_why(c, s, gpu) is None for c in got)
         compiler = TritonGpuCompiler(fk.KERNEL, gpu, tmp_path)
-        for c in got:  # the compile job of each (its options checked against the kernel's constexprs)
-            assert compiler._job_for(c, s)["constexprs"]["BLOCK_M"] == c["BLOCK_M"]
+        for c in got:  # the compile job of each (its options checked against the kernel's constexprs or defines)
+            job = compiler._job_for(c, s)
+            if c.get("CUDA"):
+                assert "-DBLOCK_M=%d" % c["BLOCK_M"] in job["options"], job["options"]
+            else:
+                assert job["constexprs"]["BLOCK_M"] == c["BLOCK_M"]
     s = parse_shape_list("4096x7168x7168:fp8e4m3fnuz", "fp8e4m3fnuz", fk.KERNEL.problem)[0]
     assert not [c for c in fk.KERNEL.seed_configs(s, _targets()["mi300"]) if c.get("WS")]
     big = parse_shape_list("4096x7168x16384:fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
@@ -884,10 +888,11 @@ def test_ws_seeds_for_prefill_shapes_fill_the_waves(tmp_path):
 
     def piped(spec):
         s = parse_shape_list(spec + ":fp8e4m3fn", "fp8e4m3fn", fk.KERNEL.problem)[0]
-        return [(c["BLOCK_M"], c["BLOCK_N"], c["SMEM_SCALES"]) for c in fk.KERNEL.seed_configs(s, gpu) if c.get("PIPE")]
+        return [(c["BLOCK_M"], c["BLOCK_N"], c["SMEM_SCALES"]) for c in fk.KERNEL.seed_configs(s, gpu)
+                if c.get("PIPE") and c.get("WS")]
 
-    # PIPE's extra MMA step a tile costs 1 / steps: seeded from 32 steps of K (4096) up, with A's
-    # scales from global memory and through the ring (SMEM_SCALES 2)
+    # the WS kernel's PIPE: its extra MMA step a tile costs 1 / steps: seeded from 32 steps of K (4096)
+    # up, with A's scales from global memory and through the ring (SMEM_SCALES 2)
     assert piped("4096x7168x16384") == piped("4096x4096x4096") == [(128, 128, 0), (128, 128, 2)]
     assert piped("4096x7168x2048") == piped("4096x4096x3968") == []
 

@@ -36,17 +36,27 @@ def _wheel_libraries() -> list:
     return found
 
 
+def _preload_builtins(path: str) -> None:
+    """NVRTC opens its builtins library by name at the first compile; a wheel's (13.x) is not on the
+    loader's path, so the one beside ``path`` is loaded first."""
+    if os.sep not in path:
+        return
+    for builtins in sorted(glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so*"))):
+        if ".alt." not in builtins:
+            ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
+
+
 def nvrtc():
     """The NVRTC library (loaded once); a missing one is one line saying how to install it."""
     global _nvrtc
     if _nvrtc is None:
-        errors = []
         for name in _wheel_libraries() + list(NVRTC_LIBS):
             try:
+                _preload_builtins(name)
                 lib = ctypes.CDLL(name)
                 break
-            except OSError as exc:
-                errors.append(str(exc))
+            except OSError:
+                continue
         else:
             raise HarnessError("NVRTC not found (the CUDA C++ kernels' compiler): pip install nvidia-cuda-nvrtc-cu12")
         lib.nvrtcGetErrorString.restype = ctypes.c_char_p

@@ -92,17 +92,18 @@ WS_SMEM_SCALES = [dict(WS_TALL, SMEM_SCALES=1),
 # tile, seeded from the same 32 steps (an H200, one call: up to 16 % faster than the same tiles
 # without on five shapes of 56 to 128 steps, in all but one of 15 pairs; up to 7 % slower at 12 and 16)
 WS_RING_SCALES = [dict(WS_PIPE, SMEM_SCALES=2), dict(WS_TALL, SMEM_SCALES=2)]
-# the CUDA C++ kernel (cuda_kernel.cu), first in the large class: on an H200, best of its tiles per
-# shape over 18 prefill shapes (docs/fp8.md): 256 x 128 (alone, sharing A or sharing B in a cluster of
-# two) on 15, 128 x 128 on 3; PIPE 128 x 128 on one shape of 16 steps in another run
-CUDA_LARGE = [dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3, TMA=1, CUDA=1),
-              dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3, TMA=1, CUDA=1,
-                   num_ctas=2, SHARE_A=1),
-              dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3, TMA=1, CUDA=1,
-                   num_ctas=2),
-              dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, CUDA=1),
-              dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=5, TMA=1, CUDA=1,
-                   PIPE=1)]
+# the CUDA C++ kernel (cuda_kernel.cu), first in the large class: on an H200, over 18 prefill
+# shapes with all of its 51 configs measured by the agent (docs/fp8.md), the best was 256 x 128 x 3
+# on 12 (alone on 9, sharing A in a cluster of two on 2, sharing B on 1) and 128 x 192 on the other
+# 6 (3 or 4 slots, alone or sharing B); 128 x 128 with PIPE was best on a ragged 1000x2000x1152
+CUDA_TILE = dict(BLOCK_K=128, GROUP_M=8, num_warps=4, TMA=1, CUDA=1)
+CUDA_LARGE = [dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3),
+              dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3, num_ctas=2, SHARE_A=1),
+              dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3, num_ctas=2),
+              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=192, num_stages=4),
+              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=192, num_stages=4, num_ctas=2),
+              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5),
+              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5, PIPE=1)]
 WS_DECODE_WIDTHS = (64, 80, 96, 128)  # 64-row WS tiles for M <= 64: the narrowest in one wave
 
 
@@ -125,7 +126,7 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
         cuda = [dict(c) for c in CUDA_LARGE]
         return cuda + ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + long_k_seeds + LARGE
     if kind == "medium":
-        out = [dict(CUDA_LARGE[3])] + ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
+        out = [dict(c) for c in CUDA_LARGE[5:]] + ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
         split = nearest_split(tiles, multiprocessors)
         if split > 1:
