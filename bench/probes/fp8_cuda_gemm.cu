@@ -51,7 +51,15 @@
 #ifndef EPI
 #define EPI 0  // 1: the epilogue through shared memory (128-byte swizzle) and TMA stores of 64 columns each
 #endif
-#define BM 128
+#ifndef BM
+#define BM 128  // 256: each consumer computes two 64-row waves (rows w*64 and w*64 + 128), one partial
+#endif
+#ifndef MCAST_A
+#define MCAST_A 0  // with clusters: the CTAs share A (the same rows, adjacent column blocks) instead of B
+#endif
+#define WAVES (BM / 128)
+static_assert(BM == 128 || BM == 256, "BM: 128 or 256");
+static_assert(!(PIPE && BM > 128), "PIPE: BM 128");
 #define BK 128
 #define NACC (BN / 2)  // a consumer's 64 x BN fp32 fragment: BN / 2 registers a thread
 #define MAX_KS 512     // K up to 65536
@@ -216,10 +224,18 @@ struct Ring {
     }
 };
 
+// the row and column blocks of this CTA's tile in unit t (a cluster's CTAs take adjacent blocks)
+__device__ __forceinline__ void tile_at(int t, int units_m, int units_n, int rank, int& mb, int& nb) {
+    int mu, nu;
+    tile_of(t, units_m, units_n, mu, nu);
+    mb = MCAST_A ? mu : mu * CLUSTER + rank;
+    nb = MCAST_A ? nu * CLUSTER + rank : nu;
+}
+
 // One tile's K loop for a consumer: each step's wgmmas, a wait, the slot freed, the promotion.
 template <int SPLIT>
 __device__ __forceinline__ void consume_tile(float* total, Ring& ring, int ks, int wg, int r0, int lane, int split) {
-    float partial[NACC];
+    float partial[NACC];  // total: WAVES x NACC
     // warp-uniform (__shfl_sync), so that the descriptors live in uniform registers as the wgmma wants them
     const uint32_t a_base = __shfl_sync(0xffffffff, smem_u32(ring.smem) + wg * 64 * BK, 0);
     const uint32_t b_base = __shfl_sync(0xffffffff, smem_u32(ring.smem + B_OFF), 0);
@@ -227,12 +243,15 @@ __device__ __forceinline__ void consume_tile(float* total, Ring& ring, int ks, i
     for (int kb = 0; kb < ks; ++kb) {
         const float sb0 = ring.sfb[kb], sb1 = ring.sfb[MAX_KS + kb];
         mbar_wait(&ring.full[ring.stage], ring.phase);
-        const float sa0 = ring.a_scales()[r0], sa1 = ring.a_scales()[r0 + 8];
-        issue_step(partial, a_base, b_base, ring.stage, CHAIN && kb > 0);
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        fence_fragment(partial);
-        release_slot(&ring.empty[ring.stage], lane);
-        promote<SPLIT>(total, partial, sa0, sa1, sb0, sb1, split);
+#pragma unroll
+        for (int w = 0; w < WAVES; ++w) {
+            const float sa0 = ring.a_scales()[r0 + 128 * w], sa1 = ring.a_scales()[r0 + 128 * w + 8];
+            issue_step(partial, a_base + w * 128 * BK, b_base, ring.stage, CHAIN && kb > 0);
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            fence_fragment(partial);
+            if (w == WAVES - 1) release_slot(&ring.empty[ring.stage], lane);
+            promote<SPLIT>(total + w * NACC, partial, sa0, sa1, sb0, sb1, split);
+        }
         ring.advance();
     }
 #if CHAIN
@@ -341,14 +360,17 @@ __device__ __forceinline__ void store_tile_tma(const float* total, uint8_t* smem
     if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
     named_sync(2, 256);
 #pragma unroll
-    for (int j = 0; j < NACC / 4; ++j) {
-        const int col = 8 * j + 2 * (lane % 4), chunk = col / 64, byte = (col % 64) * 2;
+    for (int w = 0; w < WAVES; ++w) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = r0 + 8 * h;
-            const uint32_t off = chunk * BM * 128 + row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15);
-            *reinterpret_cast<__nv_bfloat162*>(smem_d + off) =
-                __floats2bfloat162_rn(total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
+        for (int j = 0; j < NACC / 4; ++j) {
+            const int col = 8 * j + 2 * (lane % 4), chunk = col / 64, byte = (col % 64) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = r0 + 128 * w + 8 * h;
+                const uint32_t off = chunk * BM * 128 + row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15);
+                *reinterpret_cast<__nv_bfloat162*>(smem_d + off) =
+                    __floats2bfloat162_rn(total[w * NACC + 4 * j + 2 * h], total[w * NACC + 4 * j + 2 * h + 1]);
+            }
         }
     }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -362,17 +384,16 @@ __device__ __forceinline__ void store_tile_tma(const float* total, uint8_t* smem
 
 // warpgroups 1 and 2: 64 rows of each tile each
 __device__ __forceinline__ void consumer(Ring ring, const float* __restrict__ b_scale, __nv_bfloat16* c, int M,
-                                         int N, int ks, int nsb, int first, int step, int tiles, int num_units,
-                                         int num_n, int rank, uint8_t* smem_d, const CUtensorMap* tm_c) {
+                                         int N, int ks, int nsb, int first, int step, int tiles, int units_m,
+                                         int units_n, int rank, uint8_t* smem_d, const CUtensorMap* tm_c) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
 
     const int wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0) - 1, tid = threadIdx.x - 128;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int r0 = wg * 64 + warp * 16 + lane / 4;
     for (int t = first; t < tiles; t += step) {
-        int mu, nb;
-        tile_of(t, num_units, num_n, mu, nb);
-        const int mb = mu * CLUSTER + rank;
+        int mb, nb;
+        tile_at(t, units_m, units_n, rank, mb, nb);
         const int n0 = nb * BN, first_sb = n0 / 128, second_sb = min(first_sb + 1, nsb - 1);
         named_sync(1, 256);  // the previous tile's reads of sfb are done
         for (int i = tid; i < ks; i += 256) {
@@ -380,9 +401,9 @@ __device__ __forceinline__ void consumer(Ring ring, const float* __restrict__ b_
             ring.sfb[MAX_KS + i] = b_scale[second_sb * ks + i];
         }
         named_sync(1, 256);
-        float total[NACC];
+        float total[WAVES * NACC];
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) total[i] = 0.f;
+        for (int i = 0; i < WAVES * NACC; ++i) total[i] = 0.f;
         const int split = min(BN, 128 - n0 % 128) / 8;
         if (split >= BN / 8)
             consume<BN / 8>(total, ring, ks, wg, r0, lane, split);
@@ -393,7 +414,8 @@ __device__ __forceinline__ void consumer(Ring ring, const float* __restrict__ b_
 #if EPI
         store_tile_tma(total, smem_d, tm_c, tid, r0, lane, mb * BM, n0);
 #else
-        store_tile(total, c, M, N, mb * BM + r0, n0, lane);
+#pragma unroll
+        for (int w = 0; w < WAVES; ++w) store_tile(total + w * NACC, c, M, N, mb * BM + r0 + 128 * w, n0, lane);
 #endif
     }
 #if EPI
@@ -416,7 +438,10 @@ fp8_gemm(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUten
     const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
     // a cluster's CTAs take adjacent 128-row blocks of the same columns: tiles are counted in
     // units of CLUSTER row blocks, one unit a cluster at a time
-    const int num_units = (num_m + CLUSTER - 1) / CLUSTER, tiles = num_units * num_n;
+    const int num_units = (num_m + CLUSTER - 1) / CLUSTER;
+    // (MCAST_A: a unit is CLUSTER column blocks of the same rows)
+    const int units_m = MCAST_A ? num_m : num_units, units_n = MCAST_A ? (num_n + CLUSTER - 1) / CLUSTER : num_n;
+    const int tiles = units_m * units_n;
     const int rank = CLUSTER > 1 ? cluster_rank() : 0;
     const int first = blockIdx.x / CLUSTER, step = gridDim.x / CLUSTER;
     const int nsb = (N + 127) / 128;
@@ -441,9 +466,8 @@ fp8_gemm(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUten
             int loaded = 0;
             (void)loaded;
             for (int t = first; t < tiles; t += step) {
-                int mu, nb;
-                tile_of(t, num_units, num_n, mu, nb);
-                const int mb = mu * CLUSTER + rank;
+                int mb, nb;
+                tile_at(t, units_m, units_n, rank, mb, nb);
                 for (int kb = 0; kb < ks; ++kb) {
                     mbar_wait(&empty[stage], phase ^ 1);
 #if NOLOAD
@@ -456,8 +480,12 @@ fp8_gemm(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUten
                     ++loaded;
 #endif
                     mbar_expect_tx(&full[stage], A_BYTES + B_BYTES + SA_BYTES);
-                    tma_load_2d(smem + stage * A_BYTES, &tm_a, &full[stage], kb * BK, mb * BM);
-                    if (CLUSTER == 1 || MCAST == 0)
+                    if (CLUSTER > 1 && MCAST_A)  // this CTA's half of A's rows, into both CTAs
+                        tma_load_2d_multicast(smem + stage * A_BYTES + rank * (BM / CLUSTER) * BK, &tm_a, &full[stage],
+                                              kb * BK, mb * BM + rank * (BM / CLUSTER), (1 << CLUSTER) - 1);
+                    else
+                        tma_load_2d(smem + stage * A_BYTES, &tm_a, &full[stage], kb * BK, mb * BM);
+                    if (CLUSTER == 1 || MCAST == 0 || MCAST_A)
                         tma_load_2d(smem + B_OFF + stage * B_BYTES, &tm_b, &full[stage], kb * BK, nb * BN);
                     else if (MCAST == 2) {
                         if (rank == 0)
@@ -474,8 +502,8 @@ fp8_gemm(const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUten
             }
         }
     } else {
-        consumer(Ring{smem, full, empty, sfb, 0, 0}, b_scale, c, M, N, ks, nsb, first, step, tiles, num_units,
-                 num_n, rank, smem + D_OFF, &tm_c);
+        consumer(Ring{smem, full, empty, sfb, 0, 0}, b_scale, c, M, N, ks, nsb, first, step, tiles, units_m,
+                 units_n, rank, smem + D_OFF, &tm_c);
     }
     if (CLUSTER > 1) cluster_sync();  // the peer may still write this CTA's ring and barriers until then
 }

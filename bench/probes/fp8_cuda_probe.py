@@ -9,10 +9,11 @@ BN any multiple of 8, consumers at 232 registers by setmaxnreg) does better on t
     python3 -m bench.probes.fp8_cuda_probe build OUT [--config 128x6 ...]   # host: nvcc, one cubin a config
     python3 -m bench.probes.fp8_cuda_probe run OUT [--shape MxNxK ...] [--json F]   # node: torch and the cubins
 
-A config is BNxSTAGES[xGROUP_M][d][k][e][r][c][n] (GROUP_M 8 by default; d: PIPE, two partials a
+A config is BNxSTAGES[xGROUP_M][h][d][k][a][e][r][c][n] (GROUP_M 8 by default; d: PIPE, two partials a
 consumer, its promotion under the next K step's wgmmas, BN <= 128; k: clusters of two CTAs on
 adjacent row blocks, B multicast (each CTA loads half its rows into both); e: the epilogue through
-shared memory and TMA stores; r: the plain consumer's K loop unrolled 8 times; c: CHAIN, no promotion, the wgmmas
+shared memory and TMA stores; h: 256-row tiles (each consumer two 64-row waves); a: with k, the
+CTAs share A (adjacent column blocks) instead of B; r: the plain consumer's K loop unrolled 8 times; c: CHAIN, no promotion, the wgmmas
 accumulate the whole K; n: NOLOAD, the ring loaded once and reused: c and n give wrong answers and
 time what the frame does without the promotion or the memory traffic). ``build`` prints ptxas's registers and
 spills per config. ``run`` checks every answer against the fp32 reference of the dequantized
@@ -35,8 +36,8 @@ DEFAULT_SHAPES = ["4096x7168x16384", "4096x4096x7168", "1024x7168x16384", "4096x
 BM, BK, MAX_KS = 128, 128, 512
 
 
-FLAGS = {"d": "PIPE", "k": "CLUSTER", "e": "EPI", "r": "UNROLL", "c": "CHAIN", "n": "NOLOAD", "u": "MCAST0",
-         "w": "MCAST2"}
+FLAGS = {"h": "BM", "d": "PIPE", "k": "CLUSTER", "a": "MCAST_A", "e": "EPI", "r": "UNROLL", "c": "CHAIN",
+         "n": "NOLOAD", "u": "MCAST0", "w": "MCAST2"}
 
 
 def parse_config(text):
@@ -54,21 +55,22 @@ def parse_config(text):
     cfg["CLUSTER"] += 1  # k: clusters of two CTAs
     cfg["MCAST"] = 0 if cfg.pop("MCAST0") else 2 if cfg.pop("MCAST2") else 1
     cfg["UNROLL"] = 8 if cfg["UNROLL"] else 1  # r: the plain consumer's K loop unrolled 8 times
+    cfg["BM"] = 256 if cfg["BM"] else 128  # h: 256-row tiles, two waves a consumer
     return cfg
 
 
 def config_name(cfg):
     return "%dx%dx%d" % (cfg["BN"], cfg["STAGES"], cfg["GROUP_M"]) + "".join(
-        letter for letter, macro in FLAGS.items() if cfg.get(macro, 0) > (macro in ("CLUSTER", "UNROLL"))) + (
+        letter for letter, macro in FLAGS.items() if cfg.get(macro, 0) > {"CLUSTER": 1, "UNROLL": 1, "BM": 128}.get(macro, 0)) + (
         {0: "u", 1: "", 2: "w"}[cfg.get("MCAST", 1)] if cfg.get("CLUSTER", 1) > 1 else "")
 
 
 def shared_bytes(cfg):
     """The kernel's dynamic shared memory: the ring, the tile's B scales, the barriers, and 1024
     bytes to align the ring (as fp8_cuda_gemm.cu lays it out)."""
-    stages, bn = cfg["STAGES"], cfg["BN"]
-    d_off = -(-(stages * (BM * BK + bn * BK + BM * 4) + 2 * MAX_KS * 4) // 1024) * 1024
-    return d_off + (BM * bn * 2 if cfg.get("EPI") else 0) + 2 * stages * 8 + 1024
+    stages, bm, bn = cfg["STAGES"], cfg.get("BM", BM), cfg["BN"]
+    d_off = -(-(stages * (bm * BK + bn * BK + bm * 4) + 2 * MAX_KS * 4) // 1024) * 1024
+    return d_off + (bm * bn * 2 if cfg.get("EPI") else 0) + 2 * stages * 8 + 1024
 
 
 def wgmma_header(bn):
@@ -94,7 +96,7 @@ def build(out, configs):
             f.write(wgmma_header(cfg["BN"]))
         cubin = os.path.join(out, "fp8_%s.cubin" % name)
         cmd = ["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v", "-I", inc,
-               "-o", cubin, SOURCE] + ["-D%s=%d" % (k, cfg.get(k, 0)) for k in ("BN", "STAGES", "GROUP_M", "PIPE",
+               "-o", cubin, SOURCE] + ["-D%s=%d" % (k, cfg.get(k, 0)) for k in ("BM", "BN", "STAGES", "GROUP_M", "PIPE", "MCAST_A",
                                                                              "CLUSTER", "MCAST", "EPI", "UNROLL", "CHAIN",
                                                                              "NOLOAD")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -143,17 +145,20 @@ class CudaGemm(object):
         self.maps = [ctypes.create_string_buffer(192) for _ in range(4)]
         addr = [(ctypes.addressof(m) + 63) // 64 * 64 for m in self.maps]
         u8, f32 = 0, 7  # CU_TENSOR_MAP_DATA_TYPE_UINT8, _FLOAT32
-        api.encode_tensor_map(addr[0], a.data_ptr(), u8, 1, (M, K), (K, 1), (BM, BK), 3)
-        self.ctas = cfg.get("CLUSTER", 1)  # B's box: a CTA's share of the tile's rows (MCAST 1)
-        share = self.ctas if cfg.get("MCAST", 1) == 1 else 1
-        api.encode_tensor_map(addr[1], b.data_ptr(), u8, 1, (N, K), (K, 1), (cfg["BN"] // share, BK), 3)
-        api.encode_tensor_map(addr[2], a_scale_t.data_ptr(), f32, 4, (ks, M), (M, 1), (1, BM), 0)
-        api.encode_tensor_map(addr[3], c.data_ptr(), 9, 2, (M, N), (N, 1), (BM, 64), 3)  # 9: BFLOAT16; EPI's stores
+        bm = cfg.get("BM", BM)
+        self.ctas = cfg.get("CLUSTER", 1)  # a multicast operand's box: a CTA's share of the tile's rows
+        share_a = self.ctas if cfg.get("MCAST_A") else 1
+        share_b = self.ctas if cfg.get("MCAST", 1) == 1 and not cfg.get("MCAST_A") else 1
+        api.encode_tensor_map(addr[0], a.data_ptr(), u8, 1, (M, K), (K, 1), (bm // share_a, BK), 3)
+        api.encode_tensor_map(addr[1], b.data_ptr(), u8, 1, (N, K), (K, 1), (cfg["BN"] // share_b, BK), 3)
+        api.encode_tensor_map(addr[2], a_scale_t.data_ptr(), f32, 4, (ks, M), (M, 1), (1, bm), 0)
+        api.encode_tensor_map(addr[3], c.data_ptr(), 9, 2, (M, N), (N, 1), (bm, 64), 3)  # 9: BFLOAT16; EPI's stores
         self.values = [ctypes.c_uint64(b_scale.data_ptr()), ctypes.c_uint64(c.data_ptr()), ctypes.c_int32(M),
                        ctypes.c_int32(N), ctypes.c_int32(K)]
         pointers = addr + [ctypes.addressof(v) for v in self.values]
         self.params = (ctypes.c_void_p * len(pointers))(*pointers)
-        units = -(-M // (BM * self.ctas)) * -(-N // cfg["BN"])  # a cluster's tiles at a time
+        units = (-(-M // bm) * -(-N // (cfg["BN"] * self.ctas)) if cfg.get("MCAST_A")
+                 else -(-M // (bm * self.ctas)) * -(-N // cfg["BN"]))  # a cluster's tiles at a time
         self.resident = max_active_clusters(api, self.fn, self.ctas, self.shared, sms) if self.ctas > 1 else sms
         self.grid = (min(units, self.resident), 1, 1)  # clusters
         self.torch = torch
@@ -216,10 +221,28 @@ def run(out, shapes, json_path=None):
             best = max(good, key=lambda r: r["tflops"])
             print("  best: %s x%.3f (%.0f TFLOP/s)" % (best["variant"], best["speedup"], best["tflops"]), flush=True)
         rows.append(dict(shape=spec, results=results))
+    summarize(rows)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
     return rows
+
+
+def summarize(rows):
+    """Per shape the best correct config against the library; their geomean and the worst."""
+    import math
+
+    ratios = []
+    for row in rows:
+        good = [r for r in row["results"][1:] if r.get("ok")]
+        if good and row["results"][0].get("ok"):
+            best = max(good, key=lambda r: r["tflops"])
+            ratios.append(best["speedup"])
+            print("%-18s library %5.0f  best %-28s %5.0f TFLOP/s  x%.3f" % (
+                row["shape"], row["results"][0]["tflops"], best["variant"], best["tflops"], best["speedup"]))
+    if ratios:
+        print("best config per shape over torch._scaled_mm: geomean %.3f over %d shapes, worst %.3f" % (
+            math.exp(sum(math.log(r) for r in ratios) / len(ratios)), len(ratios), min(ratios)), flush=True)
 
 
 def main(argv=None):
