@@ -454,7 +454,7 @@ def test_aiter_triton_json_has_only_keys_aiters_launch_takes(tmp_path):
     writer = ResultsWriter(str(tmp_path / "results.csv"), contract.results_header(names, []))
     M, N, K = 4096, 7168, 2048
     cfg = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, num_warps=8, num_stages=3, TMA=0, WS=0,
-               OVERLAP=0, ORDERED=0, PIPE=0, SMEM_SCALES=0, num_ctas=1)
+               CUDA=0, OVERLAP=0, ORDERED=0, PIPE=0, SMEM_SCALES=0, num_ctas=1, SHARE_A=0)
     row = {"schema_version": contract.RESULTS_SCHEMA, "target": "h200", "kernel": "fp8_blockscale", "variant_id": "v1",
            "shape_id": "%dx%dx%d_fp8e4m3fn" % (M, N, K), "M": M, "N": N, "K": K, "dtype": "fp8e4m3fn", "layout": "",
            "device": "NVIDIA H200", "status": contract.OK, "time_ns_median": 1e5, "time_ns_min": 1e5,
@@ -470,6 +470,8 @@ def test_aiter_triton_json_has_only_keys_aiters_launch_takes(tmp_path):
             assert config["BLOCK_SIZE_M"] == 128 and config["num_warps"] == 8
     assert triton_json.accept_for("fp8_blockscale")(dict(cfg, TMA=1, WS=1)) == (
         "uses TMA, WS, which aiter's Triton GEMM does not have")
+    assert triton_json.accept_for("fp8_blockscale")(dict(cfg, TMA=1, CUDA=1, num_ctas=2, SHARE_A=1)) == (
+        "uses TMA, CUDA, SHARE_A, which aiter's Triton GEMM does not have")
 
 
 def test_aiter_blockscale_csv_refusals(tmp_path):

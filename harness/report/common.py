@@ -31,9 +31,10 @@ TRITON_NAMES = {"BLOCK_M": "BLOCK_SIZE_M", "BLOCK_N": "BLOCK_SIZE_N", "BLOCK_K":
 # the harness kernels' own switches, which no consumer's kernel has: a config that sets one is
 # not the consumer's kernel, and where they are 0 they stay out of its file (aiter launches its
 # Triton kernel with **config, and Triton refuses a keyword that is neither a kernel argument nor a
-# compile option); WS and the rest are the fp8 warp-specialized Gluon kernel's
+# compile option); WS and the rest are the fp8 warp-specialized Gluon kernel's, CUDA and SHARE_A
+# its CUDA C++ kernel's
 HARNESS_ONLY = ("SWAP_AB", "TMA", "PERSISTENT", "STREAM_K",
-                "WS", "OVERLAP", "ORDERED", "PIPE", "SMEM_SCALES")
+                "WS", "OVERLAP", "ORDERED", "PIPE", "SMEM_SCALES", "CUDA", "SHARE_A")
 
 
 @dataclass
