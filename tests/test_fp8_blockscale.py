@@ -1033,14 +1033,8 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
     a_scale they are declared (the stand-in computes that config's C from them), launches one
     program per tile at most, and every answer is checked."""
     pytest.importorskip("triton")
-    import csv
-    import os
-
     from harness.build import BuildOptions, build
     from harness.shapes import parse_shape_list
-    from remote_agent.agent import Agent
-    from remote_agent.runners import gpu
-    from tests.test_gpu_supervisor import options
 
     from harness.kernels.fp8_blockscale import rules
 
@@ -1059,18 +1053,30 @@ def test_ws_configs_build_and_run_through_the_agent_on_the_standin(tmp_path, mon
     # a_desc, b_desc, c_desc (+ b2_desc, c2_desc for 160 = 128 + 32; + as_desc for SMEM_SCALES 2)
     assert sorted(map(len, maps)) == [3] * (len(configs) - 2) + [4, 5]
     assert sorted(l["num_ctas"] for l in launches) == [1, 1, 1, 2][:len(configs)]
+    rows = run_agent_on_standin(summary.bundle, tmp_path, monkeypatch)
+    assert len(rows) == len(configs)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert 1e-4 < float(r["rel_err"]) < 1e-2
+
+
+def run_agent_on_standin(bundle, tmp_path, monkeypatch) -> list:
+    """The agent's result rows of ``bundle`` run by the GPU worker on the CPU stand-in (one device)."""
+    import csv
+    import os
+
+    from remote_agent.agent import Agent
+    from remote_agent.runners import gpu
+    from tests.test_gpu_supervisor import options
+
     monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(
         bundle, manifest, opts, log, [("cuda:0", "0")]))
     results = tmp_path / "results.csv"
-    Agent(str(summary.bundle), str(results), options(), out=open(os.devnull, "w"), log=lambda line: None).run()
+    Agent(str(bundle), str(results), options(), out=open(os.devnull, "w"), log=lambda line: None).run()
     with open(results, newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == len(configs)
-    for r in rows:
-        assert r["status"] == "ok", r
-        assert 1e-4 < float(r["rel_err"]) < 1e-2
+        return list(csv.DictReader(f))
 
 
 def test_ceiling_probe_patches_still_apply_to_the_kernel():

@@ -4,11 +4,8 @@ agent on the CPU stand-in with every answer checked."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from harness.kernels.fp8_blockscale import cuda_kernel, rules, seeds
 from harness.shapes import parse_shape_list
 from harness.space import first_pruning_rule
 from harness.targets import load_targets
+from tests.test_fp8_blockscale import _cuobjdump, run_agent_on_standin
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = dict(BLOCK_M=256, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1, WS=0,
@@ -39,13 +37,6 @@ def _shape(spec):
 def _why(config, shape, target):
     rule = first_pruning_rule(rules.GPU_RULES, config, shape, target)
     return rule.name if rule else None
-
-
-def _cuobjdump(artifact, what):
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    return subprocess.run([tool, what, str(artifact)], capture_output=True, text=True, check=True).stdout
 
 
 def test_rules_take_the_tiles_that_fit_and_prune_the_rest():
@@ -143,6 +134,8 @@ def test_nvrtc_builds_the_kernel_for_sm90a(tmp_path, config):
     assert sass.count(wgmma) % 4 == 0 and sass.count(wgmma) >= 4 * config["BLOCK_M"] // 128
     assert "USETMAXREG" in sass and "UTMASTG" in sass
     assert ("UTMALDG.2D.MULTICAST" in sass) == (config["num_ctas"] == 2)
+    # PIPE waits for the older of two wgmma groups (the wgmmas not serialized by ptxas)
+    assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass) == bool(config["PIPE"])
 
 
 @needs_nvrtc
@@ -161,9 +154,6 @@ def test_cuda_configs_run_through_the_agent_on_the_standin(tmp_path, monkeypatch
     checked."""
     pytest.importorskip("triton")  # the bundle's fill and check kernels
     from harness.build import BuildOptions, build
-    from remote_agent.agent import Agent
-    from remote_agent.runners import gpu
-    from tests.test_gpu_supervisor import options
 
     shapes = parse_shape_list("512x448x384", "fp8e4m3fn", problem=fk.KERNEL.problem)
     configs = [CUDA, dict(CUDA, num_ctas=2, SHARE_A=1), dict(CUDA, num_ctas=2),
@@ -171,14 +161,7 @@ def test_cuda_configs_run_through_the_agent_on_the_standin(tmp_path, monkeypatch
     summary = build(fk.KERNEL, _gpu(), shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=configs))
     m = json.loads((summary.bundle / "manifest.json").read_text())
     assert [v["launch"]["entry"] for v in m["variants"]] == ["fp8_blockscale_cuda"] * len(configs)
-    monkeypatch.setenv("HARNESS_GPU_API", "tests.gpu_standin:StandinApi")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setattr(gpu, "make_gpu_runner", lambda bundle, manifest, opts, log: gpu.GpuRunner(
-        bundle, manifest, opts, log, [("cuda:0", "0")]))
-    results = tmp_path / "results.csv"
-    Agent(str(summary.bundle), str(results), options(), out=open(os.devnull, "w"), log=lambda line: None).run()
-    with open(results, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = run_agent_on_standin(summary.bundle, tmp_path, monkeypatch)
     assert len(rows) == len(configs)
     for r in rows:
         assert r["status"] == "ok", r

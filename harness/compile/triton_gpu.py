@@ -13,6 +13,9 @@ content-addressed artifacts are the cache). The process writes the binary and a 
 facts; the artifact is named by a hash of everything that went in (kernel source, signature,
 constants, divisibility, options, target, Triton version). Line info is left out of cubins
 unless HARNESS_TRITON_LINEINFO=1 (it doubles their size; ncu's source view wants it).
+
+A config whose source module is CUDA C++ (``LANGUAGE = "cuda"``) takes the same path with a job
+of defines instead of a signature, compiled by NVRTC in that process (harness/compile/cuda_cpp.py).
 """
 
 from __future__ import annotations

@@ -320,53 +320,49 @@ __device__ __forceinline__ void consume_tile(float* total, Ring& ring, int ks, u
     }
 }
 
-// PIPE: step kb + 1 in flight in one partial while step kb, in the other, is promoted
+// PIPE: step kb + 1 in flight in one partial while step kb, in the other, is promoted. A step is
+// begun (its slot waited for, its scales read, its wgmmas issued) and later finished (its wgmmas
+// waited for with PENDING groups still in flight, the slot released, the promotion); each straight
+// stretch of the loop begins one and finishes the other, so that ptxas sees which group each wait
+// covers (a branch between them made it serialize the wgmmas)
+__device__ __forceinline__ void begin_step(float* acc, Ring& ring, Scales& sc, uint32_t& slot, int kb,
+                                           uint32_t a_base, uint32_t b_base, int r0) {
+    sc = wait_step(ring, kb, r0);
+    issue_step(acc, a_base, b_base, ring.stage);
+    slot = ring.stage;
+    ring.advance();
+}
+
+template <int SPLIT, int PENDING>
+__device__ __forceinline__ void finish_step(float* total, float* acc, const Ring& ring, const Scales& sc,
+                                            uint32_t slot, int lane, int split) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
+    fence_fragment(acc);
+    ring.release(slot, lane);
+    promote<SPLIT>(total, acc, sc.sa0, sc.sa1, sc.sb0, sc.sb1, split);
+}
+
 template <int SPLIT>
 __device__ __forceinline__ void consume_tile_pipe(float* total, Ring& ring, int ks, uint32_t a_base,
                                                   uint32_t b_base, int r0, int lane, int split) {
     float p0[NACC], p1[NACC];
-    Scales s0 = wait_step(ring, 0, r0), s1;
-    issue_step(p0, a_base, b_base, ring.stage);
-    uint32_t rel0 = ring.stage, rel1;
-    ring.advance();
+    Scales s0, s1;
+    uint32_t slot0, slot1;
+    begin_step(p0, ring, s0, slot0, 0, a_base, b_base, r0);
     int kb = 0;
 #pragma unroll 1
     for (; kb + 2 < ks; kb += 2) {  // p0 holds step kb, in flight
-        s1 = wait_step(ring, kb + 1, r0);
-        issue_step(p1, a_base, b_base, ring.stage);
-        rel1 = ring.stage;
-        ring.advance();
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        fence_fragment(p0);
-        ring.release(rel0, lane);
-        promote<SPLIT>(total, p0, s0.sa0, s0.sa1, s0.sb0, s0.sb1, split);
-        s0 = wait_step(ring, kb + 2, r0);
-        issue_step(p0, a_base, b_base, ring.stage);
-        rel0 = ring.stage;
-        ring.advance();
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        fence_fragment(p1);
-        ring.release(rel1, lane);
-        promote<SPLIT>(total, p1, s1.sa0, s1.sa1, s1.sb0, s1.sb1, split);
+        begin_step(p1, ring, s1, slot1, kb + 1, a_base, b_base, r0);
+        finish_step<SPLIT, 1>(total, p0, ring, s0, slot0, lane, split);
+        begin_step(p0, ring, s0, slot0, kb + 2, a_base, b_base, r0);
+        finish_step<SPLIT, 1>(total, p1, ring, s1, slot1, lane, split);
     }
     if (kb + 1 < ks) {  // two steps left: kb in p0 (in flight) and kb + 1
-        s1 = wait_step(ring, kb + 1, r0);
-        issue_step(p1, a_base, b_base, ring.stage);
-        rel1 = ring.stage;
-        ring.advance();
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        fence_fragment(p0);
-        ring.release(rel0, lane);
-        promote<SPLIT>(total, p0, s0.sa0, s0.sa1, s0.sb0, s0.sb1, split);
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        fence_fragment(p1);
-        ring.release(rel1, lane);
-        promote<SPLIT>(total, p1, s1.sa0, s1.sa1, s1.sb0, s1.sb1, split);
+        begin_step(p1, ring, s1, slot1, kb + 1, a_base, b_base, r0);
+        finish_step<SPLIT, 1>(total, p0, ring, s0, slot0, lane, split);
+        finish_step<SPLIT, 0>(total, p1, ring, s1, slot1, lane, split);
     } else {  // one step left: kb in p0
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        fence_fragment(p0);
-        ring.release(rel0, lane);
-        promote<SPLIT>(total, p0, s0.sa0, s0.sa1, s0.sb0, s0.sb1, split);
+        finish_step<SPLIT, 0>(total, p0, ring, s0, slot0, lane, split);
     }
 }
 
