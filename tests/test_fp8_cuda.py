@@ -58,6 +58,9 @@ def test_rules_take_the_tiles_that_fit_and_prune_the_rest():
     assert _why(CUDA, _shape("4094x7168x16384"), gpu) == "cuda_unaligned"  # A's M-major scales: 4M bytes a row
     assert _why(CUDA, _shape("4096x7164x16384"), gpu) == "cuda_unaligned"
     assert _why(dict(CUDA, TMA=0), big, dataclasses.replace(gpu, gpu_arch="89")) == "cuda_config"  # sm90 only
+    triton_256 = dict(CUDA, CUDA=0, BLOCK_N=32, num_warps=8, num_stages=3, TMA=0)  # the Triton kernel keeps its space
+    assert _why(triton_256, big, gpu) == "block_m_256_needs_cuda"
+    assert _why(dict(triton_256, BLOCK_M=128), big, gpu) is None
 
 
 def test_missing_nvrtc_is_one_line_and_prunes(monkeypatch):

@@ -211,6 +211,11 @@ def _cuda_tile(c, s, t):
     return bn % 16 != 0 or bn > CUDA_MAX_BLOCK_N.get(c["BLOCK_M"], 0) or not two_scale_blocks
 
 
+def _block_m_256_needs_cuda(c, s, t):
+    # 256-row tiles are the CUDA kernel's (two waves a consumer); the Triton kernel keeps its space
+    return c["BLOCK_M"] == 256 and not cuda.cuda_kernel(c)
+
+
 def _share_a_config(c, s, t):
     # SHARE_A (the cluster's CTAs share A instead of B) is the CUDA kernel's, with num_ctas 2
     return bool(c.get("SHARE_A")) and (not cuda.cuda_kernel(c) or c.get("num_ctas", 1) != 2)
@@ -302,6 +307,8 @@ GPU_RULES = [
          "num_warps 4, no OVERLAP, ORDERED or SMEM_SCALES, BLOCK_M 128 or 256, num_ctas 1 or 2", _cuda_config),
     Rule("cuda_tile", "CUDA = 1 takes BLOCK_N a multiple of 16, at most 192 (128 with BLOCK_M 256: a consumer's "
          "registers), over 128 only where a tile spans two scale blocks (144, 160, 192)", _cuda_tile),
+    Rule("block_m_256_needs_cuda", "BLOCK_M 256 (two 64-row waves a consumer) without CUDA = 1",
+         _block_m_256_needs_cuda),
     Rule("share_a_config", "SHARE_A = 1 (the cluster shares A) without CUDA = 1 and num_ctas 2", _share_a_config),
     Rule("cuda_shared_memory", "CUDA = 1 whose ring, B scales and C tile exceed the shared memory",
          _cuda_shared_memory),
