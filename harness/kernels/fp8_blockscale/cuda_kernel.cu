@@ -432,7 +432,9 @@ __device__ __forceinline__ void consume_tiles(Ring ring, const float* __restrict
     for (int t = first; t < tiles; t += step) {
         int mb, nb;
         tile_at(t, units_m, units_n, rank, mb, nb);
-        const int n0 = nb * BLOCK_N, first_sb = n0 / 128, second_sb = min(first_sb + 1, nsb - 1);
+        // (clamped: with CTAS 2 a cluster's second CTA may get a column block past N when the blocks
+        // are odd; its loads are zeros and its stores clipped, and its B-scale reads stay inside)
+        const int n0 = nb * BLOCK_N, first_sb = min(n0 / 128, nsb - 1), second_sb = min(first_sb + 1, nsb - 1);
         named_sync(1, 256);  // the previous tile's reads of the B scales are done
         for (int i = tid; i < ks; i += 256) {
             st_shared(ring.b_scale_at(0, i), b_scale[first_sb * ks + i]);
