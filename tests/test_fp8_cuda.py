@@ -50,7 +50,8 @@ def test_rules_take_the_tiles_that_fit_and_prune_the_rest():
                dict(CUDA, BLOCK_M=128, BLOCK_N=160, num_stages=5), dict(CUDA, BLOCK_N=64, num_stages=4)):
         assert _why(ok, big, gpu) is None, ok
     for bad, rule in ((dict(BLOCK_N=192), "cuda_tile"), (dict(BLOCK_M=128, BLOCK_N=256), "cuda_tile"),
-                      (dict(BLOCK_M=128, BLOCK_N=176), "cuda_tile"), (dict(BLOCK_N=120), "cuda_tile"), (dict(SHARE_A=1), "share_a_config"),
+                      (dict(BLOCK_M=128, BLOCK_N=176), "cuda_tile"), (dict(BLOCK_N=120), "cuda_tile"),
+                      (dict(SHARE_A=1), "share_a_config"),
                       (dict(WS=1, BLOCK_M=128, num_stages=5), "cuda_config"), (dict(num_warps=8), "cuda_config"),
                       (dict(SMEM_SCALES=2), "smem_scales_config"), (dict(BLOCK_M=192), "cuda_config"),
                       (dict(PIPE=1), "pipe_config"), (dict(num_stages=4), "cuda_shared_memory")):

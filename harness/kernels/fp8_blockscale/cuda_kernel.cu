@@ -210,9 +210,13 @@ struct Ring {
     }
     __device__ __forceinline__ uint32_t full(uint32_t s) const { return base + BAR_OFF + 8 * s; }
     __device__ __forceinline__ uint32_t empty(uint32_t s) const { return base + BAR_OFF + 8 * (STAGES + s); }
-    __device__ __forceinline__ float a_scale(int row) const { return ld_shared(base + SA_OFF + stage * SA_BYTES + 4 * row); }
+    __device__ __forceinline__ float a_scale(int row) const {
+        return ld_shared(base + SA_OFF + stage * SA_BYTES + 4 * row);
+    }
     // the tile's B scales of K step kb: of its first (0) or second (1) 128-column scale block
-    __device__ __forceinline__ uint32_t b_scale_at(int block, int kb) const { return base + SB_OFF + 4 * (block * MAX_KS + kb); }
+    __device__ __forceinline__ uint32_t b_scale_at(int block, int kb) const {
+        return base + SB_OFF + 4 * (block * MAX_KS + kb);
+    }
     __device__ __forceinline__ float b_scale(int block, int kb) const { return ld_shared(b_scale_at(block, kb)); }
     // a consumer warp is done with the slot: with clusters it is free only when both CTAs'
     // consumers are (either CTA's loader writes it), so each warp arrives on both
@@ -384,7 +388,8 @@ __device__ __forceinline__ void store_fragment(const float* total, uint32_t* c, 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = row0 + 8 * h;
-            if (col < N && row < M) c[((size_t)row * N + col) / 2] = bf16x2(total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
+            if (col < N && row < M)
+                c[((size_t)row * N + col) / 2] = bf16x2(total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
         }
     }
 }
