@@ -9,6 +9,7 @@ threads, shared memory and parameter list (the launch facts the agent's CUDA run
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import hashlib
 import importlib
@@ -64,6 +65,7 @@ def nvrtc():
     return _nvrtc
 
 
+@functools.lru_cache(maxsize=None)
 def nvrtc_version() -> str:
     major, minor = ctypes.c_int(), ctypes.c_int()
     nvrtc().nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
@@ -113,8 +115,8 @@ def ptxas_facts(log: str) -> dict:
 
 class KernelSource:
     """A CUDA C++ kernel module ("package.module:entry" with LANGUAGE = "cuda"), shaped as the GPU
-    compiler's Triton KernelSource where they share a use: no run-time integer arguments that
-    specialize it (ARGS), no constexprs; its config values become defines (``module.defines``)."""
+    compiler's Triton KernelSource where they share a use (its specialization: no run-time integer
+    argument specializes it); its config values become defines (``module.defines``)."""
 
     language = "cuda"
 
@@ -125,8 +127,7 @@ class KernelSource:
         text = self.source_path.read_text()
         module_text = Path(self.module.__file__).read_text()
         self.source_hash = hashlib.sha256(text.encode() + b"\0" + module_text.encode() + b"\0")
-        self.args, self.constexpr_names, self.descriptor_args = [], (), ()
-        self.optional_constexprs, self.option_constexprs, self.fixed, self.takes = {}, {}, {}, set()
+        self.args, self.takes = [], set()
 
     def job(self, config: dict, arch: str) -> dict:
         """What the compile process gets: the source, the generated headers and the options."""
