@@ -407,6 +407,29 @@ class StandinApi(GpuApi):
                                     a_scale)
 
 
+    def _fp8_blockscale_decode(self, facts, v, t, grid):
+        """The fp8 GEMM's CUDA decode kernel (harness/kernels/fp8_blockscale/cuda_decode.cu): A and B
+        through tensor maps of 1-byte codes, A's scales M-major by pointer (KS x M), B's scales, C
+        bf16; a grid of tiles x splits of K, whose split-K workspace must hold grid[1] slices of M x N
+        fp32 and its counters (one a tile) be zero at launch."""
+        for name in ("tm_a", "tm_b"):
+            if v[name]["elem_size"] != 1:
+                raise GpuError("stand-in: %s has %d-byte elements, not 1" % (name, v[name]["elem_size"]))
+        M, N, K = int(v["M"]), int(v["N"]), int(v["K"])
+        if grid[1] > 1:
+            for name, need in (("ws_ptr", grid[1] * M * N * 4), ("lock_ptr", grid[0] * 4)):
+                if not v[name] or len(self._buf(v[name])) < need:
+                    raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+                                   % (name, need), code=700, sticky=True)
+            if self._array(v["lock_ptr"], "*i32", grid[0]).any():
+                raise GpuError("stand-in: split-K counters not zero at launch", code=1)
+        ks, pitch = -(-K // 128), int(v["stride_atk"])
+        a_scale = self._array(v["a_scale_t_ptr"], "*fp32", ks * pitch).reshape(ks, pitch)[:, :M].T
+        codes = {"a_ptr": v["tm_a"]["base"], "b_ptr": v["tm_b"]["base"]}
+        self._fp8_blockscale_kernel(facts, dict(v, **codes), dict(t, a_ptr="*fp8e4nv", b_ptr="*fp8e4nv"), grid,
+                                    a_scale)
+
+
 class StandinLibraryApi(StandinApi):
     """The stand-in with a stand-in vendor library: ``torch.matmul`` computed with numpy on the
     stand-in memory (the real worker times torch.matmul; without this the worker looks for torch,

@@ -170,3 +170,85 @@ def test_cuda_configs_run_through_the_agent_on_the_standin(tmp_path, monkeypatch
     for r in rows:
         assert r["status"] == "ok", r
         assert 1e-4 < float(r["rel_err"]) < 1e-2
+
+
+DECODE = dict(CUDA, BLOCK_M=16, BLOCK_N=64, GROUP_M=1, num_stages=6, SWAP_AB=1)
+
+
+def test_decode_rules_take_its_tiles_and_prune_the_rest():
+    """The decode kernel (SWAP_AB = 1): 16 to 64 tokens by 64 or 128 weight rows, split-K, any M;
+    the prefill kernel's tiles, clusters, PIPE, SWAP_AB without CUDA and unaligned K are pruned,
+    each by its rule."""
+    gpu, decode = _gpu(), _shape("16x2112x7168")
+    for ok in (DECODE, dict(DECODE, BLOCK_N=128), dict(DECODE, SPLIT_K=8), dict(DECODE, BLOCK_N=128, SPLIT_K=8)):
+        assert _why(ok, decode, gpu) is None, ok
+    assert _why(dict(DECODE, BLOCK_M=64, SPLIT_K=2), _shape("40x7168x2048"), gpu) is None
+    assert _why(DECODE, _shape("7x2112x7168"), gpu) is None  # A's scales by pointer: any M
+    for bad, rule in ((dict(BLOCK_M=128), "tile_m_exceeds_dim"), (dict(BLOCK_N=96), "cuda_config"),
+                      (dict(num_ctas=2), "cuda_config"), (dict(PIPE=1), "pipe_config"),
+                      (dict(CUDA=0), "swap_ab_needs_cuda"),
+                      (dict(SPLIT_K=16), "split_k_too_deep")):  # 56 steps: 4 a split, the last two none
+        got = _why(dict(DECODE, **bad), decode, gpu)
+        assert got == rule, (bad, got)
+    assert _why(dict(DECODE, BLOCK_M=128), _shape("256x2112x7168"), gpu) == "cuda_config"
+    assert _why(dict(DECODE, GROUP_M=8), _shape("64x2112x7168"), gpu) == "cuda_config"  # the kernel has none
+    assert _why(DECODE, _shape("16x2112x7160"), gpu) == "tma_unaligned"  # rows of A and B: K bytes
+    assert _why(dict(DECODE, SPLIT_K=2), _shape("16x10240x5120"), gpu) == "split_k_on_full_grid"  # 160 tiles
+
+
+def test_decode_grid_is_tiles_by_splits_and_seeds_lead_the_skinny_class():
+    gpu = _gpu()
+    assert fk.KERNEL.grid(dict(DECODE, SPLIT_K=8), _shape("16x2112x7168"), gpu) == (33, 8, 1)
+    assert fk.KERNEL.grid(dict(DECODE, BLOCK_N=128), _shape("40x10240x5120"), gpu) == (3 * 80, 1, 1)
+    got = fk.KERNEL.seed_configs(_shape("16x2112x7168"), gpu)
+    decode = [(c["BLOCK_M"], c["BLOCK_N"], c["SPLIT_K"]) for c in got if c.get("SWAP_AB")]
+    # 33 and 17 tiles: the splits that bring them nearest to two CTAs a multiprocessor (264) and
+    # leave none of them empty (56 K steps: not 16)
+    assert got[0].get("SWAP_AB") and decode == [(16, 64, 8), (16, 128, 8)]
+    assert [(c["BLOCK_N"], c["SPLIT_K"]) for c in fk.KERNEL.seed_configs(_shape("16x10240x5120"), gpu)
+            if c.get("SWAP_AB")] == [(64, 1), (128, 4)]
+    assert not [c for c in fk.KERNEL.seed_configs(_shape("4096x7168x16384"), gpu) if c.get("SWAP_AB")]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("config", [DECODE, dict(DECODE, BLOCK_M=64, BLOCK_N=128, SPLIT_K=4)],
+                         ids=["16x64", "64x128-split4"])
+def test_nvrtc_builds_the_decode_kernel(tmp_path, config):
+    """The weight's rows on the wgmma's 64-row side, the tokens on its narrow one: fp8 wgmmas of
+    n = BLOCK_M, four a K step; TMA loads, no local memory; the split-K reduction's atomic."""
+    pytest.importorskip("triton")  # its cuobjdump
+    from harness.compile.triton_gpu import TritonGpuCompiler
+
+    shape = _shape("%dx2112x7168" % config["BLOCK_M"])
+    res = TritonGpuCompiler(fk.KERNEL, _gpu(), tmp_path).compile(config, shape, 300)
+    assert res.status == "ok", res.message
+    assert res.launch["entry"] == "fp8_blockscale_decode"
+    assert res.launch["block"] == [config["BLOCK_N"] // 64 * 128 + 32, 1, 1]
+    usage = _cuobjdump(res.artifact, "-res-usage")
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    sass = _cuobjdump(res.artifact, "-sass")
+    assert sass.count("QGMMA.64x%dx32.F32.E4M3.E4M3" % config["BLOCK_M"]) == 4
+    assert "UTMALDG.2D" in sass
+    assert ("ATOMG" in sass or "RED" in sass) == (config["SPLIT_K"] > 1)
+
+
+@needs_nvrtc
+def test_decode_configs_run_through_the_agent_on_the_standin(tmp_path, monkeypatch):
+    """A bundle of decode configs (one split, K split four ways, two consumers, a ragged M) run by
+    the GPU worker on the CPU stand-in: the agent encodes A's and B's tensor maps, passes A's
+    M-major scales by pointer, gives the split-K configs their zeroed workspace and counters, and
+    every answer is checked."""
+    pytest.importorskip("triton")
+    from harness.build import BuildOptions, build
+
+    shapes = parse_shape_list("16x448x1024,20x200x1024", "fp8e4m3fn", problem=fk.KERNEL.problem)
+    configs = [DECODE, dict(DECODE, SPLIT_K=4), dict(DECODE, BLOCK_N=128, SPLIT_K=2), dict(DECODE, BLOCK_M=32)]
+    summary = build(fk.KERNEL, _gpu(), shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=configs))
+    m = json.loads((summary.bundle / "manifest.json").read_text())
+    assert {v["launch"]["entry"] for v in m["variants"]} == {"fp8_blockscale_decode"}
+    rows = run_agent_on_standin(summary.bundle, tmp_path, monkeypatch)
+    assert [(r["M"], r["status"]) for r in rows if r["status"] != "ok"] == [("16", "pruned")]  # BLOCK_M 32
+    for r in rows:
+        if r["status"] == "pruned":
+            continue
+        assert 1e-4 < float(r["rel_err"]) < 1e-2

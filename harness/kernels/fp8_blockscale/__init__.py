@@ -15,7 +15,7 @@ from ...shapes import Problem
 from .. import gemm_tiles
 from ..base import Operand
 from ..blockscale import block_scaled_kernel
-from . import cuda_kernel, descriptors, fp8, rules, seeds
+from . import cuda_decode, cuda_kernel, descriptors, fp8, rules, seeds
 from .fp8 import SCALE_BLOCK, cdiv
 
 NAME = "fp8_blockscale"
@@ -44,12 +44,14 @@ GPU_SPACE = {
 # copied by TMA into each ring slot from their M-major copy (2, gluon_kernel._ring_scales)
 # num_ctas 2: the WS kernel in clusters of two CTAs, B multicast to both (gluon_kernel._loader)
 # CUDA: the CUDA C++ kernel (cuda_kernel.cu; BLOCK_M 256: two 64-row waves a consumer), with num_ctas
-# 2 sharing B, or A (SHARE_A = 1), between the cluster's CTAs
+# 2 sharing B, or A (SHARE_A = 1), between the cluster's CTAs; with SWAP_AB = 1 the CUDA decode kernel
+# (cuda_decode.cu: C^T = B A^T, the weight's rows on the wgmma's 64-row side, split-K)
 GPU_SPACE_CUDA = {"TMA": [0, 1], "WS": [0, 1], "CUDA": [0, 1], "OVERLAP": [0, 1], "ORDERED": [0, 1],
-                  "PIPE": [0, 1], "SMEM_SCALES": [0, 1, 2], "num_ctas": [1, 2], "SHARE_A": [0, 1],
+                  "PIPE": [0, 1], "SMEM_SCALES": [0, 1, 2], "num_ctas": [1, 2], "SHARE_A": [0, 1], "SWAP_AB": [0, 1],
                   "BLOCK_M": GPU_SPACE["BLOCK_M"] + [192, 256], "BLOCK_N": sorted(GPU_SPACE["BLOCK_N"] + [80])}
 WS_SOURCE = "harness.kernels.fp8_blockscale.gluon_kernel:fp8_blockscale_ws_kernel"
 CUDA_SOURCE = "harness.kernels.fp8_blockscale.cuda_kernel:" + cuda_kernel.ENTRY
+DECODE_SOURCE = "harness.kernels.fp8_blockscale.cuda_decode:" + cuda_decode.ENTRY
 GPU_SPACE_HIP = {
     "waves_per_eu": [0, 2],
     "matrix_instr_nonkdim": [16, 32],
@@ -94,9 +96,12 @@ def bytes_moved(shape) -> int:
 
 
 def grid(config: dict, shape, target=None) -> tuple:
-    """One program per output tile and split of K; the warp-specialized and CUDA kernels' persistent
-    grid: one program per multiprocessor (at most one per tile), or with num_ctas one cluster of CTAs
-    per that many multiprocessors (the grid counts clusters, as the kernels' program ids do)."""
+    """One program per output tile and split of K (the Triton and CUDA decode kernels); the
+    warp-specialized and CUDA prefill kernels' persistent grid: one program per multiprocessor (at
+    most one per tile), or with num_ctas one cluster of CTAs per that many multiprocessors (the grid
+    counts clusters, as the kernels' program ids do)."""
+    if cuda_decode.swap_ab(config):
+        return (gemm_tiles.tiles(config, shape), config.get("SPLIT_K", 1), 1)
     if cuda_kernel.cuda_kernel(config):
         ctas = config.get("num_ctas", 1)
         return (min(cuda_kernel.units(config, shape.M, shape.N), gemm_tiles.multiprocessors(target) // ctas), 1, 1)
@@ -137,7 +142,8 @@ KERNEL = block_scaled_kernel(
     gpu_space_cuda=GPU_SPACE_CUDA,
     gpu_space_hip=GPU_SPACE_HIP,
     gpu_rules=rules.GPU_RULES,
-    other_source=lambda config: (CUDA_SOURCE if cuda_kernel.cuda_kernel(config)
+    other_source=lambda config: (DECODE_SOURCE if cuda_decode.swap_ab(config)
+                                 else CUDA_SOURCE if cuda_kernel.cuda_kernel(config)
                                  else WS_SOURCE if descriptors.warp_specialized(config) else None),
     tensor_descriptors=descriptors.tensor_descriptors,
     seed_configs=seeds.seed_configs,

@@ -21,7 +21,9 @@ import os
 from .fp8 import SCALE_BLOCK
 
 LANGUAGE = "cuda"  # built by harness/compile/cuda_cpp.py
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_kernel.cu")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(HERE, "cuda_kernel.cu")
+SM90_HEADER = os.path.join(HERE, "sm90.cuh")  # the PTX wrappers both CUDA kernels include
 ENTRY = "fp8_blockscale_cuda"
 THREADS = 384  # the loader warpgroup and two consumers
 MAX_KS = 512  # the kernel's copy of a tile's B scales: K up to 65536
@@ -31,7 +33,7 @@ SWIZZLE_NONE, SWIZZLE_128B = 0, 3
 
 
 def cuda_kernel(config: dict) -> bool:
-    """The config runs on this kernel."""
+    """The config runs on a CUDA C++ kernel: this one, or cuda_decode.cu with SWAP_AB = 1."""
     return bool(config.get("CUDA"))
 
 
@@ -65,11 +67,16 @@ def wgmma_header(block_n: int) -> str:
             "    : %s\n    : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n}\n") % (n + 2, block_n, regs, n, n + 1, outs)
 
 
+def sm90_header() -> str:
+    with open(SM90_HEADER) as f:
+        return f.read()
+
+
 def headers(config: dict) -> dict:
-    return {"wgmma.h": wgmma_header(config["BLOCK_N"])}
+    return {"wgmma.h": wgmma_header(config["BLOCK_N"]), "sm90.cuh": sm90_header()}
 
 
-def _tensor_map(name, operand, shape, strides, block, elem_type, elem_size, swizzle) -> dict:
+def tensor_map(name, operand, shape, strides, block, elem_type, elem_size, swizzle) -> dict:
     return {"name": name, "type": "tensormap", "operand": operand, "shape": list(shape), "strides": list(strides),
             "block": list(block), "elem_type": elem_type, "elem_size": elem_size, "swizzle": swizzle}
 
@@ -81,13 +88,13 @@ def params(config: dict) -> list:
     bm, bn, ctas = config["BLOCK_M"], config["BLOCK_N"], config.get("num_ctas", 1)
     share_a = ctas if config.get("SHARE_A") else 1
     share_b = ctas if not config.get("SHARE_A") else 1
-    return [_tensor_map("tm_a", "a", ("M", "K"), ("stride_am", "stride_ak"), (bm // share_a, SCALE_BLOCK), U8, 1,
+    return [tensor_map("tm_a", "a", ("M", "K"), ("stride_am", "stride_ak"), (bm // share_a, SCALE_BLOCK), U8, 1,
                         SWIZZLE_128B),
-            _tensor_map("tm_b", "b", ("N", "K"), ("stride_bn", "stride_bk"), (bn // share_b, SCALE_BLOCK), U8, 1,
+            tensor_map("tm_b", "b", ("N", "K"), ("stride_bn", "stride_bk"), (bn // share_b, SCALE_BLOCK), U8, 1,
                         SWIZZLE_128B),
-            _tensor_map("tm_sa", "a_scale_t", ("KS", "M"), ("stride_atk", "stride_atm"), (1, bm), FP32, 4,
+            tensor_map("tm_sa", "a_scale_t", ("KS", "M"), ("stride_atk", "stride_atm"), (1, bm), FP32, 4,
                         SWIZZLE_NONE),
-            _tensor_map("tm_c", "c", ("M", "N"), ("stride_cm", "stride_cn"), (bm, 64), BF16, 2, SWIZZLE_128B),
+            tensor_map("tm_c", "c", ("M", "N"), ("stride_cm", "stride_cn"), (bm, 64), BF16, 2, SWIZZLE_128B),
             {"name": "b_scale_ptr", "type": "*fp32"}, {"name": "c_ptr", "type": "*bf16"},
             {"name": "M", "type": "i32"}, {"name": "N", "type": "i32"}, {"name": "K", "type": "i32"}]
 

@@ -71,7 +71,7 @@ OPTION_CONSTEXPRS = {"STAGES": "num_stages"}
 OPTIONAL_CONSTEXPRS = {"OVERLAP": 0, "ORDERED": 0, "PIPE": 0, "SMEM_SCALES": 0}
 # constexprs the config gives as compile options
 # what every config of this kernel has (rules.ws_config); the compiler checks them
-FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128, "CUDA": 0, "SHARE_A": 0}
+FIXED = {"WS": 1, "TMA": 1, "SPLIT_K": 1, "num_warps": 4, "BLOCK_K": 128, "CUDA": 0, "SHARE_A": 0, "SWAP_AB": 0}
 
 ROWS = gl.constexpr(WS_ROWS)  # the rows of a tile each consumer warpgroup computes
 SCALE = gl.constexpr(SCALE_BLOCK)

@@ -10,7 +10,7 @@ import os
 from ...space import Rule
 from ..gemm_tiles import (ACCUMULATOR_SPILLS, GROUP_M_USELESS, HIP_MULTIPROCESSORS, TMA_NEEDS_SM90, shared_memory,
                           split_k_rules, tile_rules)
-from . import cuda_kernel as cuda
+from . import cuda_decode, cuda_kernel as cuda
 from .descriptors import SCALE_CHUNK, tile_parts, warp_specialized
 from .fp8 import SCALE_BLOCK, cdiv
 
@@ -185,15 +185,25 @@ def _accumulator_spills_one_program(c, s, t):
 
 
 def _cuda_config(c, s, t):
-    # the CUDA C++ kernel (cuda_kernel.cu): sm90a, its own TMA loads, no split-K, one K step a scale
-    # block; the keys of the other kernels at their first value (num_warps 4: one config, not four)
+    # the CUDA C++ kernels (cuda_kernel.cu; SWAP_AB: cuda_decode.cu): sm90a, their own TMA loads, one K
+    # step a scale block; the keys of the other kernels at their first value (num_warps 4: one config,
+    # not four). The prefill kernel: no split-K, BLOCK_M 128 or 256, num_ctas 1 or 2; the decode
+    # kernel: BLOCK_M 16 to 64 tokens, BLOCK_N 64 or 128 weight rows, split-K, no clusters or PIPE
     if not cuda.cuda_kernel(c):
         return False
     arch = str(getattr(t, "gpu_arch", "") or "")
-    return (getattr(t, "backend", "") != "cuda" or arch != "90" or bool(c.get("WS")) or not c.get("TMA")
-            or c["SPLIT_K"] != 1 or c["BLOCK_K"] != SCALE_BLOCK or c["num_warps"] != 4 or bool(c.get("OVERLAP"))
-            or bool(c.get("ORDERED")) or bool(c.get("SMEM_SCALES")) or c["BLOCK_M"] not in (128, 256)
-            or c.get("num_ctas", 1) not in (1, 2))
+    if (getattr(t, "backend", "") != "cuda" or arch != "90" or bool(c.get("WS")) or not c.get("TMA")
+            or c["BLOCK_K"] != SCALE_BLOCK or c["num_warps"] != 4 or bool(c.get("OVERLAP"))
+            or bool(c.get("ORDERED")) or bool(c.get("SMEM_SCALES"))):
+        return True
+    if cuda_decode.swap_ab(c):
+        return (c["BLOCK_M"] not in cuda_decode.BLOCK_M or c["BLOCK_N"] not in cuda_decode.BLOCK_N
+                or c.get("num_ctas", 1) != 1 or bool(c.get("PIPE")) or c.get("GROUP_M", 1) != 1)
+    return c["SPLIT_K"] != 1 or c["BLOCK_M"] not in (128, 256) or c.get("num_ctas", 1) not in (1, 2)
+
+
+def _swap_ab_needs_cuda(c, s, t):
+    return bool(c.get("SWAP_AB")) and not cuda.cuda_kernel(c)
 
 
 # the widest tile by BLOCK_M: a consumer's fp32 total (BLOCK_M / 128 waves of 64 x BLOCK_N) and its
@@ -204,7 +214,7 @@ CUDA_MAX_BLOCK_N = {128: 192, 256: 128}
 def _cuda_tile(c, s, t):
     # BLOCK_N a multiple of 16 (a multicast half: whole 1024-byte swizzle periods); over 128 columns
     # a tile must span at most two 128-column scale blocks wherever it starts (144, 160, 192)
-    if not cuda.cuda_kernel(c):
+    if not cuda.cuda_kernel(c) or cuda_decode.swap_ab(c):  # the decode kernel's tiles: rule cuda_config
         return False
     bn = c["BLOCK_N"]
     two_scale_blocks = bn <= SCALE_BLOCK or math.gcd(bn, SCALE_BLOCK) == bn - SCALE_BLOCK
@@ -223,18 +233,21 @@ def _share_a_config(c, s, t):
 
 def _cuda_shared_memory(c, s, t):
     limit = shared_memory(t)
-    return cuda.cuda_kernel(c) and limit is not None and cuda.shared_bytes(c) > limit
+    if not cuda.cuda_kernel(c) or limit is None:
+        return False
+    return (cuda_decode if cuda_decode.swap_ab(c) else cuda).shared_bytes(c) > limit
 
 
 def _cuda_unaligned(c, s, t):
     # tensor maps: rows of A and B (K bytes), of C (2N bytes) and of A's M-major scales (4M bytes)
-    # multiples of 16 bytes; the kernel keeps a tile's B scales for K up to 65536
-    return cuda.cuda_kernel(c) and (s.K % 16 != 0 or s.N % 8 != 0 or s.M % 4 != 0
+    # multiples of 16 bytes; the kernel keeps a tile's B scales for K up to 65536. The decode kernel
+    # maps A and B only (rule tma_unaligned)
+    return cuda.cuda_kernel(c) and not cuda_decode.swap_ab(c) and (s.K % 16 != 0 or s.N % 8 != 0 or s.M % 4 != 0
                                     or cdiv(s.K, SCALE_BLOCK) > cuda.MAX_KS)
 
 
 def _cuda_without_multiprocessors(c, s, t):
-    return cuda.cuda_kernel(c) and not getattr(t, "multiprocessors", None)
+    return cuda.cuda_kernel(c) and not cuda_decode.swap_ab(c) and not getattr(t, "multiprocessors", None)
 
 
 def _cuda_needs_nvrtc(c, s, t):
@@ -303,8 +316,12 @@ GPU_RULES = [
     Rule("ws_needs_multiprocessors", "WS = 1 (a persistent grid) on a target without `multiprocessors`",
          _ws_without_multiprocessors),
     Rule(ACCUMULATOR_SPILLS.name, ACCUMULATOR_SPILLS.why, _accumulator_spills_one_program),
-    Rule("cuda_config", "CUDA = 1 is the CUDA C++ kernel: sm90, WS = 0, TMA = 1, SPLIT_K 1, BLOCK_K 128, "
-         "num_warps 4, no OVERLAP, ORDERED or SMEM_SCALES, BLOCK_M 128 or 256, num_ctas 1 or 2", _cuda_config),
+    Rule("cuda_config", "CUDA = 1 is the CUDA C++ kernels': sm90, WS = 0, TMA = 1, BLOCK_K 128, num_warps 4, no "
+         "OVERLAP, ORDERED or SMEM_SCALES; the prefill kernel SPLIT_K 1, BLOCK_M 128 or 256, num_ctas 1 or 2; the "
+         "decode kernel (SWAP_AB = 1) BLOCK_M 16, 32 or 64, BLOCK_N 64 or 128, GROUP_M 1, num_ctas 1, no PIPE",
+         _cuda_config),
+    Rule("swap_ab_needs_cuda", "SWAP_AB = 1 (the CUDA decode kernel: C^T = B A^T) without CUDA = 1",
+         _swap_ab_needs_cuda),
     Rule("cuda_tile", "CUDA = 1 takes BLOCK_N a multiple of 16, at most 192 (128 with BLOCK_M 256: a consumer's "
          "registers), over 128 only where a tile spans two scale blocks (144, 160, 192)", _cuda_tile),
     Rule("block_m_256_needs_cuda", "BLOCK_M 256 (two 64-row waves a consumer) without CUDA = 1",
@@ -312,9 +329,10 @@ GPU_RULES = [
     Rule("share_a_config", "SHARE_A = 1 (the cluster shares A) without CUDA = 1 and num_ctas 2", _share_a_config),
     Rule("cuda_shared_memory", "CUDA = 1 whose ring, B scales and C tile exceed the shared memory",
          _cuda_shared_memory),
-    Rule("cuda_unaligned", "CUDA = 1 where a row of A or B (K bytes), C (2N bytes) or A's M-major scales (4M "
-         "bytes) is not a multiple of 16 bytes, or K is over 65536", _cuda_unaligned),
-    Rule("cuda_needs_multiprocessors", "CUDA = 1 (a persistent grid) on a target without `multiprocessors`",
+    Rule("cuda_unaligned", "CUDA = 1, SWAP_AB = 0 where a row of A or B (K bytes), C (2N bytes) or A's M-major "
+         "scales (4M bytes) is not a multiple of 16 bytes, or K is over 65536", _cuda_unaligned),
+    Rule("cuda_needs_multiprocessors", "CUDA = 1, SWAP_AB = 0 (a persistent grid) on a target without "
+         "`multiprocessors`",
          _cuda_without_multiprocessors),
     Rule("cuda_needs_nvrtc", "CUDA = 1 where this host has no NVRTC to build it (pip install nvidia-cuda-nvrtc-cu12)",
          _cuda_needs_nvrtc),

@@ -12,9 +12,10 @@ Triton fp8 GEMMs: BLOCK_K 128, one scale per K step):
   tiles on 8 warps through TMA, and 64 x 128 on 4 warps;
 * **medium**: 64 x 128 and 128 x 128 tiles, with a split of K where the tiles are few.
 
-On sm90 the large class starts with the CUDA C++ kernel (CUDA = 1, cuda_kernel.cu: CUDA_LARGE),
-the medium class with its 128 x 128 tile. On sm90 the large and medium classes also get the persistent warp-specialized kernel (WS = 1,
-gluon_kernel.py), its BLOCK_N chosen by the waves it takes (ws_seeds): of 96, 128, 160 and 192
+On sm90 the skinny class starts with the CUDA decode kernel (CUDA = 1, SWAP_AB = 1, cuda_decode.cu:
+cuda_decode_seeds), the large class with the CUDA C++ kernel (CUDA = 1, cuda_kernel.cu: CUDA_LARGE),
+the medium class with its 128 x 128 tile. On sm90 the large and medium classes also get the
+persistent warp-specialized kernel (WS = 1, gluon_kernel.py), its BLOCK_N chosen by the waves it takes (ws_seeds): of 96, 128, 160 and 192
 columns (128 rows; 64 rows in the medium class), the two with the least estimated time, where a
 tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
 and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
@@ -104,6 +105,26 @@ CUDA_LARGE = [dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3),
               dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=192, num_stages=4, num_ctas=2),
               dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5),
               dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5, PIPE=1)]
+# the CUDA decode kernel (cuda_decode.cu, SWAP_AB = 1: C^T = B A^T), first in the skinny class: 64- and
+# 128-row tiles of the weight, the split of K (one that leaves no split empty) that brings the CTAs
+# nearest to DECODE_CTAS_PER_MP a multiprocessor (decode streams B once: every multiprocessor needs
+# copies in flight; a grid of tiles that fills the multiprocessors alone is not split: rule
+# split_k_on_full_grid)
+DECODE_TILE = dict(BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=6, TMA=1, CUDA=1, SWAP_AB=1)
+DECODE_CTAS_PER_MP = 2
+
+
+def cuda_decode_seeds(shape, multiprocessors: int) -> List[dict]:
+    bm, steps = skinny_tile(shape.M), cdiv(shape.K, 128)
+    splits = [s for s in (1, 2, 4, 8, 16) if cdiv(steps, cdiv(steps, s)) == s]
+    out = []
+    for bn in (64, 128):
+        tiles = cdiv(shape.M, bm) * cdiv(shape.N, bn)
+        split = nearest_split(tiles, DECODE_CTAS_PER_MP * multiprocessors, splits) if tiles < multiprocessors else 1
+        out.append(dict(DECODE_TILE, BLOCK_M=bm, BLOCK_N=bn, SPLIT_K=split))
+    return out
+
+
 WS_DECODE_WIDTHS = (64, 80, 96, 128)  # 64-row WS tiles for M <= 64: the narrowest in one wave
 
 
@@ -133,7 +154,7 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
             out.append(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4, SPLIT_K=split))
         return out
     bm = skinny_tile(shape.M)
-    out = ws_decode_seed(shape, multiprocessors)
+    out = cuda_decode_seeds(shape, multiprocessors) + ws_decode_seed(shape, multiprocessors)
     for bn in (64, 128):
         split = nearest_split(cdiv(shape.M, bm) * cdiv(shape.N, bn), multiprocessors)
         for tma in (0, 1):

@@ -49,7 +49,7 @@ CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
 OPTIONAL_CONSTEXPRS = {"TMA": 0}
 # WS = 1 configs run on gluon_kernel.py's kernel, CUDA = 1 ones on cuda_kernel.cu; this one takes WS = 0
 # and CUDA = 0 only (checked, not passed)
-FIXED = {"WS": 0, "CUDA": 0, "OVERLAP": 0, "ORDERED": 0, "PIPE": 0, "SMEM_SCALES": 0, "SHARE_A": 0}
+FIXED = {"WS": 0, "CUDA": 0, "OVERLAP": 0, "ORDERED": 0, "PIPE": 0, "SMEM_SCALES": 0, "SHARE_A": 0, "SWAP_AB": 0}
 # The agent's reference: reference_kernel at this config (the grid: BLOCK_M x BLOCK_N tiles of C).
 REFERENCE = {"fn": "reference_kernel",
              "config": {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1}}
