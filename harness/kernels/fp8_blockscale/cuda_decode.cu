@@ -9,12 +9,15 @@
 // of TMA copies, a grid of BLOCK_N-row tiles times SPLIT_K splits of K (several CTAs a
 // multiprocessor), and little else.
 //
-// A CTA: CONSUMERS warpgroups of 64 weight rows each, and one loader warp whose first thread
-// copies each K step's B rows (BLOCK_N x 128) and tokens (BLOCK_M x 128) into a ring of STAGES
-// slots by TMA. A consumer: the step's scales read from global memory (they arrive while it waits
-// for the slot), four m64nBLOCK_Mk32 wgmmas into a partial, a wait, the slot freed, then total +=
-// partial x (B's scale of its rows, a scalar: 64 rows lie in one 128-row scale block) x (A's scale
-// of each token). SPLIT_K > 1: each split writes its fp32 partial tile into its slice of ``ws``
+// A CTA: CONSUMERS warpgroups of 64 weight rows each, and one loader warp. The loader fills a
+// ring of STAGES slots, each K step's: its first thread copies the B rows (BLOCK_N x 128) and the
+// tokens (BLOCK_M x 128) by TMA, and its lanes copy the step's scales (A's of the tokens, B's of
+// each consumer's rows) by cp.async, all counted by the slot's full barrier. The scales travel
+// with the slot because a consumer that read them from global memory itself waited an L2 round
+// trip every step: on an H200 that bounded a CTA at about one step every 0.8 us, under half the
+// memory's bandwidth. A consumer: four m64nBLOCK_Mk32 wgmmas into a partial, a wait, the slot
+// freed, then total += partial x (B's scale of its rows, a scalar: 64 rows lie in one 128-row
+// scale block) x (A's scale of each token). SPLIT_K > 1: each split writes its fp32 partial tile into its slice of ``ws``
 // (SPLIT_K x M x N) and counts itself in ``locks[tile]``; the split that arrives last sums the
 // slices in split order (deterministic, no float atomics), writes C and resets the counter.
 //
@@ -46,13 +49,25 @@ static_assert(BLOCK_N == 64 || BLOCK_N == 128, "BLOCK_N: 64 or 128");
 static_assert(SPLIT_K >= 1, "SPLIT_K: 1 or more");
 
 constexpr uint32_t A_BYTES = BLOCK_M * BK;  // a slot's tokens (whole 1024-byte swizzle periods)
-constexpr uint32_t SLOT = A_BYTES + BLOCK_N * BK;
-constexpr uint32_t BAR_OFF = STAGES * SLOT;  // full barriers, empty barriers, the last-split flag
+constexpr uint32_t SLOT = A_BYTES + BLOCK_N * BK;  // a slot's tokens and weight rows (TMA)
+constexpr uint32_t SC_OFF = STAGES * SLOT;  // a slot's scales: BLOCK_M of A, then CONSUMERS of B
+constexpr uint32_t SC_BYTES = BLOCK_M * 4 + 16;
+constexpr uint32_t BAR_OFF = SC_OFF + STAGES * SC_BYTES;  // full barriers, empty barriers, the last-split flag
 
 __device__ __forceinline__ uint16_t bf16(float v) {
     uint16_t r;
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
     return r;
+}
+
+// a 4-byte copy into shared memory; zeros where !valid (src must still be a valid address)
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+
+// the barrier counts one arrival of this thread once its cp.async copies so far have landed
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
 __device__ __forceinline__ float ld_cg(const float* p) {  // from L2: another CTA wrote it
@@ -75,6 +90,8 @@ struct Ring {
     }
     __device__ __forceinline__ uint32_t tokens(uint32_t s) const { return base + s * SLOT; }
     __device__ __forceinline__ uint32_t weights(uint32_t s) const { return base + s * SLOT + A_BYTES; }
+    __device__ __forceinline__ uint32_t a_scales(uint32_t s) const { return base + SC_OFF + s * SC_BYTES; }
+    __device__ __forceinline__ uint32_t b_scale(uint32_t s, int wg) const { return a_scales(s) + BLOCK_M * 4 + 4 * wg; }
     __device__ __forceinline__ uint32_t full(uint32_t s) const { return base + BAR_OFF + 8 * s; }
     __device__ __forceinline__ uint32_t empty(uint32_t s) const { return base + BAR_OFF + 8 * (STAGES + s); }
     __device__ __forceinline__ uint32_t flag() const { return base + BAR_OFF + 16 * STAGES; }
@@ -91,40 +108,58 @@ __device__ __forceinline__ Steps split_steps(int ks) {
     return {first, max(0, min(ks - first, per_split))};
 }
 
-__device__ __forceinline__ void load_steps(Ring ring, const CUtensorMap* tm_a, const CUtensorMap* tm_b, Steps steps,
-                                           int m0, int n0) {
+// where the loader's copies come from: the tile's first token and weight row, the scale tensors
+struct Sources {
+    const CUtensorMap *tm_a, *tm_b;
+    const float* a_scale_t;  // cdiv(K, 128) x M, rows ``pitch`` floats apart
+    const float* b_scale;    // cdiv(N, 128) x ks
+    int pitch, ks, M, N, m0, n0;
+};
+
+// step kb's scales into slot s: lane j < BLOCK_M copies token m0 + j's (zero past M), lane w <
+// CONSUMERS the scale of consumer w's rows (clamped: rows past N are zeros)
+__device__ __forceinline__ void copy_scales(const Ring& ring, uint32_t s, const Sources& src, int kb, int lane) {
+#pragma unroll
+    for (int j = lane; j < BLOCK_M; j += 32) {
+        const int col = src.m0 + j;
+        cp_async_4(ring.a_scales(s) + 4 * j, src.a_scale_t + (size_t)kb * src.pitch + min(col, src.M - 1), col < src.M);
+    }
+    if (lane < CONSUMERS) {
+        const int row = min(src.n0 + 64 * lane, src.N - 1);
+        cp_async_4(ring.b_scale(s, lane), src.b_scale + (row / 128) * src.ks + kb, true);
+    }
+}
+
+// the loader warp: each step's slot once it is empty; the full barrier counts lane 0's TMA bytes
+// and every lane's scale copies
+__device__ __forceinline__ void load_steps(Ring ring, const Sources& src, Steps steps, int lane) {
     for (int i = 0; i < steps.count; ++i) {
         const uint32_t s = ring.stage, bar = ring.full(s);
-        const int k = (steps.first + i) * BK;
+        const int kb = steps.first + i;
         mbar_wait(ring.empty(s), ring.phase ^ 1);
-        mbar_expect_tx(bar, SLOT);
-        tma_load(ring.weights(s), tm_b, bar, k, n0);
-        tma_load(ring.tokens(s), tm_a, bar, k, m0);
+        if (lane == 0) {
+            mbar_expect_tx(bar, SLOT);
+            tma_load(ring.weights(s), src.tm_b, bar, kb * BK, src.n0);
+            tma_load(ring.tokens(s), src.tm_a, bar, kb * BK, src.m0);
+        }
+        copy_scales(ring, s, src, kb, lane);
+        cp_async_arrive(bar);
         ring.advance();
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");  // the copies land before the thread exits
 }
 
-// A's scales of the fragment's tokens (columns 8j + q and 8j + q + 1) in K step kb (a row of
-// a_scale_t: ``pitch`` floats); 0 past M
-__device__ __forceinline__ void token_scales(float* sa, const float* __restrict__ a_scale_t, int pitch, int kb, int M,
-                                             int m) {
-#pragma unroll
-    for (int i = 0; i < NACC / 2; ++i) {
-        const int col = m + 8 * (i / 2) + i % 2;
-        sa[i] = col < M ? a_scale_t[(size_t)kb * pitch + col] : 0.f;
-    }
-}
-
-__device__ __forceinline__ void consume_steps(float* total, Ring ring, const float* __restrict__ a_scale_t,
-                                              int pitch, const float* __restrict__ b_scale, Steps steps, int ks,
-                                              int M, int m, int sb_row, uint32_t w_off, int lane) {
+// the K loop: each step's scales from the slot, its wgmmas, a wait, the slot freed, the promotion
+__device__ __forceinline__ void consume_steps(float* total, Ring ring, Steps steps, int wg, uint32_t w_off, int lane) {
     float partial[NACC], sa[NACC / 2];
+    const uint32_t col = 4 * 2 * (lane % 4);  // the fragment's first token in the slot's scales
     for (int i = 0; i < steps.count; ++i) {
-        const int kb = steps.first + i;
-        const float sb = b_scale[sb_row * ks + kb];
-        token_scales(sa, a_scale_t, pitch, kb, M, m);
-        mbar_wait(ring.full(ring.stage), ring.phase);
-        const uint32_t w = ring.weights(ring.stage) + w_off, t = ring.tokens(ring.stage);
+        const uint32_t s = ring.stage;
+        mbar_wait(ring.full(s), ring.phase);
+        const float sb = ld_shared(ring.b_scale(s, wg));
+#pragma unroll
+        for (int j = 0; j < NACC / 2; ++j) sa[j] = ld_shared(ring.a_scales(s) + col + 4 * (8 * (j / 2) + j % 2));
+        const uint32_t w = ring.weights(s) + w_off, t = ring.tokens(s);
         fence_fragment(partial);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
@@ -133,7 +168,7 @@ __device__ __forceinline__ void consume_steps(float* total, Ring ring, const flo
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         fence_fragment(partial);
-        if (lane == 0) mbar_arrive(ring.empty(ring.stage));
+        if (lane == 0) mbar_arrive(ring.empty(s));
 #pragma unroll
         for (int j = 0; j < NACC; ++j) total[j] += partial[j] * (sb * sa[(j / 4) * 2 + j % 2]);
         ring.advance();
@@ -196,7 +231,7 @@ fp8_blockscale_decode(const __grid_constant__ CUtensorMap tm_a, const __grid_con
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(ring.full(s), 1);
+            mbar_init(ring.full(s), 1 + 32);  // lane 0's expect_tx and every loader lane's copies
             mbar_init(ring.empty(s), 4 * CONSUMERS);  // each consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -204,20 +239,18 @@ fp8_blockscale_decode(const __grid_constant__ CUtensorMap tm_a, const __grid_con
     __syncthreads();
 
     if (threadIdx.x >= CONSUMERS * 128) {
-        if (threadIdx.x == CONSUMERS * 128) load_steps(ring, &tm_a, &tm_b, steps, mb * BLOCK_M, nb * BLOCK_N);
+        const Sources src{&tm_a, &tm_b, a_scale_t, b_scale, stride_atk, ks, M, N, mb * BLOCK_M, nb * BLOCK_N};
+        load_steps(ring, src, steps, threadIdx.x % 32);
         return;
     }
     const int wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int n = nb * BLOCK_N + wg * 64 + warp * 16 + lane / 4;  // the fragment's first weight row
     const int m = mb * BLOCK_M + 2 * (lane % 4);                  // its first token
-    // the warpgroup's 64 rows lie in one 128-row scale block (clamped: rows past N are zeros)
-    const int sb_row = min(nb * BLOCK_N + wg * 64, N - 1) / 128;
     float total[NACC];
 #pragma unroll
     for (int j = 0; j < NACC; ++j) total[j] = 0.f;
-    consume_steps(total, ring, a_scale_t, stride_atk, b_scale, steps, ks, M, m, sb_row,
-                  __shfl_sync(0xffffffff, wg * 64 * BK, 0), lane);
+    consume_steps(total, ring, steps, wg, __shfl_sync(0xffffffff, wg * 64 * BK, 0), lane);
     if (SPLIT_K == 1)
         store_c(total, c, M, N, n, m);
     else

@@ -44,10 +44,11 @@ def defines(config: dict) -> dict:
 
 
 def shared_bytes(config: dict) -> int:
-    """The ring (tokens and weight rows a slot), its barriers and flag, and 1024 bytes to align the
-    ring to the 128-byte swizzle's 1024-byte period."""
-    stages = config["num_stages"]
-    return stages * (config["BLOCK_M"] + config["BLOCK_N"]) * SCALE_BLOCK + 16 * stages + 16 + 1024
+    """The ring (tokens and weight rows a slot, and their scales: BLOCK_M of A and 16 bytes for
+    B's), its barriers and flag, and 1024 bytes to align the ring to the 128-byte swizzle's
+    1024-byte period."""
+    stages, bm = config["num_stages"], config["BLOCK_M"]
+    return stages * ((bm + config["BLOCK_N"]) * SCALE_BLOCK + 4 * bm + 16) + 16 * stages + 16 + 1024
 
 
 def headers(config: dict) -> dict:
