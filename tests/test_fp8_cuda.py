@@ -207,6 +207,9 @@ def test_decode_grid_is_tiles_by_splits_and_seeds_lead_the_skinny_class():
     assert got[0].get("SWAP_AB") and decode == [(16, 64, 8), (16, 128, 8)]
     assert [(c["BLOCK_N"], c["SPLIT_K"]) for c in fk.KERNEL.seed_configs(_shape("16x10240x5120"), gpu)
             if c.get("SWAP_AB")] == [(64, 1), (128, 4)]
+    # wider tiles of tokens unsplit; over 32 tokens also 32-token tiles
+    assert [(c["BLOCK_M"], c["BLOCK_N"], c["SPLIT_K"]) for c in fk.KERNEL.seed_configs(_shape("64x7168x2048"), gpu)
+            if c.get("SWAP_AB")] == [(64, 64, 1), (64, 128, 1), (32, 64, 1)]
     assert not [c for c in fk.KERNEL.seed_configs(_shape("4096x7168x16384"), gpu) if c.get("SWAP_AB")]
 
 

@@ -109,7 +109,10 @@ CUDA_LARGE = [dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3),
 # 128-row tiles of the weight, the split of K (one that leaves no split empty) that brings the CTAs
 # nearest to DECODE_CTAS_PER_MP a multiprocessor (decode streams B once: every multiprocessor needs
 # copies in flight; a grid of tiles that fills the multiprocessors alone is not split: rule
-# split_k_on_full_grid)
+# split_k_on_full_grid), for 16-token tiles only; over 32 tokens also 32-token tiles of 64 rows. On
+# an H200 (one call, every decode config on ten decode shapes: bench/shapes/fp8_decode.txt) a split
+# of K ran 1.6 to 1.8 times slower than none with 32 or 64 tokens a tile, and 32-token tiles were
+# best or within 2 % of it at M of 32 to 64
 DECODE_TILE = dict(BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=6, TMA=1, CUDA=1, SWAP_AB=1)
 DECODE_CTAS_PER_MP = 2
 
@@ -120,8 +123,11 @@ def cuda_decode_seeds(shape, multiprocessors: int) -> List[dict]:
     out = []
     for bn in (64, 128):
         tiles = cdiv(shape.M, bm) * cdiv(shape.N, bn)
-        split = nearest_split(tiles, DECODE_CTAS_PER_MP * multiprocessors, splits) if tiles < multiprocessors else 1
+        few = tiles < multiprocessors and bm == 16
+        split = nearest_split(tiles, DECODE_CTAS_PER_MP * multiprocessors, splits) if few else 1
         out.append(dict(DECODE_TILE, BLOCK_M=bm, BLOCK_N=bn, SPLIT_K=split))
+    if bm > 32:
+        out.append(dict(DECODE_TILE, BLOCK_M=32, BLOCK_N=64, SPLIT_K=1))
     return out
 
 
