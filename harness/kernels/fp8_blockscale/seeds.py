@@ -15,10 +15,11 @@ Triton fp8 GEMMs: BLOCK_K 128, one scale per K step):
 On sm90 the skinny class starts with the CUDA decode kernel (CUDA = 1, SWAP_AB = 1, cuda_decode.cu:
 cuda_decode_seeds), the large class with the CUDA C++ kernel (CUDA = 1, cuda_kernel.cu: CUDA_LARGE),
 the medium class with its 128 x 128 tile. On sm90 the large and medium classes also get the
-persistent warp-specialized kernel (WS = 1, gluon_kernel.py), its BLOCK_N chosen by the waves it takes (ws_seeds): of 96, 128, 160 and 192
-columns (128 rows; 64 rows in the medium class), the two with the least estimated time, where a
-tile costs its width plus a fixed 32 columns' worth and the program count is the multiprocessors,
-and always 128 x 128; the stages are the most that fit 227 KiB of shared memory beside the C tile.
+persistent warp-specialized kernel (WS = 1, gluon_kernel.py), its BLOCK_N chosen by the waves it
+takes (ws_seeds): of 96, 128, 160 and 192 columns (128 rows; 64 rows in the medium class), the two
+with the least estimated time, where a tile costs its width plus a fixed 32 columns' worth and the
+program count is the multiprocessors, and always 128 x 128; the stages are the most that fit 227
+KiB of shared memory beside the C tile.
 
 Large shapes also get the 192 x 128 WS tile (three consumers) and, where K has 32 steps of 128 or
 more, 128 x 128 with PIPE = 1 (each promotion under the next step's MMA; a PIPE tile runs one MMA
@@ -110,7 +111,7 @@ CUDA_LARGE = [dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3),
 # nearest to DECODE_CTAS_PER_MP a multiprocessor (decode streams B once: every multiprocessor needs
 # copies in flight; a grid of tiles that fills the multiprocessors alone is not split: rule
 # split_k_on_full_grid), for 16-token tiles only; over 32 tokens also 32-token tiles of 64 rows. On
-# an H200 (one call, every decode config on ten decode shapes: bench/shapes/fp8_decode.txt) a split
+# an H200 (one call, every decode config on ten decode shapes of DeepSeek-V3, Qwen3, Llama-4) a split
 # of K ran 1.6 to 1.8 times slower than none with 32 or 64 tokens a tile, and 32-token tiles were
 # best or within 2 % of it at M of 32 to 64
 DECODE_TILE = dict(BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=6, TMA=1, CUDA=1, SWAP_AB=1)
