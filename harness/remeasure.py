@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -448,6 +449,35 @@ def load_winners(results_path: Path) -> dict:
     data.setdefault("remeasure_rows", [])
     data.setdefault("sift_rows", [])
     return data
+
+
+def library_times(results_path: Path) -> Dict[str, float]:
+    """{shape id: the library's time over the winners' re-measure}: the library joins every round
+    of a shape's re-measure (remeasure_pairs), and its time is taken from those rows as the
+    winner's is from its own (the median of the rounds; the minimum where the minimum decides),
+    so that the uplift compares like with like. Without this a report reads the library's latest
+    row, one round: against a winner's median over ten rounds on an H200 that row alone made a
+    winner 4 % faster than the library's median read as no faster, and the library was kept."""
+    from remote_agent.contract import OK, deciding_estimator, deciding_time
+
+    from .strategies.history import read_rows
+
+    data = load_winners(results_path)
+    wanted = set(data["remeasure_rows"])
+    if not wanted or not data["shapes"]:
+        return {}
+    times: Dict[str, list] = {}
+    by_min: Dict[str, bool] = {}
+    for i, row in enumerate(read_rows(results_path)):
+        sid = row.get("shape_id")
+        if i not in wanted or sid not in data["shapes"] or not str(row.get("variant_id", "")).startswith("lib:"):
+            continue
+        t = deciding_time(row)
+        if row.get("status") != OK or t is None:
+            continue
+        times.setdefault(sid, []).append(t)
+        by_min[sid] = by_min.get(sid, True) and deciding_estimator(row) == "min"
+    return {sid: (min(ts) if by_min[sid] else statistics.median(ts)) for sid, ts in times.items() if len(ts) >= 2}
 
 
 def not_search_rows(results_path: Path) -> frozenset:

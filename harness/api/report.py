@@ -64,7 +64,7 @@ def report(args: ReportArgs):
     from ..transport.fetch import fetch_target
     from ..report.table import best_table
     from ..report.tuned import write_tuned
-    from ..remeasure import load_winners
+    from ..remeasure import library_times, load_winners
     from ..run import local_results_path
 
     kern = kernel_of(tgt.name, args.kernel)
@@ -84,6 +84,7 @@ def report(args: ReportArgs):
     best = best_per_shape(kernel_rows(df))
     winners = load_winners(local)["shapes"]
     best = apply_winners(best, df, winners)
+    df = with_library_times(df, library_times(local))
     best = with_vector_counts(best, bundle)  # vector instructions, when counted
     meta, shape_objs = _meta_and_shapes(tgt, bundle, refresh=fetched or not tgt.is_remote, local=local)
     out_dir = Path(args.out) if args.out else ROOT / "tuned" / tgt.name
@@ -206,6 +207,20 @@ def apply_winners(best, df, winners: dict):
         row["decided"] = None
         rows.append(row)
     return pd.DataFrame(rows).reset_index(drop=True)
+
+
+def with_library_times(df, times: dict):
+    """``df`` with each library row of a re-measured shape timed as its winner is: over the
+    re-measure's rounds (``times``: remeasure.library_times), not by its latest round alone."""
+    from remote_agent.contract import TIME
+
+    if not times:
+        return df
+    df = df.copy()
+    lib = df["variant_id"].astype(str).str.startswith("lib:")
+    for sid, t in times.items():
+        df.loc[lib & (df["shape_id"] == sid), TIME] = float(t)
+    return df
 
 
 def _print_winners(best, winners: dict) -> None:
