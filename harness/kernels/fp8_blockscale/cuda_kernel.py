@@ -89,11 +89,11 @@ def params(config: dict) -> list:
     share_a = ctas if config.get("SHARE_A") else 1
     share_b = ctas if not config.get("SHARE_A") else 1
     return [tensor_map("tm_a", "a", ("M", "K"), ("stride_am", "stride_ak"), (bm // share_a, SCALE_BLOCK), U8, 1,
-                        SWIZZLE_128B),
+                       SWIZZLE_128B),
             tensor_map("tm_b", "b", ("N", "K"), ("stride_bn", "stride_bk"), (bn // share_b, SCALE_BLOCK), U8, 1,
-                        SWIZZLE_128B),
+                       SWIZZLE_128B),
             tensor_map("tm_sa", "a_scale_t", ("KS", "M"), ("stride_atk", "stride_atm"), (1, bm), FP32, 4,
-                        SWIZZLE_NONE),
+                       SWIZZLE_NONE),
             tensor_map("tm_c", "c", ("M", "N"), ("stride_cm", "stride_cn"), (bm, 64), BF16, 2, SWIZZLE_128B),
             {"name": "b_scale_ptr", "type": "*fp32"}, {"name": "c_ptr", "type": "*bf16"},
             {"name": "M", "type": "i32"}, {"name": "N", "type": "i32"}, {"name": "K", "type": "i32"}]
