@@ -309,13 +309,7 @@ class StandinApi(GpuApi):
         tiles = -(-M // const["BLOCK_M"]) * -(-N // const["BLOCK_N"])
         if tuple(grid[:2]) != (tiles, split):
             raise GpuError("stand-in: split-K grid %s, the kernel needs (%d, %d)" % (list(grid), tiles, split), code=1)
-        for name, need in (("ws_ptr", split * M * N * 4), ("lock_ptr", tiles * 4)):
-            if not v[name] or len(self._buf(v[name])) < need:
-                raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)" % (name, need),
-                               code=700, sticky=True)
-        locks = self._array(v["lock_ptr"], "*i32", tiles)
-        if locks.any():
-            raise GpuError("stand-in: split-K counters not zero at launch (the reduction would run early)", code=1)
+        self._reduction_buffers(v, split * M * N, tiles, "split-K")
         ws = self._array(v["ws_ptr"], "*fp32", split * M * N).reshape(split, M, N)
         steps = -(-K // const["BLOCK_K"])
         per = -(-steps // split)
@@ -330,15 +324,21 @@ class StandinApi(GpuApi):
 
     def _stream_k_buffers(self, facts, v, grid):
         """What a stream-K launch needs (triton_kernel.py): an fp32 BLOCK_M x BLOCK_N slot and a
-        zeroed counter per program of grid[0]; a short buffer is an illegal address."""
+        zeroed counter per program of grid[0]."""
         const = facts["constexprs"]
         slots = int(grid[0])
-        for name, need in (("ws_ptr", slots * const["BLOCK_M"] * const["BLOCK_N"] * 4), ("lock_ptr", slots * 4)):
+        self._reduction_buffers(v, slots * const["BLOCK_M"] * const["BLOCK_N"], slots, "stream-K")
+
+    def _reduction_buffers(self, v, ws_elements, counters, what):
+        """A reduction's fp32 workspace (``ws_ptr``) and int32 counters (``lock_ptr``) as the
+        agent must give them: big enough (a short buffer is an illegal address), the counters
+        zero at launch (else the reduction would run early)."""
+        for name, need in (("ws_ptr", ws_elements * 4), ("lock_ptr", counters * 4)):
             if not v[name] or len(self._buf(v[name])) < need:
                 raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
                                % (name, need), code=700, sticky=True)
-        if self._array(v["lock_ptr"], "*i32", slots).any():
-            raise GpuError("stand-in: stream-K counters not zero at launch (a reduction would run early)", code=1)
+        if self._array(v["lock_ptr"], "*i32", counters).any():
+            raise GpuError("stand-in: %s counters not zero at launch (a reduction would run early)" % what, code=1)
 
     # the fp8 block-scaled GEMM (harness/kernels/fp8_blockscale): codes decoded with its numpy codec
     def _fp8(self, v, t, name, rows, cols):
@@ -417,12 +417,7 @@ class StandinApi(GpuApi):
                 raise GpuError("stand-in: %s has %d-byte elements, not 1" % (name, v[name]["elem_size"]))
         M, N, K = int(v["M"]), int(v["N"]), int(v["K"])
         if grid[1] > 1:
-            for name, need in (("ws_ptr", grid[1] * M * N * 4), ("lock_ptr", grid[0] * 4)):
-                if not v[name] or len(self._buf(v[name])) < need:
-                    raise GpuError("stand-in: %s holds fewer than %d bytes: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
-                                   % (name, need), code=700, sticky=True)
-            if self._array(v["lock_ptr"], "*i32", grid[0]).any():
-                raise GpuError("stand-in: split-K counters not zero at launch", code=1)
+            self._reduction_buffers(v, grid[1] * M * N, grid[0], "split-K")
         ks, pitch = -(-K // 128), int(v["stride_atk"])
         a_scale = self._array(v["a_scale_t_ptr"], "*fp32", ks * pitch).reshape(ks, pitch)[:, :M].T
         codes = {"a_ptr": v["tm_a"]["base"], "b_ptr": v["tm_b"]["base"]}

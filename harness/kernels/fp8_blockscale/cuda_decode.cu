@@ -55,12 +55,6 @@ constexpr uint32_t SC_OFF = STAGES * SLOT;  // a slot's scales: BLOCK_M of A, th
 constexpr uint32_t SC_BYTES = BLOCK_M * 4 + 16;
 constexpr uint32_t BAR_OFF = SC_OFF + STAGES * SC_BYTES;  // full and empty barriers, the last-split flag
 
-__device__ __forceinline__ uint16_t bf16(float v) {
-    uint16_t r;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
-    return r;
-}
-
 // a 4-byte copy into shared memory; zeros where !valid (src must still be a valid address)
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const float* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
@@ -75,11 +69,6 @@ __device__ __forceinline__ float ld_cg(const float* p) {  // from L2: another CT
     float v;
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
-}
-
-__device__ __forceinline__ void fence_fragment(float* acc) {
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
 struct Ring {
@@ -164,14 +153,14 @@ __device__ __forceinline__ void consume_steps(float* total, Ring ring, Steps ste
 #pragma unroll
         for (int j = 0; j < NACC / 2; ++j) sa[j] = ld_shared(ring.a_scales(s) + col + 4 * (8 * (j / 2) + j % 2));
         const uint32_t w = ring.weights(s) + w_off, t = ring.tokens(s);
-        fence_fragment(partial);
+        fence_fragment<NACC>(partial);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int k = 0; k < BK / 32; ++k)
             wgmma_m64nNk32(partial, smem_desc(w + k * 32), smem_desc(t + k * 32), k > 0 ? 1 : 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        fence_fragment(partial);
+        fence_fragment<NACC>(partial);
         if (lane == 0) mbar_arrive(ring.empty(s));
 #pragma unroll
         for (int j = 0; j < NACC; ++j) total[j] += partial[j] * (sb * sa[(j / 4) * 2 + j % 2]);

@@ -78,11 +78,6 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorM
         : "memory");
 }
 
-__device__ __forceinline__ void fence_fragment(float* acc) {
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) asm volatile("" : "+f"(acc[i])::"memory");
-}
-
 // ---- tiles --------------------------------------------------------------------------------------
 // unit t of a units_m x units_n grid, GROUP_M row units at a time (for L2 reuse)
 __device__ __forceinline__ void unit_of(int t, int units_m, int units_n, int& mu, int& nu) {
@@ -161,14 +156,14 @@ __device__ __forceinline__ void load_tiles(Ring& ring, const CUtensorMap* tm_a, 
 // ---- the consumers ------------------------------------------------------------------------------
 // a K step's four wgmmas on ring slot ``stage`` into acc (overwritten), one commit group
 __device__ __forceinline__ void issue_step(float* acc, uint32_t a_base, uint32_t b_base, uint32_t stage) {
-    fence_fragment(acc);
+    fence_fragment<NACC>(acc);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
     for (int k = 0; k < BK / 32; ++k)
         wgmma_m64nNk32(acc, smem_desc(a_base + stage * A_BYTES + k * 32), smem_desc(b_base + stage * B_BYTES + k * 32),
                        k > 0 ? 1 : 0);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    fence_fragment(acc);
+    fence_fragment<NACC>(acc);
 }
 
 // total += partial x (A scale of the row x B scale of the column). SPLIT: the 8-column groups
@@ -217,7 +212,7 @@ __device__ __forceinline__ void consume_tile(float* total, Ring& ring, int ks, u
             const float sa0 = ring.a_scale(r0 + 128 * w), sa1 = ring.a_scale(r0 + 128 * w + 8);
             issue_step(partial, a_base + w * 128 * BK, b_base, ring.stage);
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-            fence_fragment(partial);
+            fence_fragment<NACC>(partial);
             if (w == WAVES - 1) ring.release(ring.stage, lane);
             promote<SPLIT>(total + w * NACC, partial, sa0, sa1, sb0, sb1, split);
         }
@@ -242,7 +237,7 @@ template <int SPLIT, int PENDING>
 __device__ __forceinline__ void finish_step(float* total, float* acc, const Ring& ring, const Scales& sc,
                                             uint32_t slot, int lane, int split) {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
-    fence_fragment(acc);
+    fence_fragment<NACC>(acc);
     ring.release(slot, lane);
     promote<SPLIT>(total, acc, sc.sa0, sc.sa1, sc.sb0, sc.sb1, split);
 }

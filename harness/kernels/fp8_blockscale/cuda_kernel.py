@@ -16,6 +16,7 @@ Rules (rules.py) prune the rest; this module assumes a config they passed.
 
 from __future__ import annotations
 
+import functools
 import os
 
 from .fp8 import SCALE_BLOCK
@@ -67,7 +68,9 @@ def wgmma_header(block_n: int) -> str:
             "    : %s\n    : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n}\n") % (n + 2, block_n, regs, n, n + 1, outs)
 
 
+@functools.lru_cache(maxsize=None)
 def sm90_header() -> str:
+    """sm90.cuh's text, read once a process (every config's job carries it, and so its digest)."""
     with open(SM90_HEADER) as f:
         return f.read()
 

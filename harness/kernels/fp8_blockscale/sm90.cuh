@@ -1,6 +1,7 @@
 // PTX wrappers for sm90a shared by the fp8 GEMM's CUDA C++ kernels (cuda_kernel.cu, cuda_decode.cu):
-// mbarriers, TMA copies, cluster and named barriers, bf16 conversion, wgmma descriptors. No CUDA
-// header is included: NVRTC needs none. cuda_kernel.py passes this file to NVRTC as a header.
+// mbarriers, TMA copies, cluster and named barriers, bf16 conversion, wgmma descriptors and fragment
+// fences. No CUDA header is included: NVRTC needs none. cuda_kernel.py passes this file to NVRTC as
+// a header.
 #pragma once
 
 typedef unsigned char uint8_t;
@@ -94,6 +95,20 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(lo), "f"(hi));
     return r;
+}
+
+__device__ __forceinline__ uint16_t bf16(float v) {
+    uint16_t r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
+    return r;
+}
+
+// the compiler must not move reads or writes of a wgmma fragment across this point (its registers
+// are written asynchronously between a wgmma's issue and its wait)
+template <int N>
+__device__ __forceinline__ void fence_fragment(float* acc) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
 // a wgmma operand in shared memory: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart
