@@ -40,16 +40,19 @@ def _why(config, shape, target):
 
 
 def test_rules_take_the_tiles_that_fit_and_prune_the_rest():
-    """256 x 128 (two waves a consumer), 128 x 192, PIPE 128 x 128 and the clusters sharing A or B
-    pass; tiles past a consumer's registers or spanning three scale blocks, SHARE_A without a
+    """256 x 128 (two waves a consumer), 128 x 256 (two halves), 128 x 192, PIPE 128 x 128 and the
+    clusters sharing A or B pass; tiles past a consumer's registers or spanning three scale blocks, SHARE_A without a
     cluster, the other kernels' keys, another arch, unaligned rows and an overfull ring are pruned,
     each by its rule."""
     gpu, big = _gpu(), _shape("4096x7168x16384")
     for ok in (CUDA, dict(CUDA, num_ctas=2), dict(CUDA, num_ctas=2, SHARE_A=1),
                dict(CUDA, BLOCK_M=128, BLOCK_N=192, num_stages=4), dict(CUDA, BLOCK_M=128, num_stages=5, PIPE=1),
-               dict(CUDA, BLOCK_M=128, BLOCK_N=160, num_stages=5), dict(CUDA, BLOCK_N=64, num_stages=4)):
+               dict(CUDA, BLOCK_M=128, BLOCK_N=160, num_stages=5), dict(CUDA, BLOCK_N=64, num_stages=4),
+               dict(CUDA, BLOCK_M=128, BLOCK_N=256), dict(CUDA, BLOCK_M=128, BLOCK_N=256, num_ctas=2, SHARE_A=1)):
         assert _why(ok, big, gpu) is None, ok
-    for bad, rule in ((dict(BLOCK_N=192), "cuda_tile"), (dict(BLOCK_M=128, BLOCK_N=256), "cuda_tile"),
+    for bad, rule in ((dict(BLOCK_N=192), "cuda_tile"), (dict(BLOCK_M=128, BLOCK_N=320), "cuda_tile"),
+                      (dict(BLOCK_M=128, BLOCK_N=224), "cuda_tile"),
+                      (dict(BLOCK_M=128, BLOCK_N=256, PIPE=1), "pipe_config"),
                       (dict(BLOCK_M=128, BLOCK_N=176), "cuda_tile"), (dict(BLOCK_N=120), "cuda_tile"),
                       (dict(SHARE_A=1), "share_a_config"),
                       (dict(WS=1, BLOCK_M=128, num_stages=5), "cuda_config"), (dict(num_warps=8), "cuda_config"),
@@ -89,13 +92,13 @@ def test_large_shapes_seed_the_cuda_tiles_first_and_amd_none():
     got = fk.KERNEL.seed_configs(_shape("4096x7168x16384"), gpu)
     tiles = [(c["BLOCK_M"], c["BLOCK_N"], c.get("num_ctas", 1), c.get("SHARE_A", 0), c.get("PIPE", 0))
              for c in got if c.get("CUDA")]
-    assert tiles == [(256, 128, 1, 0, 0), (256, 128, 2, 1, 0), (256, 128, 2, 0, 0), (128, 192, 1, 0, 0),
-                     (128, 192, 2, 0, 0), (128, 128, 1, 0, 0), (128, 128, 1, 0, 1)]
+    assert tiles == [(256, 128, 1, 0, 0), (256, 128, 2, 1, 0), (256, 128, 2, 0, 0), (128, 256, 1, 0, 0),
+                     (128, 192, 1, 0, 0), (128, 192, 2, 0, 0), (128, 128, 1, 0, 0), (128, 128, 1, 0, 1)]
     assert got[0].get("CUDA") and all(_why(c, _shape("4096x7168x16384"), gpu) is None for c in got)
     mi300 = load_targets(ROOT / "targets.yaml")["mi300"]
     amd = parse_shape_list("4096x7168x7168:fp8e4m3fnuz", "fp8e4m3fnuz", fk.KERNEL.problem)[0]
     assert not [c for c in fk.KERNEL.seed_configs(amd, mi300) if c.get("CUDA")]
-    assert len(seeds.CUDA_LARGE) == 7
+    assert len(seeds.CUDA_LARGE) == 8
 
 
 def test_launch_facts_name_every_argument():
@@ -108,21 +111,23 @@ def test_launch_facts_name_every_argument():
     assert maps["tm_b"]["block"] == [128, 128] and maps["tm_c"]["block"] == [256, 64]
     assert maps["tm_sa"]["operand"] == "a_scale_t" and maps["tm_sa"]["shape"] == ["KS", "M"]
     assert facts["num_ctas"] == 2 and facts["block"] == [384, 1, 1]
-    # three slots of A, B and A's scales (150528), the tile's B scales (4096), the C tile of the TMA
+    # three slots of A, B and A's scales (150528), two tiles' B scales (8192), the C tile of the TMA
     # stores (65536), the barriers (48) and 1024 to align the ring; 160 columns store C from registers
-    assert cuda_kernel.shared_bytes(CUDA) == 150528 + 4096 + 65536 + 48 + 1024
-    assert cuda_kernel.shared_bytes(dict(CUDA, BLOCK_M=128, BLOCK_N=160, num_stages=5)) == 191488 + 80 + 1024
+    assert cuda_kernel.shared_bytes(CUDA) == 150528 + 8192 + 65536 + 48 + 1024
+    assert cuda_kernel.shared_bytes(dict(CUDA, BLOCK_M=128, BLOCK_N=160, num_stages=5)) == 195584 + 80 + 1024
 
 
 @needs_nvrtc
 @pytest.mark.parametrize("config", [CUDA, dict(CUDA, num_ctas=2, SHARE_A=1), dict(CUDA, BLOCK_M=128, BLOCK_N=192,
                                                                                   num_stages=4),
-                                    dict(CUDA, BLOCK_M=128, num_stages=5, PIPE=1)],
-                         ids=["256x128", "256x128-share-a", "128x192", "128x128-pipe"])
+                                    dict(CUDA, BLOCK_M=128, num_stages=5, PIPE=1),
+                                    dict(CUDA, BLOCK_M=128, BLOCK_N=256)],
+                         ids=["256x128", "256x128-share-a", "128x192", "128x128-pipe", "128x256"])
 def test_nvrtc_builds_the_kernel_for_sm90a(tmp_path, config):
     """Through the harness's GPU compiler: a cubin whose launch facts are the module's, at 168
     registers at launch (the consumers raise theirs), no local memory, fp8 wgmmas of the tile's
-    width (four a K step and wave), TMA loads (multicast with a cluster) and TMA stores of C."""
+    width (four a K step and wave; 128 a half of 256 columns), TMA loads (multicast with a cluster)
+    and TMA stores of C."""
     pytest.importorskip("triton")  # its cuobjdump
     from harness.compile.triton_gpu import TritonGpuCompiler
 
@@ -134,8 +139,10 @@ def test_nvrtc_builds_the_kernel_for_sm90a(tmp_path, config):
     usage = _cuobjdump(res.artifact, "-res-usage")
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
     sass = _cuobjdump(res.artifact, "-sass")
-    wgmma = "QGMMA.64x%dx32.F32.E4M3.E4M3" % config["BLOCK_N"]
-    assert sass.count(wgmma) % 4 == 0 and sass.count(wgmma) >= 4 * config["BLOCK_M"] // 128
+    part = cuda_kernel.part_width(config)
+    wgmma = "QGMMA.64x%dx32.F32.E4M3.E4M3" % part
+    parts = config["BLOCK_M"] // 128 * config["BLOCK_N"] // part
+    assert sass.count(wgmma) % 4 == 0 and sass.count(wgmma) >= 4 * parts
     assert "USETMAXREG" in sass and "UTMASTG" in sass
     assert ("UTMALDG.2D.MULTICAST" in sass) == (config["num_ctas"] == 2)
     # PIPE waits for the older of two wgmma groups (the wgmmas not serialized by ptxas)
@@ -152,16 +159,17 @@ def test_a_compile_error_is_a_result_with_its_line():
 @needs_nvrtc
 def test_cuda_configs_run_through_the_agent_on_the_standin(tmp_path, monkeypatch):
     """A real sm90 bundle of CUDA configs (one CTA, clusters sharing A and B, 128-row PIPE, 128 x
-    192 on a shape where the tile spans two scale blocks) run by the GPU worker on the CPU
-    stand-in: the agent encodes the four tensor maps over their operands (A's M-major scales the
-    copy of a_scale it makes), launches clusters where the launch facts say so, and every answer is
-    checked."""
+    192 on a shape where the tile spans two scale blocks, 128 x 256 whose second half is past N) run
+    by the GPU worker on the CPU stand-in: the agent encodes the four tensor maps over their operands
+    (A's M-major scales the copy of a_scale it makes), launches clusters where the launch facts say
+    so, and every answer is checked."""
     pytest.importorskip("triton")  # the bundle's fill and check kernels
     from harness.build import BuildOptions, build
 
     shapes = parse_shape_list("512x448x384", "fp8e4m3fn", problem=fk.KERNEL.problem)
     configs = [CUDA, dict(CUDA, num_ctas=2, SHARE_A=1), dict(CUDA, num_ctas=2),
-               dict(CUDA, BLOCK_M=128, num_stages=5, PIPE=1), dict(CUDA, BLOCK_M=128, BLOCK_N=192, num_stages=4)]
+               dict(CUDA, BLOCK_M=128, num_stages=5, PIPE=1), dict(CUDA, BLOCK_M=128, BLOCK_N=192, num_stages=4),
+               dict(CUDA, BLOCK_M=128, BLOCK_N=256)]
     summary = build(fk.KERNEL, _gpu(), shapes, tmp_path / "b", BuildOptions(jobs=2, only_configs=configs))
     m = json.loads((summary.bundle / "manifest.json").read_text())
     assert [v["launch"]["entry"] for v in m["variants"]] == ["fp8_blockscale_cuda"] * len(configs)

@@ -55,11 +55,6 @@ constexpr uint32_t SC_OFF = STAGES * SLOT;  // a slot's scales: BLOCK_M of A, th
 constexpr uint32_t SC_BYTES = BLOCK_M * 4 + 16;
 constexpr uint32_t BAR_OFF = SC_OFF + STAGES * SC_BYTES;  // full and empty barriers, the last-split flag
 
-// a 4-byte copy into shared memory; zeros where !valid (src must still be a valid address)
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const float* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
-
 // the barrier counts one arrival of this thread once its cp.async copies so far have landed
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");

@@ -8,7 +8,8 @@ thread) beat every Gluon tile, and Gluon cannot hold its registers there; the ep
 TMA stores and descriptors kept in uniform registers made up most of the rest.
 
 Config keys: BLOCK_M (128 or 256), BLOCK_N (a multiple of 16; BLOCK_M 256: at most 128; over
-128 only 144, 160 or 192: a tile spans at most two 128-column scale blocks), BLOCK_K 128,
+128 only 144, 160, 192 or 256: a tile spans at most two 128-column scale blocks; 256 runs as two
+128-column halves through one partial), BLOCK_K 128,
 num_stages (the ring's slots), GROUP_M, PIPE (two partials a consumer, BLOCK_M 128 and BLOCK_N
 up to 128), num_ctas (2: clusters of two CTAs sharing B, or A with SHARE_A = 1, by multicast).
 Rules (rules.py) prune the rest; this module assumes a config they passed.
@@ -46,11 +47,12 @@ def defines(config: dict) -> dict:
 
 def shared_bytes(config: dict) -> int:
     """The dynamic shared memory cuda_kernel.cu lays out: the ring (A, B and A's scales a slot),
-    the tile's B scales, the C tile of the TMA-store epilogue (BLOCK_N a multiple of 64), the
-    barriers, and 1024 bytes to align the ring to the 128-byte swizzle's 1024-byte period."""
+    two tiles' B scales (two 128-column scale blocks each), the C tile of the TMA-store epilogue
+    (BLOCK_N a multiple of 64), the barriers, and 1024 bytes to align the ring to the 128-byte
+    swizzle's 1024-byte period."""
     bm, bn, stages = config["BLOCK_M"], config["BLOCK_N"], config["num_stages"]
     ring = stages * (bm * SCALE_BLOCK + bn * SCALE_BLOCK + bm * 4)
-    d_off = -(-(ring + 2 * MAX_KS * 4) // 1024) * 1024
+    d_off = -(-(ring + 2 * 2 * MAX_KS * 4) // 1024) * 1024
     return d_off + (bm * bn * 2 if bn % 64 == 0 else 0) + 2 * stages * 8 + 1024
 
 
@@ -68,6 +70,11 @@ def wgmma_header(block_n: int) -> str:
             "    : %s\n    : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n}\n") % (n + 2, block_n, regs, n, n + 1, outs)
 
 
+def part_width(config: dict) -> int:
+    """The columns of one wgmma: BLOCK_N, or a 256-wide tile's 128-column half."""
+    return 128 if config["BLOCK_N"] == 256 else config["BLOCK_N"]
+
+
 @functools.lru_cache(maxsize=None)
 def sm90_header() -> str:
     """sm90.cuh's text, read once a process (every config's job carries it, and so its digest)."""
@@ -76,7 +83,7 @@ def sm90_header() -> str:
 
 
 def headers(config: dict) -> dict:
-    return {"wgmma.h": wgmma_header(config["BLOCK_N"]), "sm90.cuh": sm90_header()}
+    return {"wgmma.h": wgmma_header(part_width(config)), "sm90.cuh": sm90_header()}
 
 
 def tensor_map(name, operand, shape, strides, block, elem_type, elem_size, swizzle) -> dict:

@@ -207,13 +207,14 @@ def _swap_ab_needs_cuda(c, s, t):
 
 
 # the widest tile by BLOCK_M: a consumer's fp32 total (BLOCK_M / 128 waves of 64 x BLOCK_N) and its
-# partial in 232 registers (BLOCK_N / 2 a wave)
-CUDA_MAX_BLOCK_N = {128: 192, 256: 128}
+# partial in 232 registers (BLOCK_N / 2 a wave; BLOCK_N 256 runs two 128-column halves through one
+# partial, A's fragment in 16 registers)
+CUDA_MAX_BLOCK_N = {128: 256, 256: 128}
 
 
 def _cuda_tile(c, s, t):
     # BLOCK_N a multiple of 16 (a multicast half: whole 1024-byte swizzle periods); over 128 columns
-    # a tile must span at most two 128-column scale blocks wherever it starts (144, 160, 192)
+    # a tile must span at most two 128-column scale blocks wherever it starts (144, 160, 192, 256)
     if not cuda.cuda_kernel(c) or cuda_decode.swap_ab(c):  # the decode kernel's tiles: rule cuda_config
         return False
     bn = c["BLOCK_N"]
@@ -322,8 +323,8 @@ GPU_RULES = [
          _cuda_config),
     Rule("swap_ab_needs_cuda", "SWAP_AB = 1 (the CUDA decode kernel: C^T = B A^T) without CUDA = 1",
          _swap_ab_needs_cuda),
-    Rule("cuda_tile", "CUDA = 1 takes BLOCK_N a multiple of 16, at most 192 (128 with BLOCK_M 256: a consumer's "
-         "registers), over 128 only where a tile spans two scale blocks (144, 160, 192)", _cuda_tile),
+    Rule("cuda_tile", "CUDA = 1 takes BLOCK_N a multiple of 16, at most 256 (128 with BLOCK_M 256: a consumer's "
+         "registers), over 128 only where a tile spans two scale blocks (144, 160, 192, 256)", _cuda_tile),
     Rule("block_m_256_needs_cuda", "BLOCK_M 256 (two 64-row waves a consumer) without CUDA = 1",
          _block_m_256_needs_cuda),
     Rule("share_a_config", "SHARE_A = 1 (the cluster shares A) without CUDA = 1 and num_ctas 2", _share_a_config),

@@ -97,15 +97,18 @@ WS_RING_SCALES = [dict(WS_PIPE, SMEM_SCALES=2), dict(WS_TALL, SMEM_SCALES=2)]
 # the CUDA C++ kernel (cuda_kernel.cu), first in the large class: on an H200, over 18 prefill
 # shapes with all of its 51 configs measured by the agent (docs/fp8.md), the best was 256 x 128 x 3
 # on 12 (alone on 9, sharing A in a cluster of two on 2, sharing B on 1) and 128 x 192 on the other
-# 6 (3 or 4 slots, alone or sharing B); 128 x 128 with PIPE was best on a ragged 1000x2000x1152
+# 6 (3 or 4 slots, alone or sharing B); 128 x 128 with PIPE was best on a ragged 1000x2000x1152.
+# 128 x 256 (two halves a consumer), added later, was best in 5 of 16 shape-and-run pairs of eight
+# prefill shapes (two runs, docs/notes/2026-11-28-fp8-tile-overlap.md)
 CUDA_TILE = dict(BLOCK_K=128, GROUP_M=8, num_warps=4, TMA=1, CUDA=1)
+CUDA_MEDIUM = [dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5),
+               dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5, PIPE=1)]
 CUDA_LARGE = [dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3),
               dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3, num_ctas=2, SHARE_A=1),
               dict(CUDA_TILE, BLOCK_M=256, BLOCK_N=128, num_stages=3, num_ctas=2),
+              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=256, num_stages=3),
               dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=192, num_stages=4),
-              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=192, num_stages=4, num_ctas=2),
-              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5),
-              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=128, num_stages=5, PIPE=1)]
+              dict(CUDA_TILE, BLOCK_M=128, BLOCK_N=192, num_stages=4, num_ctas=2)] + CUDA_MEDIUM
 # the CUDA decode kernel (cuda_decode.cu, SWAP_AB = 1: C^T = B A^T), first in the skinny class: 64- and
 # 128-row tiles of the weight, the split of K (one that leaves no split empty) that brings the CTAs
 # nearest to DECODE_CTAS_PER_MP a multiprocessor (decode streams B once: every multiprocessor needs
@@ -154,7 +157,7 @@ def rule_seeds(shape, multiprocessors: int) -> List[dict]:
         cuda = [dict(c) for c in CUDA_LARGE]
         return cuda + ws_seeds(shape, multiprocessors) + [dict(WS_TALL)] + long_k_seeds + LARGE
     if kind == "medium":
-        out = [dict(c) for c in CUDA_LARGE[5:]] + ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
+        out = [dict(c) for c in CUDA_MEDIUM] + ws_seeds(shape, multiprocessors, 64) + list(MEDIUM)
         tiles = cdiv(shape.M, 64) * cdiv(shape.N, 128)
         split = nearest_split(tiles, multiprocessors)
         if split > 1:
