@@ -121,13 +121,13 @@ def test_launch_facts_name_every_argument():
 @pytest.mark.parametrize("config", [CUDA, dict(CUDA, num_ctas=2, SHARE_A=1), dict(CUDA, BLOCK_M=128, BLOCK_N=192,
                                                                                   num_stages=4),
                                     dict(CUDA, BLOCK_M=128, num_stages=5, PIPE=1),
-                                    dict(CUDA, BLOCK_M=128, BLOCK_N=256)],
-                         ids=["256x128", "256x128-share-a", "128x192", "128x128-pipe", "128x256"])
+                                    dict(CUDA, BLOCK_M=128, BLOCK_N=256), dict(CUDA, BLOCK_M=128, BLOCK_N=160, num_stages=4)],
+                         ids=["256x128", "256x128-share-a", "128x192", "128x128-pipe", "128x256", "128x160"])
 def test_nvrtc_builds_the_kernel_for_sm90a(tmp_path, config):
     """Through the harness's GPU compiler: a cubin whose launch facts are the module's, at 168
     registers at launch (the consumers raise theirs), no local memory, fp8 wgmmas of the tile's
     width (four a K step and wave; 128 a half of 256 columns), TMA loads (multicast with a cluster)
-    and TMA stores of C."""
+    and TMA stores of C (BLOCK_N a multiple of 64), no B scale chosen at run time."""
     pytest.importorskip("triton")  # its cuobjdump
     from harness.compile.triton_gpu import TritonGpuCompiler
 
@@ -143,10 +143,13 @@ def test_nvrtc_builds_the_kernel_for_sm90a(tmp_path, config):
     wgmma = "QGMMA.64x%dx32.F32.E4M3.E4M3" % part
     parts = config["BLOCK_M"] // 128 * config["BLOCK_N"] // part
     assert sass.count(wgmma) % 4 == 0 and sass.count(wgmma) >= 4 * parts
-    assert "USETMAXREG" in sass and "UTMASTG" in sass
+    assert "USETMAXREG" in sass and ("UTMASTG" in sass) == (config["BLOCK_N"] % 64 == 0)  # else C from registers
     assert ("UTMALDG.2D.MULTICAST" in sass) == (config["num_ctas"] == 2)
     # PIPE waits for the older of two wgmma groups (the wgmmas not serialized by ptxas)
     assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass) == bool(config["PIPE"])
+    # the B scale of each column group is fixed at compile time, also where tiles straddle two scale
+    # blocks at changing columns (160: four places, a copy of the K loop each)
+    assert "FSEL" not in sass
 
 
 @needs_nvrtc

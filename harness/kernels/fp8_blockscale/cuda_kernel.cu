@@ -176,15 +176,15 @@ __device__ __forceinline__ void issue_step(float* acc, uint32_t a_base, uint32_t
 }
 
 // total += partial x (A scale of the row x B scale of the column). SPLIT: the 8-column groups
-// that take the tile's first B scale (the others its second); a compile-time value where it can
-// be, so that the choice folds away (-1: ``split`` at run time)
+// that take the tile's first B scale (the others its second), a compile-time value so that the
+// choice folds away
 template <int SPLIT>
 __device__ __forceinline__ void promote(float* total, const float* partial, float sa0, float sa1, float sb0,
-                                        float sb1, int split) {
+                                        float sb1) {
     const float s00 = sa0 * sb0, s10 = sa1 * sb0, s01 = sa0 * sb1, s11 = sa1 * sb1;
 #pragma unroll
     for (int j = 0; j < NACC / 4; ++j) {
-        const bool first = SPLIT >= 0 ? (j < SPLIT) : (j < split);
+        const bool first = j < SPLIT;
         total[4 * j + 0] += (first ? s00 : s01) * partial[4 * j + 0];
         total[4 * j + 1] += (first ? s00 : s01) * partial[4 * j + 1];
         total[4 * j + 2] += (first ? s10 : s11) * partial[4 * j + 2];
@@ -216,7 +216,7 @@ __device__ __forceinline__ Scales wait_step(Ring& ring, int kb, int row) {
 // runs under the first part's wgmmas (the previous tile's epilogue at a tile's first step)
 template <int SPLIT, class During>
 __device__ __forceinline__ void step(float* total, float* partial, Ring& ring, int kb, uint32_t a_base,
-                                     uint32_t b_base, int r0, int lane, int split, During during) {
+                                     uint32_t b_base, int r0, int lane, During during) {
     const float sb0 = ring.b_scale(0, kb), sb1 = ring.b_scale(1, kb);
     mbar_wait(ring.full(ring.stage), ring.phase);
 #pragma unroll
@@ -228,7 +228,7 @@ __device__ __forceinline__ void step(float* total, float* partial, Ring& ring, i
         fence_fragment<NACC>(partial);
         if (p == PARTS - 1) ring.release(ring.stage, lane);
         // a half lies in one scale block: its own B scale (SPLIT covers it)
-        promote<SPLIT>(total + p * NACC, partial, sa0, sa1, p % HALVES ? sb1 : sb0, sb1, split);
+        promote<SPLIT>(total + p * NACC, partial, sa0, sa1, p % HALVES ? sb1 : sb0, sb1);
     }
     ring.advance();
 }
@@ -237,11 +237,11 @@ __device__ __forceinline__ void step(float* total, float* partial, Ring& ring, i
 // its wgmmas
 template <int SPLIT, class First>
 __device__ __forceinline__ void consume_tile(float* total, Ring& ring, int ks, uint32_t a_base, uint32_t b_base,
-                                             int r0, int lane, int split, First first) {
+                                             int r0, int lane, First first) {
     float partial[NACC];
-    step<SPLIT>(total, partial, ring, 0, a_base, b_base, r0, lane, split, first);
+    step<SPLIT>(total, partial, ring, 0, a_base, b_base, r0, lane, first);
 #pragma unroll 8  // the next step's barrier wait and scale loads overlap this step's promotion
-    for (int kb = 1; kb < ks; ++kb) step<SPLIT>(total, partial, ring, kb, a_base, b_base, r0, lane, split, [] {});
+    for (int kb = 1; kb < ks; ++kb) step<SPLIT>(total, partial, ring, kb, a_base, b_base, r0, lane, [] {});
 }
 
 // PIPE: step kb + 1 in flight in one partial while step kb, in the other, is promoted. A step is
@@ -259,16 +259,16 @@ __device__ __forceinline__ void begin_step(float* acc, Ring& ring, Scales& sc, u
 
 template <int SPLIT, int PENDING>
 __device__ __forceinline__ void finish_step(float* total, float* acc, const Ring& ring, const Scales& sc,
-                                            uint32_t slot, int lane, int split) {
+                                            uint32_t slot, int lane) {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(PENDING) : "memory");
     fence_fragment<NACC>(acc);
     ring.release(slot, lane);
-    promote<SPLIT>(total, acc, sc.sa0, sc.sa1, sc.sb0, sc.sb1, split);
+    promote<SPLIT>(total, acc, sc.sa0, sc.sa1, sc.sb0, sc.sb1);
 }
 
 template <int SPLIT, class First>
 __device__ __forceinline__ void consume_tile_pipe(float* total, Ring& ring, int ks, uint32_t a_base,
-                                                  uint32_t b_base, int r0, int lane, int split, First first) {
+                                                  uint32_t b_base, int r0, int lane, First first) {
     float p0[NACC], p1[NACC];
     Scales s0, s1;
     uint32_t slot0, slot1;
@@ -278,26 +278,50 @@ __device__ __forceinline__ void consume_tile_pipe(float* total, Ring& ring, int 
 #pragma unroll 1
     for (; kb + 2 < ks; kb += 2) {  // p0 holds step kb, in flight
         begin_step(p1, ring, s1, slot1, kb + 1, a_base, b_base, r0);
-        finish_step<SPLIT, 1>(total, p0, ring, s0, slot0, lane, split);
+        finish_step<SPLIT, 1>(total, p0, ring, s0, slot0, lane);
         begin_step(p0, ring, s0, slot0, kb + 2, a_base, b_base, r0);
-        finish_step<SPLIT, 1>(total, p1, ring, s1, slot1, lane, split);
+        finish_step<SPLIT, 1>(total, p1, ring, s1, slot1, lane);
     }
     if (kb + 1 < ks) {  // two steps left: kb in p0 (in flight) and kb + 1
         begin_step(p1, ring, s1, slot1, kb + 1, a_base, b_base, r0);
-        finish_step<SPLIT, 1>(total, p0, ring, s0, slot0, lane, split);
-        finish_step<SPLIT, 0>(total, p1, ring, s1, slot1, lane, split);
+        finish_step<SPLIT, 1>(total, p0, ring, s0, slot0, lane);
+        finish_step<SPLIT, 0>(total, p1, ring, s1, slot1, lane);
     } else {  // one step left: kb in p0
-        finish_step<SPLIT, 0>(total, p0, ring, s0, slot0, lane, split);
+        finish_step<SPLIT, 0>(total, p0, ring, s0, slot0, lane);
     }
 }
 
 template <int SPLIT, class First>
 __device__ __forceinline__ void consume(float* total, Ring& ring, int ks, uint32_t a_base, uint32_t b_base, int r0,
-                                        int lane, int split, First first) {
+                                        int lane, First first) {
     if (PIPE)
-        consume_tile_pipe<SPLIT>(total, ring, ks, a_base, b_base, r0, lane, split, first);
+        consume_tile_pipe<SPLIT>(total, ring, ks, a_base, b_base, r0, lane, first);
     else
-        consume_tile<SPLIT>(total, ring, ks, a_base, b_base, r0, lane, split, first);
+        consume_tile<SPLIT>(total, ring, ks, a_base, b_base, r0, lane, first);
+}
+
+// A tile's first ``split`` 8-column groups lie in its first B scale block, the rest in the second.
+// Tiles start at multiples of BLOCK_N, so split is 16 - r / 8 for r a multiple of gcd(BLOCK_N,
+// 128) (or all of the tile): each value it can take gets its own copy of the K loop, the scale a
+// column group takes fixed at compile time (DeepGEMM dispatches its num_former_iters the same way).
+// Chosen by column at run time, a K step of 128 x 160 took 245 instructions instead of 139 and the
+// tile ran 7 to 15 % slower (docs/notes/2026-11-28-fp8-tile-overlap.md).
+__host__ __device__ constexpr int gcd_of(int a, int b) { return b == 0 ? a : gcd_of(b, a % b); }
+constexpr int SPLIT_STEP = gcd_of(BLOCK_N, 128) / 8;
+
+template <int S, class First>
+__device__ __forceinline__ void consume_split(int split, float* total, Ring& ring, int ks, uint32_t a_base,
+                                              uint32_t b_base, int r0, int lane, First first) {
+    if constexpr (S < BLOCK_N / 8 && S > 0 && HALVES == 1) {
+        if (split == S)
+            consume<S>(total, ring, ks, a_base, b_base, r0, lane, first);
+        else
+            consume_split<S - SPLIT_STEP>(split, total, ring, ks, a_base, b_base, r0, lane, first);
+    } else if constexpr (S >= BLOCK_N / 8 && S > 0 && HALVES == 1) {  // 16 and more: all of the tile
+        consume_split<S - SPLIT_STEP>(split, total, ring, ks, a_base, b_base, r0, lane, first);
+    } else {  // the tile in one scale block (a half is one scale block)
+        consume<BLOCK_N / 8>(total, ring, ks, a_base, b_base, r0, lane, first);
+    }
 }
 
 // the fragment straight to global memory, a bf16 pair a store
@@ -397,20 +421,9 @@ __device__ __forceinline__ void consume_tiles(Ring ring, const float* __restrict
             for (int i = 0; i < PARTS * NACC; ++i) total[i] = 0.f;
             if (t + step < tiles) copy_b_scales(t + step, ring.sbuf ^ 1);
         };
-        // the 8-column groups under the first scale block: only the values this BLOCK_N can give are
-        // built (fewer copies of the K loop: with all four, ptxas spilled 128 x 192)
+        // the 8-column groups under the first scale block, a compile-time value (consume_split)
         const int split = min(BLOCK_N, 128 - n0 % 128) / 8;
-        if (HALVES > 1 || 128 % BLOCK_N == 0 || split >= BLOCK_N / 8)  // (a half is one scale block)
-            consume<BLOCK_N / 8>(total, ring, ks, a_base, b_base, r0, lane, split, epilogue_then_zero);
-        else if (BLOCK_N == 192)  // n0 % 128 is 0 or 64
-            split == 16 ? consume<16>(total, ring, ks, a_base, b_base, r0, lane, split, epilogue_then_zero)
-                        : consume<8>(total, ring, ks, a_base, b_base, r0, lane, split, epilogue_then_zero);
-        else if (split == 16)
-            consume<16>(total, ring, ks, a_base, b_base, r0, lane, split, epilogue_then_zero);
-        else if (split == 8)
-            consume<8>(total, ring, ks, a_base, b_base, r0, lane, split, epilogue_then_zero);
-        else
-            consume<-1>(total, ring, ks, a_base, b_base, r0, lane, split, epilogue_then_zero);
+        consume_split<16>(split, total, ring, ks, a_base, b_base, r0, lane, epilogue_then_zero);
         done_m0 = mb * BLOCK_M;
         done_n0 = n0;
         ring.sbuf ^= 1;
