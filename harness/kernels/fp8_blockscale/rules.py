@@ -208,7 +208,7 @@ def _swap_ab_needs_cuda(c, s, t):
 
 # the widest tile by BLOCK_M: a consumer's fp32 total (BLOCK_M / 128 waves of 64 x BLOCK_N) and its
 # partial in 232 registers (BLOCK_N / 2 a wave; BLOCK_N 256 runs two 128-column halves through one
-# partial, A's fragment in 16 registers)
+# 64-register partial)
 CUDA_MAX_BLOCK_N = {128: 256, 256: 128}
 
 
