@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
+import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run as a script: the repository root
+
+from bench._gpu_common import geomean  # noqa: E402
+
 GEOMEAN_BAR, PREFILL_FLOOR, TFLOPS_BAR, BIG = 1.10, 0.95, 1300.0, 0.5e12
-
-
-def geomean(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def shape_rows(path):

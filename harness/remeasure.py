@@ -451,18 +451,19 @@ def load_winners(results_path: Path) -> dict:
     return data
 
 
-def library_times(results_path: Path) -> Dict[str, float]:
+def library_times(results_path: Path, winners: Optional[dict] = None) -> Dict[str, float]:
     """{shape id: the library's time over the winners' re-measure}: the library joins every round
     of a shape's re-measure (remeasure_pairs), and its time is taken from those rows as the
     winner's is from its own (the median of the rounds; the minimum where the minimum decides),
     so that the uplift compares like with like. Without this a report reads the library's latest
     row, one round: against a winner's median over ten rounds on an H200 that row alone made a
-    winner 4 % faster than the library's median read as no faster, and the library was kept."""
+    winner 4 % faster than the library's median read as no faster, and the library was kept.
+    ``winners``: the winners file's data where the caller has read it (load_winners)."""
     from remote_agent.contract import OK, deciding_estimator, deciding_time
 
     from .strategies.history import read_rows
 
-    data = load_winners(results_path)
+    data = winners if winners is not None else load_winners(results_path)
     wanted = set(data["remeasure_rows"])
     if not wanted or not data["shapes"]:
         return {}

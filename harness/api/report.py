@@ -82,9 +82,10 @@ def report(args: ReportArgs):
     df = load_results([local], known=Known.from_bundle(bundle),
                       say=lambda line: ui.out.print(line, markup=False, soft_wrap=True))
     best = best_per_shape(kernel_rows(df))
-    winners = load_winners(local)["shapes"]
+    winners_file = load_winners(local)
+    winners = winners_file["shapes"]
     best = apply_winners(best, df, winners)
-    df = with_library_times(df, library_times(local))
+    df = with_library_times(df, library_times(local, winners_file))
     best = with_vector_counts(best, bundle)  # vector instructions, when counted
     meta, shape_objs = _meta_and_shapes(tgt, bundle, refresh=fetched or not tgt.is_remote, local=local)
     out_dir = Path(args.out) if args.out else ROOT / "tuned" / tgt.name
