@@ -22,11 +22,10 @@ consumers' own work. ``L2 only`` then splits moving them into memory's part and 
 """
 import argparse
 import functools
-import json
 import sys
 import types
 
-from bench.probes.fp8_power_ceiling import FLUSH_BYTES, measure, summary
+from bench.probes.fp8_power_ceiling import FLUSH_BYTES, run_and_report
 
 LOADS = """            mbar_wait(ring.empty(s), ring.phase ^ 1);
             mbar_expect_tx(bar, A_BYTES + B_BYTES + SA_BYTES);"""
@@ -131,15 +130,7 @@ def main(argv=None):
                         raise SystemExit("%s %s: wrong answer (relative error %.3g)" % (text, tile, err))
                 items.append(("%s %s %s" % (text, tile, variant), launch, flop))
         del ref
-    print("power limit %s W; %d items" % (energy.power_limit_w(), len(items)), flush=True)
-    out = measure(torch, energy, flush, items, args.seconds, args.rounds)
-    rows = summary(items, out)
-    print("\n%-40s %9s %9s %6s %6s" % ("item", "us", "TFLOP/s", "W", "MHz"))
-    for r in rows:
-        print("%-40s %9.1f %9.0f %6.0f %6.0f" % (r["name"], r["us"], r["tflops"], r["watts"] or 0, r["mhz"] or 0))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "windows": out}, f, indent=1)
+    run_and_report(torch, energy, flush, items, args)
     return 0
 
 

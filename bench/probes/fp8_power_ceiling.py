@@ -212,7 +212,7 @@ def measure(torch, energy, flush, items, seconds, rounds):
             name, launch, _ = items[i]
             window(torch, energy, launch, flush, seconds / 3)
             out[name].append(window(torch, energy, launch, flush, seconds))
-            print("  %-34s %8.1f us %6.0f W %5.0f MHz" % (name, out[name][-1]["ms"] * 1e3, out[name][-1]["watts"] or 0,
+            print("  %-40s %8.1f us %6.0f W %5.0f MHz" % (name, out[name][-1]["ms"] * 1e3, out[name][-1]["watts"] or 0,
                                                          out[name][-1]["mhz"] or 0), flush=True)
     return out
 
@@ -227,6 +227,21 @@ def summary(items, out):
                      "watts": statistics.median(watts) if watts else None,
                      "mhz": statistics.median(mhz) if mhz else None})
     return rows
+
+
+def run_and_report(torch, energy, flush, items, args):
+    """Measures ``items`` (name, launch, flop) as ``measure`` does, prints their table and writes
+    ``args.json`` where given."""
+    print("power limit %s W; %d items, %d rounds of %.1f s windows" % (energy.power_limit_w(), len(items), args.rounds,
+                                                                       args.seconds), flush=True)
+    out = measure(torch, energy, flush, items, args.seconds, args.rounds)
+    rows = summary(items, out)
+    print("\n%-40s %9s %9s %6s %6s" % ("item", "us", "TFLOP/s", "W", "MHz"))
+    for r in rows:
+        print("%-40s %9.1f %9.0f %6.0f %6.0f" % (r["name"], r["us"], r["tflops"], r["watts"] or 0, r["mhz"] or 0))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "windows": out, "power_limit_w": energy.power_limit_w()}, f, indent=1)
 
 
 def main(argv=None):
@@ -256,16 +271,7 @@ def main(argv=None):
     for _, launch, _ in items:
         launch()
     torch.cuda.synchronize()
-    print("power limit %s W; %d items, %d rounds of %.1f s windows" % (energy.power_limit_w(), len(items), args.rounds,
-                                                                       args.seconds), flush=True)
-    out = measure(torch, energy, flush, items, args.seconds, args.rounds)
-    rows = summary(items, out)
-    print("\n%-34s %9s %9s %6s %6s" % ("item", "us", "TFLOP/s", "W", "MHz"))
-    for r in rows:
-        print("%-34s %9.1f %9.0f %6.0f %6.0f" % (r["name"], r["us"], r["tflops"], r["watts"] or 0, r["mhz"] or 0))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "windows": out, "power_limit_w": energy.power_limit_w()}, f, indent=1)
+    run_and_report(torch, energy, flush, items, args)
     return 0
 
 
