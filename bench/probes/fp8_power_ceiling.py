@@ -35,7 +35,6 @@ the same share of each window. No answer is checked: the probe measures throughp
 answers are the agent's to check).
 """
 import argparse
-import ctypes
 import json
 import statistics
 import sys
@@ -132,34 +131,34 @@ def random_codes(torch, n, zeros=False):
 
 
 class Loop(object):
-    """One mma_loop build, bound to its operands; __call__ launches on torch's stream."""
+    """One mma_loop build, bound to its operands; __call__ launches it through the agent's driver
+    (``api``: bench._gpu_common.open_driver) on torch's stream."""
 
-    def __init__(self, torch, width, mode, data, iters):
+    def __init__(self, api, torch, width, mode, data, iters):
         from harness.compile.cuda_cpp import compile_cubin
         from harness.kernels.fp8_blockscale import cuda_kernel
+        from remote_agent.runners.gpu_launch import Params
 
         headers = {"wgmma.h": cuda_kernel.wgmma_header(width), "sm90.cuh": cuda_kernel.sm90_header()}
         cubin, _ = compile_cubin(SOURCE, "mma_loop.cu", headers, ["--gpu-architecture=sm_90a", "--std=c++17",
                                                                   "-DWIDTH=%d" % width, "-DMODE=%d" % mode])
-        self.torch, self.width, self.iters = torch, width, iters
-        self.cuda = cuda = ctypes.CDLL("libcuda.so.1")
-        self.module, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
-        assert cuda.cuModuleLoadData(ctypes.byref(self.module), cubin) == 0
-        assert cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.module, b"mma_loop") == 0
+        self.api, self.torch, self.width, self.iters = api, torch, width, iters
+        self.fn = api.get_function(api.load_module(cubin), "mma_loop")
         self.smem = (3 if width > 128 else 4) * (4 * 8192 + width * 128) + 1024
-        assert cuda.cuFuncSetAttribute(self.fn, 8, self.smem) == 0  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+        api.set_dynamic_shared(self.fn, self.smem)
         self.src = random_codes(torch, self.smem - 1024, zeros=data == "zeros")
         self.out = torch.zeros(SMS * 256, dtype=torch.float32, device="cuda")
-        self.values = [ctypes.c_uint64(self.src.data_ptr()), ctypes.c_uint64(self.out.data_ptr()),
-                       ctypes.c_int(iters), ctypes.c_float(1.0 / 1024)]
-        self.args = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in self.values])
+        self.params = Params([{"name": "src", "type": "*u8"}, {"name": "out", "type": "*fp32"},
+                              {"name": "iters", "type": "i32"}, {"name": "scale", "type": "fp32"}],
+                             {"src": self.src.data_ptr(), "out": self.out.data_ptr(), "iters": iters,
+                              "scale": 1.0 / 1024}, api)
 
     def flops(self):
         return 2.0 * SMS * 2 * self.iters * 4 * 64 * self.width * 32
 
     def __call__(self):
-        stream = ctypes.c_void_p(self.torch.cuda.current_stream().cuda_stream)
-        assert self.cuda.cuLaunchKernel(self.fn, SMS, 1, 1, 256, 1, 1, self.smem, stream, self.args, None) == 0
+        self.api.launch(self.fn, (SMS, 1, 1), (256, 1, 1), self.smem, self.params.array,
+                        self.torch.cuda.current_stream().cuda_stream)
 
 
 def library(torch, M, N, K, blockwise):
@@ -252,9 +251,10 @@ def main(argv=None):
     ap.add_argument("--json", help="write the windows and the summary here")
     args = ap.parse_args(argv)
     import torch
+    from bench._gpu_common import open_driver
     from bench.probes.gpu_energy_probe import Energy
 
-    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    api = open_driver()
     energy = Energy()
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     items = []
@@ -265,7 +265,7 @@ def main(argv=None):
                           library(torch, M, N, K, blockwise), 2.0 * M * N * K))
     loops = []
     for name, width, mode, data in LOOPS:
-        loop = Loop(torch, width, mode, data, iters=2048 * 128 // width)
+        loop = Loop(api, torch, width, mode, data, iters=2048 * 128 // width)
         loops.append(loop)
         items.append((name, loop, loop.flops()))
     for _, launch, _ in items:

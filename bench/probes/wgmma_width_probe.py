@@ -9,10 +9,9 @@ in flight; shared memory holds zeros (the operands' values do not change the cyc
 power). The cycles are ``clock64()`` around the loop, the largest over the CTAs; multiply-adds a
 cycle and multiprocessor = 2 x iters x 4 x 64 x N x 32 / cycles, against 4096 (the dense fp8 peak
 of an sm90 multiprocessor). Built with NVRTC (harness/compile/cuda_cpp.py) from the fp8 kernel's
-sm90.cuh and wgmma wrapper; launched through the CUDA driver with ctypes.
+sm90.cuh and wgmma wrapper; launched through the agent's ctypes driver (bench._gpu_common.open_driver).
 """
 import argparse
-import ctypes
 import sys
 
 SOURCE = r'''
@@ -55,19 +54,18 @@ def build(width: int) -> bytes:
     return cubin
 
 
-def run(cubin: bytes, sms: int, iters: int, torch) -> int:
-    cuda = ctypes.CDLL("libcuda.so.1")
-    module, fn = ctypes.c_void_p(), ctypes.c_void_p()
-    assert cuda.cuModuleLoadData(ctypes.byref(module), cubin) == 0
-    assert cuda.cuModuleGetFunction(ctypes.byref(fn), module, b"wgmma_width") == 0
+def run(api, cubin: bytes, sms: int, iters: int, torch) -> int:
+    """The largest of the CTAs' cycle counts, the kernel launched through the agent's driver."""
+    from remote_agent.runners.gpu_launch import Params
+
+    module = api.load_module(cubin)
+    fn = api.get_function(module, "wgmma_width")
     out = torch.zeros(2 * sms, dtype=torch.int64, device="cuda")
-    ptr, n = ctypes.c_uint64(out.data_ptr()), ctypes.c_int(iters)
-    args = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(ptr), ctypes.c_void_p),
-                                 ctypes.cast(ctypes.byref(n), ctypes.c_void_p))
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-    assert cuda.cuLaunchKernel(fn, sms, 1, 1, 256, 1, 1, 0, stream, args, None) == 0
+    params = Params([{"name": "out", "type": "*i64"}, {"name": "iters", "type": "i32"}],
+                    {"out": out.data_ptr(), "iters": iters}, api)
+    api.launch(fn, (sms, 1, 1), (256, 1, 1), 0, params.array, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
-    cuda.cuModuleUnload(module)
+    api.unload_module(module)
     return int(out.max().item())
 
 
@@ -78,13 +76,14 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     import torch
+    from bench._gpu_common import open_driver
 
-    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    api = open_driver()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print("width  cycles (best of %d)  multiply-adds a cycle and SM  of 4096" % args.repeats)
     for width in (int(w) for w in args.widths.split(",")):
         cubin = build(width)
-        cycles = min(run(cubin, sms, args.iters, torch) for _ in range(args.repeats))
+        cycles = min(run(api, cubin, sms, args.iters, torch) for _ in range(args.repeats))
         macs = 2 * args.iters * 4 * 64 * width * 32 / cycles
         print("%5d  %12d  %10.0f  %6.1f %%" % (width, cycles, macs, 100 * macs / 4096))
     return 0
