@@ -84,7 +84,10 @@ def test_a_two_device_tune_spreads_the_remeasure_reports_each_device_and_reuses_
                      r"\d+ at most at once\), re-measure [\d.]+ s, report [\d.]+ s", " ".join(out.split()))
     record = json.loads((results / "tune_timing.json").read_text())
     assert set(record["devices"]) == {"cuda:0", "cuda:1"}
-    assert all(v["re-measure"] > 0 for v in record["devices"].values())
+    # a device's re-measure jobs done while other shapes still search count in the search
+    # (harness.tune_timing), so only the last shape's device is sure to be busy in the re-measure
+    assert all("re-measure" in v and sum(v.values()) > 0 for v in record["devices"].values()), record
+    assert any(v["re-measure"] > 0 for v in record["devices"].values()), record
     page = (first.path / "tuned" / "node" / "matmul.html").read_text()
     assert "Where the tune's time went" in page and "busy in the re-measure" in page and "cuda:1" in page
     assert "batches in flight per shape" in page
