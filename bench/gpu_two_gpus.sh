@@ -7,9 +7,11 @@
 #   bash bench/gpu_two_gpus.sh OUT [SHAPES_FILE] [extra harness tune options]
 #
 # SHAPES_FILE defaults to bench/shapes/llm_gemms.txt (ten shapes); both runs use the same one.
-# QUALITY=1 also re-measures the two-GPU run's top 3 per shape and runs bench/gpu_quality.py on
-# its winners (geomean against cuBLAS); QUALITY=0 (default) skips both. Wheels of what the node
-# lacks are taken from .whl/ as bench/gpu_node_session.sh does. OUT gets gpu0.log, gpu01.log,
+# QUALITY=1 then builds the two-GPU run's top 3 per shape (bench/candidates_bundle.py) and runs
+# bench/gpu_quality.py on them (geomean against cuBLAS); QUALITY=0 (default) skips that. Both tunes
+# are searches only (--top 0): a winners' re-measure runs beside a GPU tune's search and would
+# count in its configs/s. Wheels of what the node
+# lacks are taken from .whl/ as bench/gpu_node_session.sh does. OUT gets gpu0.log, gpu01.log, candidates.log,
 # quality.log.
 set -u
 OUT=$(realpath -m "$1"); shift
@@ -32,8 +34,7 @@ tune() {  # tune PROJECT DEVICES LOG TOP [options]: one tune in a fresh project;
 
 P0=$(mktemp -d); P01=$(mktemp -d)
 one=$(tune "$P0" 0 "$OUT/gpu0.log" 0 "$@"); echo "GPU 0:      $one"
-top=0; [ "${QUALITY:-0}" = 1 ] && top=3
-two=$(tune "$P01" 0,1 "$OUT/gpu01.log" $top "$@"); echo "GPUs 0,1:   $two"
+two=$(tune "$P01" 0,1 "$OUT/gpu01.log" 0 "$@"); echo "GPUs 0,1:   $two"
 tail -1 "$OUT/gpu0.log"; tail -1 "$OUT/gpu01.log"
 python3 - "$one" "$two" <<'PY'
 import sys
@@ -41,6 +42,8 @@ rate = [float(line.split(" configs/s")[0].split()[-1]) for line in sys.argv[1:]]
 print("configs/s: one GPU %.2f, two GPUs %.2f, ratio x%.2f (goal >= 1.7)" % (rate[0], rate[1], rate[1] / rate[0]))
 PY
 if [ "${QUALITY:-0}" = 1 ]; then
-  python3 "$REPO/bench/gpu_quality.py" --bundle "$P01/build/node/matmul" --results "$P01/results/node/matmul/results.csv" \
-    --out "$OUT/quality.json" 2>&1 | tee "$OUT/quality.log" | tail -4
+  (cd "$P01" && python3 "$REPO/bench/candidates_bundle.py" matmul --target node --shapes-file "$SHAPES" --top 3 \
+     > "$OUT/candidates.log" 2>&1 &&
+   CUDA_VISIBLE_DEVICES=0 python3 "$REPO/bench/gpu_quality.py" --bundle build/node/matmul \
+     --results results/node/matmul/results.csv --out "$OUT/quality.json" 2>&1) | tee "$OUT/quality.log" | tail -4
 fi
