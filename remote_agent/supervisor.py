@@ -6,8 +6,13 @@ the run cannot go on, e.g. the reference disagrees with the host). Then, for eac
 after replying (a CUDA context it cannot trust any more), saying so with ``"exiting": true``; it
 gets no further job and is restarted.
 
-The supervisor sends a job to each idle worker, waits on all their pipes at once, and enforces
-a deadline per job (``job_timeout``) and per start (``start_timeout``). When a worker's pipe
+The supervisor sends a job to each idle worker and, while it runs, the worker's next job
+(``ahead``): that one waits in the worker's pipe, so the worker starts it as soon as it has
+replied, without waiting for the supervisor to read the reply (a single agent serves every
+device, and writes each row to disk before it reads the next reply). It waits on all the pipes at
+once, and enforces a deadline per job (``job_timeout``, from the moment the worker can start it)
+and per start (``start_timeout``). A job sent ahead to a worker that dies, hangs or leaves is
+handed out again. When a worker's pipe
 closes while a job is in flight, that job is recorded ``crash`` (with the exit signal or code
 and the last lines of its stderr); when the deadline passes, the worker's whole process group
 is killed and the job is recorded ``timeout``. Either way a new worker takes the device's next
@@ -93,9 +98,10 @@ class _Worker(object):
         self.buf = b""
         self.state = "starting"
         self.job = None  # (key, request) in flight
+        self.queued = None  # (key, request) sent ahead: it runs once ``job`` is replied to
         self.started = time.monotonic()
         self.deadline = None
-        self.sent = None  # when the job in flight was sent
+        self.sent = None  # when the job in flight was sent (or, sent ahead, when the one before ended)
         self.facts = None
 
     def fileno(self):
@@ -163,8 +169,9 @@ class _Worker(object):
 
 class Supervisor(object):
     def __init__(self, devices, command_for, env_for=None, job_timeout=60.0, start_timeout=300.0,
-                 max_start_failures=3, log=None, spawn=None, loaded=None, kind_of=None):
+                 max_start_failures=3, log=None, spawn=None, loaded=None, kind_of=None, ahead=True):
         self.devices = list(devices)
+        self.ahead = ahead  # each busy worker gets its next job too (not a bridge: it is handed over when idle)
         self.command_for = command_for
         self.spawn = spawn  # (argv, env) -> (process, stderr) started already, or None
         self.loaded = loaded  # (argv, env) -> whether spawn now has a worker to replace a bridge with
@@ -207,7 +214,7 @@ class Supervisor(object):
             while workers and (pending or any(w.job for w in workers.values()) or _more(more, pending)):
                 # before a device runs dry (jobs meant for one device count for none: they do not
                 # keep the others fed)
-                if more is not None and _free(pending, device_of, workers) < len(workers):
+                if more is not None and _free(pending, device_of, workers) < self._wanted(workers):
                     _more(more, pending)
                 for device in list(workers):  # hand out work
                     w = workers[device]
@@ -217,25 +224,28 @@ class Supervisor(object):
                         taken = _take(pending, w.device, device_of, workers, self._cost)
                         if taken is None:
                             continue
-                        key, request = taken
-                        next_id += 1
-                        w.job = (key, request)
+                        w.job = taken
                         w.sent = time.monotonic()
                         w.deadline = w.sent + self.job_timeout
-                        try:
-                            w.send(dict(request, id=next_id))
-                        except (BrokenPipeError, OSError):
-                            pass  # its death shows as end of file below
+                        next_id += 1
+                        _send(w, taken, next_id)
+                    if w.state == "idle" and w.job is not None and w.queued is None and pending and self._ahead(w):
+                        taken = _take(pending, w.device, device_of, workers, self._cost)
+                        if taken is not None:
+                            w.queued = taken
+                            next_id += 1
+                            _send(w, taken, next_id)
                 now = time.monotonic()
                 deadlines = [w.deadline if w.job else w.started + self.start_timeout
                              for w in workers.values() if w.job or w.state == "starting"]
                 wait = max(0.0, min(deadlines) - now) if deadlines else 1.0
-                if more is not None and _free(pending, device_of, workers) < len(workers):
+                if more is not None and _free(pending, device_of, workers) < self._wanted(workers):
                     wait = min(wait, MORE_POLL)  # the queue is looked at this often while it runs low
                 readable, _, _ = select.select(list(workers.values()), [], [], min(wait, 5.0))
                 for w in readable:
                     lines = w.read_lines()
                     if lines is None:  # the worker is gone
+                        _requeue(w, pending)
                         for item in self._lost(w, workers, start_failures, "crash"):
                             yield item
                         continue
@@ -257,17 +267,22 @@ class Supervisor(object):
                                     w.device, time.monotonic() - w.started, _facts_text(message)))
                         elif "result" in message and w.job is not None:
                             key, request = w.job
-                            w.job = None
-                            w.deadline = None
-                            self.busy[w.device] += time.monotonic() - w.sent
-                            self._count(request, time.monotonic() - w.sent)
+                            now = time.monotonic()
+                            self.busy[w.device] += now - w.sent
+                            self._count(request, now - w.sent)
+                            w.job, w.deadline = None, None
                             if message.get("exiting"):  # it replied, then leaves: replace it, send it nothing
                                 w.state = "exiting"
+                                _requeue(w, pending)
+                            elif w.queued is not None:  # it runs the job sent ahead from now on
+                                w.job, w.queued = w.queued, None
+                                w.sent, w.deadline = now, now + self.job_timeout
                             result = dict(message["result"])
                             yield key, w.device, result
                 now = time.monotonic()
                 for w in list(workers.values()):
                     if w.job and now > w.deadline:
+                        _requeue(w, pending)
                         for item in self._lost(w, workers, start_failures, "timeout"):
                             yield item
                     elif w.state == "starting" and now > w.started + self.start_timeout:
@@ -302,6 +317,14 @@ class Supervisor(object):
             return None
         spent = self.kind_seconds.get(self.kind_of(request))
         return spent[0] / spent[1] if spent else None
+
+    def _ahead(self, w):
+        """Whether busy ``w`` gets its next job now (not a bridge: that one is handed over idle)."""
+        return self.ahead and not (w.facts or {}).get("bridge")
+
+    def _wanted(self, workers):
+        """Jobs any device may run that keep every worker fed: one each, and one sent ahead."""
+        return len(workers) * (2 if self.ahead else 1)
 
     def _replaceable(self, w):
         """Whether ``w`` is a bridge (a worker that measures before its device's torch standby is
@@ -364,6 +387,20 @@ class Supervisor(object):
 
 
 MORE_POLL = 0.02  # seconds between asks for more jobs while a worker is idle
+
+
+def _send(w, job, number):
+    try:
+        w.send(dict(job[1], id=number))
+    except (BrokenPipeError, OSError):
+        pass  # its death shows as end of file
+
+
+def _requeue(w, pending):
+    """A job sent ahead to ``w``, which will not run it (it died, hangs or leaves), goes first again."""
+    if w.queued is not None:
+        pending.appendleft(w.queued)
+        w.queued = None
 
 
 def _more(more, pending):

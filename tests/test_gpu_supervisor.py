@@ -263,6 +263,42 @@ def test_supervisor_kills_a_hung_worker_group_and_replaces_it(tmp_path):
     assert _gone(child)  # the grandchild went with the worker's process group
 
 
+def test_a_busy_worker_has_its_next_job_in_its_pipe_and_a_dead_worker_s_is_run_again(tmp_path):
+    """Raw protocol: while a worker runs a job, its next job is already in its pipe (it starts it
+    as soon as it replies, not once the supervisor has read the reply); a job sent ahead to a
+    worker that then crashes, or leaves after replying, is run by its successor. Sent one at a time
+    (``ahead=False``), the pipe is empty during each job."""
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import json, os, select, sys\n"
+        "stdin = os.fdopen(0, 'rb', buffering=0)  # unbuffered: select sees what is still in the pipe\n"
+        "print(json.dumps({'ready': True}), flush=True)\n"
+        "while True:\n"
+        "    line = stdin.readline()\n"
+        "    if not line: break\n"
+        "    req = json.loads(line)\n"
+        "    if req.get('op') == 'exit': break\n"
+        "    if req['what'] == 'crash': os._exit(9)\n"
+        "    waiting = bool(select.select([stdin], [], [], 0.5)[0])\n"
+        "    reply = {'id': req['id'], 'result': {'status': 'ok', 'message': str(waiting)}}\n"
+        "    if req['what'] == 'leave': reply['exiting'] = True\n"
+        "    print(json.dumps(reply), flush=True)\n"
+        "    if req['what'] == 'leave': os._exit(3)\n")
+    jobs = [("a", {"what": "a"}), ("c", {"what": "crash"}), ("b", {"what": "b"}), ("l", {"what": "leave"}),
+            ("d", {"what": "d"}), ("e", {"what": "e"})]
+    sup = Supervisor(["d0"], lambda d: [sys.executable, str(script)], job_timeout=10.0, log=lambda m: None)
+    out = {key: res for key, dev, res in sup.run(jobs)}
+    assert out["c"]["status"] == contract.CRASH
+    assert {k: out[k]["status"] for k in "abld"} == dict.fromkeys("abld", "ok") and out["e"]["status"] == "ok"
+    assert out["a"]["message"] == "True"  # the crash job was waiting while a ran
+    assert out["b"]["message"] == "True" and out["d"]["message"] == "True"
+    assert out["e"]["message"] == "False"  # the last job: nothing after it
+    assert sup.restarts["d0"] == 2  # after the crash and after the worker that left
+    one_at_a_time = Supervisor(["d0"], lambda d: [sys.executable, str(script)], log=lambda m: None, ahead=False)
+    out = {key: res for key, dev, res in one_at_a_time.run([("a", {"what": "a"}), ("b", {"what": "b"})])}
+    assert out["a"]["message"] == "False" and out["b"]["message"] == "False"
+
+
 def _gone(pid):
     """Dead: no such process, or a zombie waiting for init to reap it."""
     try:
