@@ -3,8 +3,8 @@ re-measure, what waited on what, and the compiles made or reused. ``harness tune
 its last lines and keeps it in ``results/<target>/<kernel>/tune_timing.json`` (the last tune's),
 which ``harness report --html`` shows.
 
-The numbers come from the long-lived agents (``agent_session.Stats``: seconds a job was in flight
-on each device, per round) and the tune's own stopwatch; a phase's busy share is the device's
+The numbers come from the long-lived agents (``agent_session.Stats``: seconds a job ran on each
+device, per round, a job sent ahead to a worker counted from its reply before) and the tune's own stopwatch; a phase's busy share is the device's
 busy seconds over the phase's wall time, so start-up (pruning, the first build, the workers'
 start) counts as idle. Busy seconds are counted as the agents report rounds done; where a shape's
 re-measure runs beside the other shapes' search (a GPU tune whose shapes are streams), its jobs

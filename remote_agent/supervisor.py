@@ -185,7 +185,7 @@ class Supervisor(object):
         self.ready_facts = {}
         self.restarts = collections.Counter()
         self.start_failure = {}  # device: why its last worker failed to start
-        self.busy = collections.Counter()  # device -> seconds a job was in flight there
+        self.busy = collections.Counter()  # device -> seconds a job ran there (one sent ahead: since the reply before)
         self._announced = set()
         self._kept = None  # workers kept alive between run() calls (run(keep=True))
 

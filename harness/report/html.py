@@ -127,7 +127,7 @@ def _tune_section(record: Optional[dict]) -> list:
             if isinstance(v, (int, float))]
     if rows:
         out.append(_table(["what", "value"], rows, left=1))
-    out.append("<p class=\"note\">A device's busy share is the seconds a job was in flight there over the "
+    out.append("<p class=\"note\">A device's busy share is the seconds a job ran there over the "
                "phase's wall time: the search's start (pruning, the first build, the workers' start) counts "
                "as idle.</p>")
     return out
