@@ -9,15 +9,15 @@ gets no further job and is restarted.
 The supervisor sends a job to each idle worker and, while it runs, the worker's next job
 (``ahead``): that one waits in the worker's pipe, so the worker starts it as soon as it has
 replied, without waiting for the supervisor to read the reply (a single agent serves every
-device, and writes each row to disk before it reads the next reply). It waits on all the pipes at
-once, and enforces a deadline per job (``job_timeout``, from the moment the worker can start it)
-and per start (``start_timeout``). A job sent ahead to a worker that dies, hangs or leaves is
-handed out again. When a worker's pipe
-closes while a job is in flight, that job is recorded ``crash`` (with the exit signal or code
-and the last lines of its stderr); when the deadline passes, the worker's whole process group
-is killed and the job is recorded ``timeout``. Either way a new worker takes the device's next
-job. A device whose worker fails to start ``max_start_failures`` times in a row is dropped; when
-no device is left, the remaining jobs raise SupervisorError.
+device, and writes each row to disk before it reads the next reply). It waits on all the pipes
+at once, and enforces a deadline per job (``job_timeout``, from the moment the worker can start
+it) and per start (``start_timeout``). A job sent ahead to a worker that dies, hangs or leaves
+is handed out again. When a worker's pipe closes while a job is in flight, that job is recorded
+``crash`` (with the exit signal or code and the last lines of its stderr); when the deadline
+passes, the worker's whole process group is killed and the job is recorded ``timeout``. Either
+way a new worker takes the device's next job. A device whose worker fails to start
+``max_start_failures`` times in a row is dropped; when no device is left, the remaining jobs
+raise SupervisorError.
 
 Standard library only.
 """
