@@ -7,12 +7,11 @@
 #   bash bench/gpu_two_gpus.sh OUT [SHAPES_FILE] [extra harness tune options]
 #
 # SHAPES_FILE defaults to bench/shapes/llm_gemms.txt (ten shapes); both runs use the same one.
-# QUALITY=1 then builds the two-GPU run's top 3 per shape (bench/candidates_bundle.py) and runs
-# bench/gpu_quality.py on them (geomean against cuBLAS); QUALITY=0 (default) skips that. Both tunes
-# are searches only (--top 0): a winners' re-measure runs beside a GPU tune's search and would
-# count in its configs/s. Wheels of what the node
-# lacks are taken from .whl/ as bench/gpu_node_session.sh does. OUT gets gpu0.log, gpu01.log, candidates.log,
-# quality.log.
+# Both tunes are searches only (--top 0): a winners' re-measure runs beside a GPU tune's search and
+# would count in its configs/s. QUALITY=1 then builds the two-GPU run's top 3 per shape
+# (bench/candidates_bundle.py) and runs bench/gpu_quality.py on them (geomean against cuBLAS);
+# QUALITY=0 (default) skips that. Wheels of what the node lacks are taken from .whl/ as
+# bench/gpu_node_session.sh does. OUT gets gpu0.log, gpu01.log, candidates.log, quality.log.
 set -u
 OUT=$(realpath -m "$1"); shift
 REPO=$(cd "$(dirname "$0")/.." && pwd)
