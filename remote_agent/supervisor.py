@@ -245,8 +245,7 @@ class Supervisor(object):
                 for w in readable:
                     lines = w.read_lines()
                     if lines is None:  # the worker is gone
-                        _requeue(w, pending)
-                        for item in self._lost(w, workers, start_failures, "crash"):
+                        for item in self._lost(w, workers, start_failures, "crash", pending):
                             yield item
                         continue
                     for line in lines:
@@ -282,11 +281,10 @@ class Supervisor(object):
                 now = time.monotonic()
                 for w in list(workers.values()):
                     if w.job and now > w.deadline:
-                        _requeue(w, pending)
-                        for item in self._lost(w, workers, start_failures, "timeout"):
+                        for item in self._lost(w, workers, start_failures, "timeout", pending):
                             yield item
                     elif w.state == "starting" and now > w.started + self.start_timeout:
-                        for item in self._lost(w, workers, start_failures, "timeout"):
+                        for item in self._lost(w, workers, start_failures, "timeout", pending):
                             yield item
             if pending:
                 raise SupervisorError("no worker could start on any device; %d jobs not run (%s)" % (
@@ -343,9 +341,10 @@ class Supervisor(object):
             bridge.device))
         return successor
 
-    def _lost(self, w, workers, start_failures, why):
-        """A worker died (``crash``) or ran past its deadline (``timeout``): record its job,
-        replace it (or drop the device when it cannot even start)."""
+    def _lost(self, w, workers, start_failures, why, pending):
+        """A worker died (``crash``) or ran past its deadline (``timeout``): record its job, hand
+        out again the job sent ahead to it, replace it (or drop the device when it cannot even start)."""
+        _requeue(w, pending)
         if why == "timeout":
             w.kill()
             text = ("no answer within %gs; worker killed" % self.job_timeout) if w.job else \
